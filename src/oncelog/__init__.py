@@ -1,0 +1,1 @@
+"""oncelog: a Kafka-protocol streaming log with exactly-once semantics."""

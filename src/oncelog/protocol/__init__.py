@@ -1,0 +1,217 @@
+"""Kafka wire framing shared by the broker and our client.
+
+Every frame is ``int32 size`` followed by a header and a body. Bodies are encoded and decoded
+with the ``kio`` package (one dataclass per API, version and direction); headers are read here
+by hand because they are tiny, on the hot path, and must be read before we know whether kio has
+a schema for the request at all (an unknown API key still deserves a reply).
+
+Request header v1 (non-flexible APIs): api_key int16, api_version int16, correlation_id int32,
+client_id nullable string. v2 (flexible APIs) adds tagged fields. Response header v0:
+correlation_id; v1 (flexible) adds tagged fields. ApiVersions always answers with header v0.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from .apis import API_NAMES, ApiKey
+
+_HEADER_FIXED = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+
+__all__ = [
+    "API_NAMES",
+    "ApiKey",
+    "ProtocolError",
+    "RequestHeader",
+    "decode_request_body",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "parse_request_header",
+    "request_class",
+    "response_class",
+]
+
+
+class ProtocolError(ValueError):
+    """A frame that cannot be understood: truncated, malformed, or of an unknown shape."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+@lru_cache(maxsize=None)
+def request_class(api_key: int, version: int) -> type:
+    """kio's request dataclass, or raise ProtocolError if kio has no such API/version."""
+    try:
+        module = load_payload_module(api_key, version, EntityType.request)
+    except Exception as exc:
+        raise ProtocolError(f"no schema for api {api_key} v{version}") from exc
+    for obj in vars(module).values():
+        if isinstance(obj, type) and getattr(obj, "__type__", None) == EntityType.request:
+            return obj
+    raise ProtocolError(f"no request class for api {api_key} v{version}")
+
+
+@lru_cache(maxsize=None)
+def response_class(api_key: int, version: int) -> type:
+    try:
+        module = load_payload_module(api_key, version, EntityType.response)
+    except Exception as exc:
+        raise ProtocolError(f"no schema for api {api_key} v{version}") from exc
+    for obj in vars(module).values():
+        if isinstance(obj, type) and getattr(obj, "__type__", None) == EntityType.response:
+            return obj
+    raise ProtocolError(f"no response class for api {api_key} v{version}")
+
+
+@lru_cache(maxsize=None)
+def _reader(cls: type):
+    return entity_reader(cls)
+
+
+@lru_cache(maxsize=None)
+def _writer(cls: type):
+    return entity_writer(cls)
+
+
+def _read_uvarint(buf, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtocolError("truncated varint in header")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("varint too long in header")
+
+
+def _skip_tagged_fields(buf, pos: int) -> int:
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise ProtocolError("truncated tagged field in header")
+    return pos
+
+
+def _is_flexible_request(api_key: int, version: int) -> bool:
+    try:
+        return bool(request_class(api_key, version).__flexible__)
+    except ProtocolError:
+        return False
+
+
+def parse_request_header(frame) -> RequestHeader:
+    """Parse a request header from a frame (size prefix already stripped).
+
+    Works for any API key and version, known or not, so that the broker can answer
+    UNSUPPORTED_VERSION with the right correlation id.
+    """
+    if len(frame) < 8:
+        raise ProtocolError(f"request header truncated: {len(frame)} bytes")
+    api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame, 0)
+    pos = 8
+    if len(frame) < 10:
+        raise ProtocolError("request header truncated: no client id")
+    (n,) = _I16.unpack_from(frame, pos)
+    pos += 2
+    client_id: str | None = None
+    if n >= 0:
+        if pos + n > len(frame):
+            raise ProtocolError("request header truncated: client id")
+        client_id = bytes(frame[pos : pos + n]).decode("utf-8", "replace")
+        pos += n
+    elif n != -1:
+        raise ProtocolError(f"bad client id length {n}")
+    if _is_flexible_request(api_key, api_version):
+        pos = _skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def decode_request_body(header: RequestHeader, frame) -> Any:
+    cls = request_class(header.api_key, header.api_version)
+    try:
+        obj, size = _reader(cls)(frame, header.body_offset)
+    except Exception as exc:
+        raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {exc}") from exc
+    if header.body_offset + size != len(frame):
+        raise ProtocolError(
+            f"{cls.__name__} v{header.api_version}: {len(frame) - header.body_offset - size} "
+            "trailing bytes"
+        )
+    return obj
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """A complete response frame, size prefix included."""
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_SIZE.pack(correlation_id))
+    if response.__header_schema__.__version__ >= 1:
+        buf.write(b"\x00")  # no tagged fields in the response header
+    _writer(type(response))(buf, response)
+    data = buf.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return buf.getvalue()
+
+
+def encode_request(correlation_id: int, client_id: str | None, request: Any) -> bytes:
+    """A complete request frame, size prefix included."""
+    cls = type(request)
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_HEADER_FIXED.pack(cls.__api_key__, cls.__version__, correlation_id))
+    if client_id is None:
+        buf.write(_I16.pack(-1))
+    else:
+        raw = client_id.encode()
+        buf.write(_I16.pack(len(raw)))
+        buf.write(raw)
+    if cls.__flexible__:
+        buf.write(b"\x00")
+    _writer(cls)(buf, request)
+    data = buf.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return buf.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame) -> tuple[int, Any]:
+    """Decode a response frame (size prefix stripped): (correlation id, response object)."""
+    cls = response_class(api_key, version)
+    if len(frame) < 4:
+        raise ProtocolError("response truncated")
+    (correlation_id,) = _SIZE.unpack_from(frame, 0)
+    pos = 4
+    if cls.__header_schema__.__version__ >= 1:
+        pos = _skip_tagged_fields(frame, pos)
+    try:
+        obj, _size = _reader(cls)(frame, pos)
+    except Exception as exc:
+        raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from exc
+    return correlation_id, obj

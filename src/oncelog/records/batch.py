@@ -1,0 +1,425 @@
+"""The v2 ("magic 2") record batch, exactly as Kafka lays it out on the wire and on disk.
+
+spec 000, "Message Format". Layout (big-endian)::
+
+    baseOffset           int64    0
+    batchLength          int32    8   bytes after this field
+    partitionLeaderEpoch int32   12
+    magic                int8    16   = 2
+    crc                  uint32  17   CRC32C over attributes .. end of batch
+    attributes           int16   21   bits 0-2 compression, 3 timestamp type,
+                                       4 transactional, 5 control
+    lastOffsetDelta      int32   23
+    baseTimestamp        int64   27
+    maxTimestamp         int64   35
+    producerId           int64   43
+    producerEpoch        int16   51
+    baseSequence         int32   53
+    recordsCount         int32   57
+    records                      61
+
+Pure functions on bytes; nothing here does IO.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple, Sequence
+
+from crc32c import crc32c
+
+from . import compression as _compression
+from .compression import Compression
+
+MAGIC = 2
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: what batchLength does not count
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+RECORDS_COUNT_OFFSET = 57
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+INT32_MAX = 0x7FFFFFFF
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_LENGTH = struct.Struct(">qi")
+_Q = struct.Struct(">q")
+_I = struct.Struct(">I")
+_H = struct.Struct(">h")
+
+
+class CorruptRecordError(ValueError):
+    """A batch failed validation: bad CRC, bad magic, wrong record count, truncated."""
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies, log overhead included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & ATTR_COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> int:
+        return 1 if self.attributes & ATTR_TIMESTAMP_TYPE else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Sequences wrap at int32 max back to 0 (spec 000, "PID-Sequence Management")."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def parse_header(buf, pos: int = 0) -> BatchHeader:
+    """Parse the fixed 61-byte header at ``pos``. Raises CorruptRecordError if short."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(f"batch header truncated: {len(buf) - pos} bytes")
+    return BatchHeader._make(_HEADER.unpack_from(buf, pos))
+
+
+def batch_crc(buf, pos: int, size: int) -> int:
+    """CRC32C of attributes .. end of the batch at ``pos`` spanning ``size`` bytes."""
+    return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+
+
+def validate_batch(buf, pos: int = 0) -> BatchHeader:
+    """Check one batch's framing, magic and CRC; return its header.
+
+    Cheap on the record data: only the CRC touches every byte. The record count is
+    checked against lastOffsetDelta (Kafka's broker rule for v2 batches).
+    """
+    header = parse_header(buf, pos)
+    if header.magic != MAGIC:
+        raise CorruptRecordError(f"unsupported magic {header.magic} (only v2 batches)")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch length {header.batch_length} below header size")
+    if len(buf) - pos < header.size:
+        raise CorruptRecordError(
+            f"batch truncated: needs {header.size} bytes, has {len(buf) - pos}"
+        )
+    if batch_crc(buf, pos, header.size) != header.crc:
+        raise CorruptRecordError("batch CRC32C mismatch")
+    if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+        raise CorruptRecordError(
+            f"record count {header.records_count} does not match "
+            f"lastOffsetDelta {header.last_offset_delta}"
+        )
+    return header
+
+
+def iter_batches(buf, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each complete batch; stop at a partial trailing batch.
+
+    Fetch responses may end in a partial batch (Kafka truncates at the size limit); readers
+    ignore it, as Kafka's clients do.
+    """
+    if end is None:
+        end = len(buf)
+    while end - pos >= HEADER_SIZE:
+        header = parse_header(buf, pos)
+        size = header.size
+        if size < HEADER_SIZE or pos + size > end:
+            return
+        yield pos, header
+        pos += size
+
+
+def split_batches(buf) -> list[tuple[int, BatchHeader]]:
+    """Validate a produce request's record set: every byte must belong to a valid batch."""
+    out: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        header = validate_batch(buf, pos)
+        out.append((pos, header))
+        pos += header.size
+    if not out:
+        raise CorruptRecordError("empty record set")
+    return out
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    """Rewrite the base offset in place. The CRC does not cover it, so nothing else changes."""
+    _Q.pack_into(buf, pos, base_offset)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, timestamp: int) -> None:
+    """Stamp a batch with LogAppendTime: set the timestamp-type bit and maxTimestamp, redo CRC."""
+    (attrs,) = _H.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _H.pack_into(buf, pos + ATTRIBUTES_OFFSET, attrs | ATTR_TIMESTAMP_TYPE)
+    _Q.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    _I.pack_into(buf, pos + CRC_OFFSET, batch_crc(buf, pos, size))
+
+
+# --- varints ------------------------------------------------------------------------------
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag varint (signed), as Kafka's ByteUtils.writeVarint/writeVarlong."""
+    v = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while v & ~0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def decode_varint(buf, pos: int) -> tuple[int, int]:
+    """Return (value, new position). Raises CorruptRecordError on overrun."""
+    shift = 0
+    result = 0
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise CorruptRecordError("varint too long")
+    except IndexError:
+        raise CorruptRecordError("varint truncated") from None
+    return (result >> 1) ^ -(result & 1), pos
+
+
+# --- records --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Record:
+    """One record as a consumer sees it: absolute offset and timestamp resolved."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def _encode_bytes(data: bytes | None) -> bytes:
+    if data is None:
+        return encode_varint(-1)
+    return encode_varint(len(data)) + data
+
+
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> bytes:
+    body = bytearray(b"\x00")  # record attributes: unused
+    body += encode_varint(timestamp_delta)
+    body += encode_varint(offset_delta)
+    body += _encode_bytes(key)
+    body += _encode_bytes(value)
+    body += encode_varint(len(headers))
+    for hkey, hvalue in headers:
+        body += _encode_bytes(hkey.encode())
+        body += _encode_bytes(hvalue)
+    return encode_varint(len(body)) + bytes(body)
+
+
+def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+    length, pos = decode_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    end = pos + length
+    if end > len(buf):
+        raise CorruptRecordError("record field overruns record")
+    return bytes(buf[pos:end]), end
+
+
+def decode_record_set(data, count: int, base_offset: int, base_timestamp: int,
+                      log_append_time: int | None = None) -> list[Record]:
+    """Decode ``count`` varint-framed records from (decompressed) ``data``."""
+    out: list[Record] = []
+    pos = 0
+    n = len(data)
+    for _ in range(count):
+        length, pos = decode_varint(data, pos)
+        end = pos + length
+        if length < 0 or end > n:
+            raise CorruptRecordError("record length overruns batch")
+        pos += 1  # attributes
+        ts_delta, pos = decode_varint(data, pos)
+        off_delta, pos = decode_varint(data, pos)
+        key, pos = _read_bytes(data, pos)
+        value, pos = _read_bytes(data, pos)
+        nheaders, pos = decode_varint(data, pos)
+        if nheaders < 0:
+            raise CorruptRecordError("negative header count")
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(nheaders):
+            hk, pos = _read_bytes(data, pos)
+            hv, pos = _read_bytes(data, pos)
+            if hk is None:
+                raise CorruptRecordError("null header key")
+            headers.append((hk.decode("utf-8", "replace"), hv))
+        if pos != end:
+            raise CorruptRecordError("record length does not match its fields")
+        ts = log_append_time if log_append_time is not None else base_timestamp + ts_delta
+        out.append(Record(base_offset + off_delta, ts, key, value, headers))
+    if pos != n:
+        raise CorruptRecordError("trailing bytes after the last record")
+    return out
+
+
+def decode_batch(buf, pos: int = 0, verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
+    """Decode one complete batch at ``pos``: header plus its records, decompressed."""
+    header = validate_batch(buf, pos) if verify_crc else parse_header(buf, pos)
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    codec = header.compression
+    data = _compression.decompress(codec, body) if codec else body
+    lat = header.max_timestamp if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME else None
+    records = decode_record_set(data, header.records_count, header.base_offset,
+                                header.base_timestamp, lat)
+    return header, records
+
+
+def build_batch(
+    records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+    *,
+    base_offset: int = 0,
+    compression: Compression | int = Compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = TIMESTAMP_CREATE_TIME,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """Encode a batch from (key, value, headers, timestamp_ms) tuples."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    base_ts = records[0][3]
+    max_ts = base_ts
+    body = bytearray()
+    for i, (key, value, headers, ts) in enumerate(records):
+        if ts > max_ts:
+            max_ts = ts
+        body += encode_record(i, ts - base_ts, key, value, headers)
+    codec = Compression(compression)
+    payload = _compression.compress(codec, bytes(body)) if codec else bytes(body)
+    attrs = int(codec)
+    if timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+        attrs |= ATTR_TIMESTAMP_TYPE
+    if is_transactional:
+        attrs |= ATTR_TRANSACTIONAL
+    if is_control:
+        attrs |= ATTR_CONTROL
+    size = HEADER_SIZE + len(payload)
+    out = bytearray(size)
+    _HEADER.pack_into(
+        out, 0, base_offset, size - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0, attrs,
+        len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
+        len(records),
+    )
+    out[HEADER_SIZE:] = payload
+    _I.pack_into(out, CRC_OFFSET, batch_crc(out, 0, size))
+    return bytes(out)
+
+
+# --- control records (spec 000, "Control Messages for Transactions") ------------------------
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+def build_control_batch(
+    control_type: int,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A transaction marker: one control record, key (version, type), value (version, epoch)."""
+    key = _CONTROL_KEY.pack(0, control_type)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [(key, value, (), timestamp)],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE,
+        is_transactional=True,
+        is_control=True,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def parse_control_record(record: Record) -> tuple[int, int]:
+    """Return (control type, coordinator epoch) of a control record."""
+    if record.key is None or len(record.key) < 4:
+        raise CorruptRecordError("control record key too short")
+    _version, ctype = _CONTROL_KEY.unpack_from(record.key)
+    epoch = -1
+    if record.value is not None and len(record.value) >= 6:
+        _v, epoch = _CONTROL_VALUE.unpack_from(record.value)
+    return ctype, epoch
