@@ -1,0 +1,383 @@
+"""One partition's log on disk: an ordered list of segments in ``<topic>-<partition>/``.
+
+Owns offset assignment, rolling, retention, flushing, recovery of a torn tail after a crash,
+and the partition's producer state (validated before every append, snapshotted to
+``<20-digit offset>.snapshot`` files, rebuilt from the log when those are missing or damaged).
+Single-threaded: the broker's event loop is the only caller.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..records.batch import BatchHeader, set_base_offset, set_log_append_time
+from .producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
+from .segment import LogSegment, LogWriteError, segment_name
+
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+RECOVERY_POINT_FILE = "recovery-point"
+SNAPSHOTS_TO_KEEP = 2  # spec 000, "PID Snapshots": keep the two most recent
+MAX_LONG = 2**63 - 1
+
+__all__ = [
+    "AppendResult",
+    "LogAppendError",
+    "LogConfig",
+    "LogWriteError",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+]
+
+
+@dataclass
+class LogConfig:
+    """Per-topic log settings, Kafka's names in snake_case (topic-level keys)."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    flush_messages: int = MAX_LONG  # 1 = fsync before acknowledging
+    message_timestamp_type: str = "CreateTime"
+    max_message_bytes: int = 1048588
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
+    producer_snapshot_interval_ms: int = 30_000
+
+
+class LogAppendError(Exception):
+    """An append the log refuses; ``error_name`` is the Kafka error code's name."""
+
+    def __init__(self, error_name: str, message: str) -> None:
+        super().__init__(message)
+        self.error_name = error_name
+
+
+class OffsetOutOfRangeError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+class PartitionLog:
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segments: list[LogSegment] = []
+        self.unflushed_messages = 0
+        self.recovered_bytes = 0
+        self.producer_state = ProducerStateManager()
+        self.last_snapshot_ms = now_ms
+        self._open_segments(now_ms)
+        self._load_producer_state()
+
+    # -- startup ------------------------------------------------------------------------------
+
+    def _open_segments(self, now_ms: int) -> None:
+        clean_marker = self.directory / CLEAN_SHUTDOWN_FILE
+        clean = clean_marker.exists()
+        recovery_point = self._read_recovery_point() if not clean else MAX_LONG
+        bases = sorted(
+            int(p.name[:-4]) for p in self.directory.glob("*.log") if p.name[:-4].isdigit()
+        )
+        for base in bases:
+            seg = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms)
+            self.segments.append(seg)
+        # A segment must be validated if it may hold unflushed data: the one containing the
+        # recovery point and every later one (after an unclean shutdown), and always the last.
+        for i, seg in enumerate(self.segments):
+            is_last = i == len(self.segments) - 1
+            next_base = self.segments[i + 1].base_offset if not is_last else MAX_LONG
+            recover = is_last or next_base > recovery_point
+            truncated = seg.load(recover=recover)
+            self.recovered_bytes += truncated
+            if truncated and not is_last:
+                # Anything after a corrupt batch is unreachable: drop the later segments.
+                for later in self.segments[i + 1 :]:
+                    later.delete()
+                del self.segments[i + 1 :]
+                break
+        if not self.segments:
+            seg = LogSegment(self.directory, 0, self.config.index_interval_bytes, now_ms)
+            seg.load(recover=True)
+            self.segments.append(seg)
+        clean_marker.unlink(missing_ok=True)
+
+    def _read_recovery_point(self) -> int:
+        try:
+            return int((self.directory / RECOVERY_POINT_FILE).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _write_recovery_point(self, offset: int) -> None:
+        tmp = self.directory / (RECOVERY_POINT_FILE + ".tmp")
+        tmp.write_text(str(offset))
+        os.replace(tmp, self.directory / RECOVERY_POINT_FILE)
+
+    def _snapshot_files(self) -> list[tuple[int, Path]]:
+        out = []
+        for p in self.directory.glob("*.snapshot"):
+            stem = p.name[: -len(".snapshot")]
+            if stem.isdigit():
+                out.append((int(stem), p))
+        return sorted(out)
+
+    def _load_producer_state(self) -> None:
+        """Latest readable snapshot at or below the log end, then replay the log after it."""
+        end = self.log_end_offset
+        start_offset = self.log_start_offset
+        state = None
+        for offset, path in reversed(self._snapshot_files()):
+            if offset > end:
+                path.unlink(missing_ok=True)  # stale: the log was truncated below it
+                continue
+            try:
+                state = ProducerStateManager.from_snapshot(path.read_bytes())
+            except (OSError, ValueError):
+                path.unlink(missing_ok=True)  # damaged: fall back to an older one or the log
+                continue
+            start_offset = max(offset, self.log_start_offset)
+            break
+        self.producer_state = state or ProducerStateManager()
+        self.producer_state.replay(h for _, h in self.iter_headers_from(start_offset))
+
+    def iter_headers_from(self, offset: int):
+        """(segment, header) for every batch whose last offset is >= ``offset``."""
+        for seg in self.segments:
+            if seg.next_offset <= offset:
+                continue
+            found = seg.find_batch(offset)
+            if found is None:
+                continue
+            for _pos, h in seg.iter_headers(found[0]):
+                yield seg, h
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        # A single replica: everything appended is fully replicated.
+        return self.log_end_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def append(self, data: bytearray, batches: list[tuple[int, BatchHeader]],
+               now_ms: int) -> AppendResult:
+        """Append validated batches (``data`` is the request's record set, rewritten in place).
+
+        Producer state is checked first: a retried batch that duplicates one of the producer's
+        last five is answered with its original offsets and nothing is written.
+        """
+        for _pos, h in batches:
+            if h.size > self.config.max_message_bytes:
+                raise LogAppendError(
+                    "message_too_large",
+                    f"batch of {h.size} bytes exceeds max.message.bytes "
+                    f"{self.config.max_message_bytes}",
+                )
+        if len(batches) == 1:
+            dup = self._check_producer(batches[0][1])
+            if dup is not None:
+                return AppendResult(dup.first_offset, dup.last_offset, -1,
+                                    self.log_start_offset, duplicate=True)
+        else:
+            for _pos, h in batches:
+                if self._check_producer(h) is not None:
+                    raise LogAppendError(
+                        "duplicate_sequence_number",
+                        "a multi-batch record set repeats an earlier batch",
+                    )
+        log_append_time = -1
+        if self.config.message_timestamp_type == "LogAppendTime":
+            log_append_time = now_ms
+        offset = self.log_end_offset
+        assigned: list[tuple[int, BatchHeader]] = []
+        for pos, h in batches:
+            set_base_offset(data, pos, offset)
+            if log_append_time >= 0:
+                set_log_append_time(data, pos, h.size, log_append_time)
+                h = h._replace(attributes=h.attributes | 0x08, max_timestamp=log_append_time)
+            h = h._replace(base_offset=offset)
+            assigned.append((pos, h))
+            offset = h.next_offset
+        self._maybe_roll(len(data), now_ms)
+        self.active_segment.append(data, assigned)
+        for _pos, h in assigned:
+            self.producer_state.update(h)
+        self.unflushed_messages += sum(h.records_count for _, h in assigned)
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendResult(assigned[0][1].base_offset, assigned[-1][1].last_offset,
+                            log_append_time, self.log_start_offset)
+
+    def _check_producer(self, h: BatchHeader) -> BatchMetadata | None:
+        try:
+            return self.producer_state.check_batch(h)
+        except ProducerStateError as exc:
+            raise LogAppendError(exc.error_name, str(exc)) from None
+
+    def _maybe_roll(self, incoming: int, now_ms: int) -> None:
+        seg = self.active_segment
+        if seg.size == 0:
+            return
+        too_big = seg.size + incoming > self.config.segment_bytes
+        first_ts = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else now_ms
+        too_old = now_ms - min(seg.created_ms, first_ts) >= self.config.segment_ms
+        if too_big or too_old:
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> None:
+        """Start a new segment at the log end; the old one is flushed and becomes immutable."""
+        old = self.active_segment
+        new_base = old.next_offset
+        old.flush()
+        self.unflushed_messages = 0
+        seg = LogSegment(self.directory, new_base, self.config.index_interval_bytes, now_ms)
+        seg.load(recover=True)
+        self.segments.append(seg)
+        self._write_recovery_point(new_base)
+        self.take_snapshot(now_ms)
+
+    def flush(self) -> None:
+        self.active_segment.flush()
+        self.unflushed_messages = 0
+        self._write_recovery_point(self.log_end_offset)
+
+    # -- producer snapshots -------------------------------------------------------------------
+
+    def take_snapshot(self, now_ms: int) -> Path:
+        offset = self.log_end_offset
+        path = self.directory / segment_name(offset, ".snapshot")
+        tmp = path.with_suffix(".snapshot.tmp")
+        with open(tmp, "wb") as f:
+            f.write(self.producer_state.snapshot_bytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        self.last_snapshot_ms = now_ms
+        snaps = self._snapshot_files()
+        for _off, p in snaps[:-SNAPSHOTS_TO_KEEP]:
+            p.unlink(missing_ok=True)
+        return path
+
+    # -- periodic maintenance -----------------------------------------------------------------
+
+    def maintain(self, now_ms: int) -> None:
+        """Retention, producer-id expiration, age-based roll and periodic snapshots."""
+        self.apply_retention(now_ms)
+        self.producer_state.expire(now_ms, self.config.producer_id_expiration_ms)
+        seg = self.active_segment
+        if seg.size and now_ms - (seg.first_batch_timestamp or now_ms) >= self.config.segment_ms:
+            self.roll(now_ms)
+        if now_ms - self.last_snapshot_ms >= self.config.producer_snapshot_interval_ms:
+            self.take_snapshot(now_ms)
+
+    def apply_retention(self, now_ms: int) -> list[int]:
+        """Delete whole segments past retention.ms or beyond retention.bytes; never the
+        active segment. Returns the base offsets deleted."""
+        deleted: list[int] = []
+        total = self.size_bytes
+        while len(self.segments) > 1:
+            seg = self.segments[0]
+            by_time = self.config.retention_ms >= 0 and seg.max_timestamp >= 0 and (
+                now_ms - seg.max_timestamp > self.config.retention_ms
+            )
+            by_size = self.config.retention_bytes >= 0 and (
+                total - seg.size >= self.config.retention_bytes
+            )
+            if not (by_time or by_size):
+                break
+            total -= seg.size
+            deleted.append(seg.base_offset)
+            seg.delete()
+            del self.segments[0]
+        return deleted
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Batches from the one containing ``offset``, up to ``max_bytes`` (but at least one
+        whole batch), none at or beyond ``max_offset`` (default: the high watermark)."""
+        if max_offset is None:
+            max_offset = self.high_watermark
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
+            )
+        if offset >= max_offset:
+            return b""
+        for seg in self.segments:
+            if seg.next_offset <= offset:
+                continue
+            found = seg.find_batch(offset)
+            if found is None:
+                continue
+            pos, _h = found
+            max_pos = None
+            if max_offset < seg.next_offset:
+                end = seg.find_batch(max_offset)
+                max_pos = end[0] if end is not None else None
+            return seg.read(pos, max_bytes, max_pos)
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        for seg in self.segments:
+            found = seg.offset_for_timestamp(timestamp)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(timestamp, offset) of the record with the largest timestamp, or (-1, -1)."""
+        best = (-1, -1)
+        for seg in self.segments:
+            if seg.max_timestamp > best[0]:
+                best = (seg.max_timestamp, seg.offset_of_max_timestamp)
+        return best
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def close(self, now_ms: int) -> None:
+        """Clean shutdown: flush, snapshot the producer state at the log end, mark clean."""
+        self.flush()
+        self.take_snapshot(now_ms)
+        for seg in self.segments:
+            seg.close()
+        (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+
+    def close_unclean(self) -> None:
+        for seg in self.segments:
+            seg.close()
+
+    def delete(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+

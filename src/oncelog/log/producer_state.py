@@ -1,0 +1,239 @@
+"""Per-partition producer state: spec 000, "PID-Sequence Management", "PID Snapshots",
+"PID Expiration"; the ProduceRequest steps of "Client-Broker request handling".
+
+Sans-IO. Everything that decides whether a batch from an idempotent producer may be appended
+lives in this file, and nothing here touches a file or a clock: the caller passes batch headers
+and times in, and gets verdicts and snapshot bytes out.
+
+For each producer id we keep its epoch and the metadata of its last five batches (first and last
+sequence, last offset, offset delta, timestamp). A retried batch that matches one of those five is
+a duplicate: it is answered with its original offsets instead of being written twice. Any other
+sequence that does not follow the last one is OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is
+INVALID_PRODUCER_EPOCH; a newer epoch must begin at sequence 0.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from crc32c import crc32c
+
+from ..records.batch import INT32_MAX, NO_SEQUENCE, BatchHeader
+
+NUM_BATCHES_TO_RETAIN = 5  # spec: the broker dedupes up to 5 in-flight requests per partition
+
+
+class ProducerStateError(Exception):
+    """A batch the producer state rejects; ``error_name`` is the Kafka error code's name."""
+
+    def __init__(self, error_name: str, message: str) -> None:
+        super().__init__(message)
+        self.error_name = error_name
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class ProducerStateManager:
+    """The producer-id → state map of one partition."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerStateEntry] = {}
+
+    # -- validation (before append) ---------------------------------------------------------
+
+    def check_batch(self, header: BatchHeader) -> BatchMetadata | None:
+        """Validate a batch about to be appended.
+
+        Returns the original batch's metadata if this is a duplicate (answer with it, append
+        nothing), None if the batch may be appended, and raises ProducerStateError otherwise.
+        """
+        pid = header.producer_id
+        if pid < 0 or header.is_control:
+            return None
+        epoch = header.producer_epoch
+        first_seq = header.base_sequence
+        entry = self.producers.get(pid)
+        if entry is None:
+            # Unknown producer: its first batch must start at 0; otherwise its state may have
+            # expired and we can no longer tell a retry from new data (spec, "PID Expiration").
+            if first_seq != 0:
+                raise ProducerStateError(
+                    "unknown_producer_id",
+                    f"producer {pid} is unknown to this partition and sent sequence {first_seq}",
+                )
+            return None
+        if epoch < entry.producer_epoch:
+            raise ProducerStateError(
+                "invalid_producer_epoch",
+                f"producer {pid} epoch {epoch} is older than current epoch {entry.producer_epoch}",
+            )
+        if epoch > entry.producer_epoch:
+            if first_seq != 0:
+                raise ProducerStateError(
+                    "out_of_order_sequence_number",
+                    f"producer {pid} new epoch {epoch} must start at sequence 0, got {first_seq}",
+                )
+            return None
+        duplicate = entry.find_duplicate(first_seq, header.last_sequence)
+        if duplicate is not None:
+            return duplicate
+        if entry.batches and not in_sequence(entry.last_seq, first_seq):
+            raise ProducerStateError(
+                "out_of_order_sequence_number",
+                f"producer {pid} epoch {epoch}: expected sequence "
+                f"{entry.last_seq + 1 if entry.last_seq < INT32_MAX else 0}, got {first_seq}",
+            )
+        return None
+
+    # -- update (after append, and when replaying the log) ----------------------------------
+
+    def update(self, header: BatchHeader) -> None:
+        """Record an appended batch; ``header.base_offset`` must be its assigned offset."""
+        pid = header.producer_id
+        if pid < 0:
+            return
+        entry = self.producers.get(pid)
+        if entry is None or header.producer_epoch > entry.producer_epoch:
+            prev = entry
+            entry = ProducerStateEntry(pid, header.producer_epoch)
+            if prev is not None:
+                entry.coordinator_epoch = prev.coordinator_epoch
+            self.producers[pid] = entry
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        if header.is_control or header.base_sequence == NO_SEQUENCE:
+            return
+        entry.batches.append(
+            BatchMetadata(
+                header.base_sequence,
+                header.last_sequence,
+                header.last_offset,
+                header.last_offset_delta,
+                header.max_timestamp,
+            )
+        )
+
+    def replay(self, headers: Iterable[BatchHeader]) -> None:
+        for h in headers:
+            self.update(h)
+
+    # -- expiration (spec 000, "PID Expiration") --------------------------------------------
+
+    def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers whose last write is older than ``expiration_ms``."""
+        expired = [
+            pid
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms
+        ]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after ``offset`` (used when the log tail is cut)."""
+        for pid in list(self.producers):
+            entry = self.producers[pid]
+            kept = [b for b in entry.batches if b.last_offset < offset]
+            if not kept:
+                del self.producers[pid]
+            else:
+                entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
+
+    # -- snapshots (spec 000, "PID Snapshots") ----------------------------------------------
+    #
+    # PidSnapshot => Version CRC [PidEntry]; our PidEntry keeps all retained batches so that
+    # every in-flight retry can still be recognised after a clean restart:
+    #   PID int64, Epoch int16, CoordinatorEpoch int32, CurrentTxnFirstOffset int64,
+    #   LastTimestamp int64, [FirstSeq int32, LastSeq int32, LastOffset int64,
+    #   OffsetDelta int32, Timestamp int64] (count int8)
+
+    SNAPSHOT_VERSION = 1
+    _HEAD = struct.Struct(">hI")
+    _COUNT = struct.Struct(">i")
+    _ENTRY = struct.Struct(">qhiqqb")
+    _BATCH = struct.Struct(">iiqiq")
+
+    def snapshot_bytes(self) -> bytes:
+        body = bytearray(self._COUNT.pack(len(self.producers)))
+        for e in self.producers.values():
+            body += self._ENTRY.pack(
+                e.producer_id, e.producer_epoch, e.coordinator_epoch,
+                e.current_txn_first_offset, e.last_timestamp, len(e.batches),
+            )
+            for b in e.batches:
+                body += self._BATCH.pack(b.first_seq, b.last_seq, b.last_offset,
+                                         b.offset_delta, b.timestamp)
+        return self._HEAD.pack(self.SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> "ProducerStateManager":
+        """Parse snapshot bytes; raise ValueError if damaged."""
+        if len(data) < cls._HEAD.size + cls._COUNT.size:
+            raise ValueError("snapshot truncated")
+        version, crc = cls._HEAD.unpack_from(data, 0)
+        if version != cls.SNAPSHOT_VERSION:
+            raise ValueError(f"unknown snapshot version {version}")
+        body = data[cls._HEAD.size :]
+        if crc32c(body) != crc:
+            raise ValueError("snapshot CRC mismatch")
+        mgr = cls()
+        try:
+            (count,) = cls._COUNT.unpack_from(body, 0)
+            pos = cls._COUNT.size
+            for _ in range(count):
+                pid, epoch, coord, txn_first, last_ts, nb = cls._ENTRY.unpack_from(body, pos)
+                pos += cls._ENTRY.size
+                entry = ProducerStateEntry(pid, epoch, last_timestamp=last_ts,
+                                           coordinator_epoch=coord,
+                                           current_txn_first_offset=txn_first)
+                for _b in range(nb):
+                    entry.batches.append(BatchMetadata(*cls._BATCH.unpack_from(body, pos)))
+                    pos += cls._BATCH.size
+                mgr.producers[pid] = entry
+        except struct.error as exc:
+            raise ValueError(f"snapshot truncated: {exc}") from exc
+        if pos != len(body):
+            raise ValueError("trailing bytes in snapshot")
+        return mgr

@@ -1,0 +1,312 @@
+"""One log segment: a ``.log`` file of v2 batches and its sparse ``.index`` and ``.timeindex``.
+
+Files are named by the segment's 20-digit base offset, as Kafka names them. The offset index
+holds (relative offset int32, position int32) entries, the time index (timestamp int64, relative
+offset int32), one entry per ``index.interval.bytes`` of log, both append-only. The indexes are
+derived data: when one is missing or damaged it is rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from pathlib import Path
+from typing import Iterator
+
+from ..records.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptRecordError,
+    decode_batch,
+    parse_header,
+    validate_batch,
+)
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_OFFSET_LENGTH = struct.Struct(">qi")
+
+
+class LogWriteError(OSError):
+    """Writing to the log failed (disk full, IO error); the segment was left unchanged."""
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
+                 created_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / segment_name(base_offset, ".log")
+        self.index_path = directory / segment_name(base_offset, ".index")
+        self.timeindex_path = directory / segment_name(base_offset, ".timeindex")
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        # in-memory copies of the sparse indexes
+        self.index_offsets: list[int] = []  # absolute offsets
+        self.index_positions: list[int] = []
+        self.time_timestamps: list[int] = []
+        self.time_offsets: list[int] = []
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.created_ms = created_ms
+        self.first_batch_timestamp: int | None = None
+        self._bytes_since_index = 0
+        self._index_fd = -1
+        self._timeindex_fd = -1
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def load(self, recover: bool) -> int:
+        """Read the segment's state from disk.
+
+        With ``recover`` every batch is validated (CRC, framing) and the file is truncated at
+        the first bad one; the indexes are rebuilt. Returns the number of bytes truncated.
+        Without, the indexes are loaded if sane (else rebuilt) and only headers are read.
+        """
+        truncated = 0
+        if recover or not self._load_indexes():
+            truncated = self._rebuild(validate=recover)
+        else:
+            self._scan_tail_from_last_index_entry()
+        self._open_index_files()
+        return truncated
+
+    def _load_indexes(self) -> bool:
+        try:
+            raw = self.index_path.read_bytes()
+            traw = self.timeindex_path.read_bytes()
+        except FileNotFoundError:
+            return False
+        if len(raw) % _OFFSET_ENTRY.size or len(traw) % _TIME_ENTRY.size:
+            return False
+        offsets, positions = [], []
+        for rel, pos in _OFFSET_ENTRY.iter_unpack(raw):
+            if pos >= self.size or (positions and (pos <= positions[-1] or rel <= offsets[-1] - self.base_offset)):
+                return False
+            offsets.append(self.base_offset + rel)
+            positions.append(pos)
+        tts, toffs = [], []
+        for ts, rel in _TIME_ENTRY.iter_unpack(traw):
+            tts.append(ts)
+            toffs.append(self.base_offset + rel)
+        self.index_offsets, self.index_positions = offsets, positions
+        self.time_timestamps, self.time_offsets = tts, toffs
+        return True
+
+    def _scan_tail_from_last_index_entry(self) -> None:
+        """Recompute next offset and max timestamp, scanning only from the last index entry."""
+        start = self.index_positions[-1] if self.index_positions else 0
+        # max timestamp: the time index keeps the running maximum at each entry
+        if self.time_timestamps:
+            self.max_timestamp = self.time_timestamps[-1]
+            self.offset_of_max_timestamp = self.time_offsets[-1]
+        first = True
+        for pos, h in self.iter_headers(start):
+            if first and pos == 0:
+                self.first_batch_timestamp = h.max_timestamp
+            first = False
+            self._track(h)
+        if self.first_batch_timestamp is None and self.size:
+            h = self.read_header(0)
+            self.first_batch_timestamp = h.max_timestamp
+        self._bytes_since_index = self.size - start
+
+    def _rebuild(self, validate: bool) -> int:
+        self.index_offsets, self.index_positions = [], []
+        self.time_timestamps, self.time_offsets = [], []
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = None
+        self._bytes_since_index = 0
+        pos = 0
+        valid_end = 0
+        while pos < self.size:
+            try:
+                if validate:
+                    head = os.pread(self.fd, LOG_OVERHEAD, pos)
+                    if len(head) < LOG_OVERHEAD:
+                        break
+                    _, length = _OFFSET_LENGTH.unpack(head)
+                    if length < HEADER_SIZE - LOG_OVERHEAD or pos + LOG_OVERHEAD + length > self.size:
+                        break
+                    data = os.pread(self.fd, LOG_OVERHEAD + length, pos)
+                    h = validate_batch(data, 0)
+                else:
+                    h = self.read_header(pos)
+                    if pos + h.size > self.size:
+                        break
+            except CorruptRecordError:
+                break
+            if h.base_offset < self.next_offset and self.next_offset != self.base_offset:
+                break  # offsets must increase; anything else is garbage
+            self._after_append(pos, h)
+            pos += h.size
+            valid_end = pos
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+        for path in (self.index_path, self.timeindex_path):
+            path.unlink(missing_ok=True)
+        self._write_index_files()
+        return truncated
+
+    def _write_index_files(self) -> None:
+        with open(self.index_path, "wb") as f:
+            for off, pos in zip(self.index_offsets, self.index_positions):
+                f.write(_OFFSET_ENTRY.pack(off - self.base_offset, pos))
+        with open(self.timeindex_path, "wb") as f:
+            for ts, off in zip(self.time_timestamps, self.time_offsets):
+                f.write(_TIME_ENTRY.pack(ts, off - self.base_offset))
+
+    def _open_index_files(self) -> None:
+        self._index_fd = os.open(self.index_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._timeindex_fd = os.open(self.timeindex_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                                     0o644)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def _track(self, h: BatchHeader) -> None:
+        self.next_offset = h.next_offset
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp = h.max_timestamp
+            self.offset_of_max_timestamp = h.last_offset
+
+    def _after_append(self, pos: int, h: BatchHeader) -> tuple[bytes, bytes]:
+        """Update in-memory state for a batch at ``pos``; return index bytes to persist."""
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = h.max_timestamp
+        self._track(h)
+        idx = tidx = b""
+        # Index the first batch and then one batch per index.interval.bytes (sparse).
+        if not self.index_positions or self._bytes_since_index >= self.index_interval_bytes:
+            self.index_offsets.append(h.base_offset)
+            self.index_positions.append(pos)
+            idx = _OFFSET_ENTRY.pack(h.base_offset - self.base_offset, pos)
+            if not self.time_timestamps or self.max_timestamp > self.time_timestamps[-1]:
+                self.time_timestamps.append(self.max_timestamp)
+                self.time_offsets.append(self.offset_of_max_timestamp)
+                tidx = _TIME_ENTRY.pack(self.max_timestamp,
+                                        self.offset_of_max_timestamp - self.base_offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += h.size
+        return idx, tidx
+
+    def append(self, data, headers: list[tuple[int, BatchHeader]]) -> None:
+        """Append already-offset-assigned batches; ``headers`` gives each one's position in
+        ``data``. On an IO error the file is cut back and LogWriteError raised."""
+        start = self.size
+        try:
+            written = os.pwrite(self.fd, data, start)
+            if written != len(data):
+                raise OSError(f"short write: {written} of {len(data)} bytes")
+        except OSError as exc:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass
+            raise LogWriteError(exc.errno or 0, f"cannot append to {self.log_path}: {exc}") from exc
+        self.size = start + len(data)
+        idx_parts, tidx_parts = [], []
+        for pos, h in headers:
+            idx, tidx = self._after_append(start + pos, h)
+            if idx:
+                idx_parts.append(idx)
+            if tidx:
+                tidx_parts.append(tidx)
+        try:
+            if idx_parts:
+                os.write(self._index_fd, b"".join(idx_parts))
+            if tidx_parts:
+                os.write(self._timeindex_fd, b"".join(tidx_parts))
+        except OSError:
+            pass  # indexes are derived; a damaged one is rebuilt at the next start
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        os.fsync(self._index_fd)
+        os.fsync(self._timeindex_fd)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read_header(self, pos: int) -> BatchHeader:
+        return parse_header(os.pread(self.fd, HEADER_SIZE, pos), 0)
+
+    def iter_headers(self, start_pos: int = 0, end_pos: int | None = None
+                     ) -> Iterator[tuple[int, BatchHeader]]:
+        end = self.size if end_pos is None else end_pos
+        pos = start_pos
+        while pos + HEADER_SIZE <= end:
+            h = self.read_header(pos)
+            if h.size < HEADER_SIZE or pos + h.size > end:
+                return
+            yield pos, h
+            pos += h.size
+
+    def lookup_position(self, offset: int) -> int:
+        """Position of the last indexed batch whose base offset is <= ``offset``."""
+        i = bisect.bisect_right(self.index_offsets, offset) - 1
+        return self.index_positions[i] if i >= 0 else 0
+
+    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= ``offset``, or None."""
+        for pos, h in self.iter_headers(self.lookup_position(offset)):
+            if h.last_offset >= offset:
+                return pos, h
+        return None
+
+    def read(self, start_pos: int, max_bytes: int, max_pos: int | None = None) -> bytes:
+        """Whole batches from ``start_pos``, at most ``max_bytes`` unless the first batch alone
+        is larger (it is returned whole so that a consumer can always make progress, as KIP-74
+        specifies), and never beyond ``max_pos``."""
+        end = self.size if max_pos is None else min(max_pos, self.size)
+        stop = start_pos
+        for bpos, h in self.iter_headers(start_pos, end):
+            if bpos + h.size - start_pos > max_bytes and bpos > start_pos:
+                break
+            stop = bpos + h.size
+            if stop - start_pos >= max_bytes:
+                break
+        if stop <= start_pos:
+            return b""
+        return os.pread(self.fd, stop - start_pos, start_pos)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        if self.max_timestamp < timestamp:
+            return None
+        i = bisect.bisect_left(self.time_timestamps, timestamp) - 1
+        start_offset = self.time_offsets[i] if i >= 0 else self.base_offset
+        for pos, h in self.iter_headers(self.lookup_position(start_offset)):
+            if h.max_timestamp >= timestamp:
+                data = os.pread(self.fd, h.size, pos)
+                _, records = decode_batch(data, 0, verify_crc=False)
+                for r in records:
+                    if r.timestamp >= timestamp:
+                        return r.offset, r.timestamp
+        return None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for fd in (self.fd, self._index_fd, self._timeindex_fd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.fd = self._index_fd = self._timeindex_fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            path.unlink(missing_ok=True)
