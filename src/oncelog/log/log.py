@@ -183,6 +183,12 @@ class PartitionLog:
         return self.log_end_offset
 
     @property
+    def last_stable_offset(self) -> int:
+        # No transactions yet: nothing is pending, so everything below the high watermark is
+        # stable (spec 000, "Last Stable Offset Tracking" arrives with the coordinator).
+        return self.high_watermark
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 

@@ -12,13 +12,17 @@ correlation_id; v1 (flexible) adds tagged fields. ApiVersions always answers wit
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as _dt
 import io
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
+from types import ModuleType
 from typing import Any
 
 from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
@@ -37,6 +41,10 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "make",
+    "millis",
+    "request_module",
+    "response_module",
     "parse_request_header",
     "request_class",
     "response_class",
@@ -54,6 +62,61 @@ class RequestHeader:
     correlation_id: int
     client_id: str | None
     body_offset: int
+
+
+@lru_cache(maxsize=None)
+def request_module(api_key: int, version: int) -> ModuleType:
+    try:
+        return load_payload_module(api_key, version, EntityType.request)
+    except Exception as exc:
+        raise ProtocolError(f"no schema for api {api_key} v{version}") from exc
+
+
+@lru_cache(maxsize=None)
+def response_module(api_key: int, version: int) -> ModuleType:
+    try:
+        return load_payload_module(api_key, version, EntityType.response)
+    except Exception as exc:
+        raise ProtocolError(f"no schema for api {api_key} v{version}") from exc
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _convert(kafka_type: str, value: Any) -> Any:
+    if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
+        return _dt.timedelta(milliseconds=value)
+    if kafka_type == "datetime_i64" and isinstance(value, int):
+        return None if value < 0 else _EPOCH + _dt.timedelta(milliseconds=value)
+    if kafka_type == "error_code" and not isinstance(value, ErrorCode):
+        return ErrorCode(int(value))
+    return value
+
+
+@lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, str]:
+    return {f.name: f.metadata.get("kafka_type", "") for f in dataclasses.fields(cls)}
+
+
+def make(cls: type, **values: Any) -> Any:
+    """Build a kio entity from plain Python values, keeping only the fields this version has.
+
+    One code path then serves every version of an API: fields a version lacks are dropped,
+    milliseconds become timedeltas/datetimes and error codes become ErrorCode members.
+    """
+    types = _field_types(cls)
+    return cls(**{k: _convert(types[k], v) for k, v in values.items() if k in types})
+
+
+def millis(value: Any) -> int:
+    """A kio timedelta/datetime field back to integer milliseconds (None/-1 stay -1)."""
+    if value is None:
+        return -1
+    if isinstance(value, _dt.timedelta):
+        return round(value.total_seconds() * 1000)
+    if isinstance(value, _dt.datetime):
+        return round((value - _EPOCH).total_seconds() * 1000)
+    return int(value)
 
 
 @lru_cache(maxsize=None)
@@ -158,11 +221,10 @@ def decode_request_body(header: RequestHeader, frame) -> Any:
         obj, size = _reader(cls)(frame, header.body_offset)
     except Exception as exc:
         raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {exc}") from exc
-    if header.body_offset + size != len(frame):
-        raise ProtocolError(
-            f"{cls.__name__} v{header.api_version}: {len(frame) - header.body_offset - size} "
-            "trailing bytes"
-        )
+    if header.body_offset + size > len(frame):
+        raise ProtocolError(f"{cls.__name__} v{header.api_version}: body truncated")
+    # Trailing bytes are ignored, as Kafka's own parser does: librdkafka's Metadata v12
+    # request, for one, carries a few bytes past the schema.
     return obj
 
 

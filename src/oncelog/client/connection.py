@@ -1,0 +1,374 @@
+"""One TCP connection to one broker: blocking socket, ApiVersions handshake, pipelining.
+
+A connection is owned by a single thread (the producer's sender thread, or the caller's thread
+for the consumer and admin); nothing here locks.
+
+Requests are written whole with ``sendall``; several may be in flight at once. Kafka answers
+the requests of one connection strictly in order, so each response must carry the correlation
+id of the oldest request in flight: anything else means the stream is out of step and the
+connection is closed (what the Java client does: "Correlation id for response does not match").
+
+Every request ends in exactly one way, recorded on its ``InFlightRequest``: a response, or an
+error (``NetworkExceptionError`` when the connection drops, ``RequestTimedOutError`` when the
+broker does not answer within request.timeout.ms). Completed requests are handed back by
+``receive()``/``take_completed()``, so callers handle failures on the same path as answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .. import __name__ as _package_name
+from ..errors import (
+    KafkaError,
+    NetworkExceptionError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+    raise_for_code,
+)
+from ..protocol import ApiKey, ProtocolError, decode_response, encode_request
+from ..protocol.apis import SUPPORTED_VERSIONS
+from .messages import build_request
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_CORRELATION_AND_ERROR = struct.Struct(">ih")
+_UNSUPPORTED_VERSION = 35
+_RECV_SIZE = 1 << 20
+
+# KIP-511: ApiVersions v3+ names the client; the broker checks it against this pattern
+# [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?
+CLIENT_SOFTWARE_NAME = "oncelog"
+
+
+def _software_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(_package_name)
+    except Exception:
+        return "0.0.0"
+
+
+RequestValues = Mapping[str, Any] | Callable[[int], Mapping[str, Any]]
+
+
+@dataclass(eq=False)
+class InFlightRequest:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    node_id: int
+    sent_at: float
+    deadline: float
+    expect_response: bool = True
+    context: Any = None
+    response: Any = None
+    error: KafkaError | None = None
+    done: bool = False
+
+    def result(self) -> Any:
+        """The response, or raise the error the request ended with."""
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+
+class BrokerConnection:
+    def __init__(self, node_id: int, host: str, port: int, *, client_id: str | None,
+                 request_timeout_ms: int, connect_timeout_ms: int) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000
+        self.connect_timeout = connect_timeout_ms / 1000
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._sock: socket.socket | None = None
+        self._buf = bytearray()
+        self._in_flight: deque[InFlightRequest] = deque()
+        self._completed: list[InFlightRequest] = []
+        self._next_correlation_id = 0
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def connect(self) -> None:
+        """Open the socket and negotiate versions. Raises NetworkExceptionError on failure."""
+        if self._sock is not None:
+            return
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except OSError as exc:
+            raise NetworkExceptionError(
+                f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {exc}"
+            ) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Writes block at most this long; reads only happen once select says data is there.
+        sock.settimeout(self.request_timeout)
+        self._sock = sock
+        self._buf.clear()
+        try:
+            self._negotiate_api_versions()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self, error: KafkaError | None = None) -> None:
+        """Close the socket; every request still in flight ends with ``error``."""
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+        self._buf.clear()
+        if self._in_flight:
+            error = error or NetworkExceptionError(
+                f"connection to node {self.node_id} at {self.host}:{self.port} closed")
+            while self._in_flight:
+                req = self._in_flight.popleft()
+                req.error = error
+                req.done = True
+                self._completed.append(req)
+
+    def fileno(self) -> int:
+        if self._sock is None:
+            raise NetworkExceptionError(f"node {self.node_id}: not connected")
+        return self._sock.fileno()
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
+
+    # --- versions ---------------------------------------------------------------------------
+
+    def _negotiate_api_versions(self) -> None:
+        """ApiVersions first, at our highest version; fall back as the broker tells us.
+
+        A broker that does not know our ApiVersions version answers UNSUPPORTED_VERSION in the
+        v0 layout and, when it can, lists its own range; we retry at the highest version both
+        support, else at v0 (KIP-511).
+        """
+        version = SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1]
+        for _attempt in range(3):
+            values = {"client_software_name": CLIENT_SOFTWARE_NAME,
+                      "client_software_version": _software_version()}
+            req = self._write(ApiKey.API_VERSIONS, version, build_request(
+                ApiKey.API_VERSIONS, version, values), expect_response=True, context=None)
+            frame = self._read_frame_blocking(req)
+            if len(frame) >= 6:
+                _corr, error_code = _CORRELATION_AND_ERROR.unpack_from(frame, 0)
+            else:
+                error_code = 0
+            self._in_flight.popleft()
+            if error_code == _UNSUPPORTED_VERSION and version > 0:
+                _, response = decode_response(ApiKey.API_VERSIONS, 0, frame)
+                theirs = {int(k.api_key): int(k.max_version) for k in response.api_keys}
+                version = min(version, theirs.get(ApiKey.API_VERSIONS, 0))
+                log.debug("node %s: ApiVersions falling back to v%d", self.node_id, version)
+                continue
+            _, response = decode_response(ApiKey.API_VERSIONS, version, frame)
+            raise_for_code(int(response.error_code), f"ApiVersions v{version}")
+            self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
+                                 for k in response.api_keys}
+            return
+        raise UnsupportedVersionError(f"node {self.node_id}: no common ApiVersions version")
+
+    def version_for(self, api_key: int) -> int:
+        """The highest version both we (protocol.apis) and the broker support."""
+        ours = SUPPORTED_VERSIONS.get(api_key)
+        theirs = self.api_versions.get(int(api_key))
+        if ours is None or theirs is None:
+            raise UnsupportedVersionError(
+                f"node {self.node_id} does not support API {ApiKey(api_key).name}")
+        low, high = max(ours[0], theirs[0]), min(ours[1], theirs[1])
+        if low > high:
+            raise UnsupportedVersionError(
+                f"node {self.node_id} supports {ApiKey(api_key).name} v{theirs[0]}-{theirs[1]}, "
+                f"we need v{ours[0]}-{ours[1]}")
+        return high
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def send(self, api_key: int, values: RequestValues, *, expect_response: bool = True,
+             context: Any = None, timeout_ms: int | None = None) -> InFlightRequest:
+        """Write a request; its outcome arrives later through ``receive``/``take_completed``.
+
+        ``values`` describes the request body independently of the version (see messages.py),
+        or is a function of the negotiated version when the body's shape depends on it.
+        Raises UnsupportedVersionError if the broker has no usable version of the API (nothing
+        is sent then); every other failure ends the request instead of raising.
+        """
+        if self._sock is None:
+            raise NetworkExceptionError(f"node {self.node_id}: not connected")
+        version = self.version_for(api_key)
+        body = values(version) if callable(values) else values
+        request = build_request(api_key, version, body)
+        return self._write(api_key, version, request, expect_response, context, timeout_ms)
+
+    def _write(self, api_key: int, version: int, request: Any, expect_response: bool,
+               context: Any, timeout_ms: int | None = None) -> InFlightRequest:
+        assert self._sock is not None
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        now = time.monotonic()
+        timeout = self.request_timeout if timeout_ms is None else timeout_ms / 1000
+        req = InFlightRequest(correlation_id, int(api_key), version, self.node_id, now,
+                              now + timeout, expect_response, context)
+        frame = encode_request(correlation_id, self.client_id, request)
+        if expect_response:
+            self._in_flight.append(req)
+        try:
+            self._sock.sendall(frame)
+        except OSError as exc:
+            if not expect_response:
+                self._in_flight.append(req)
+            self.close(NetworkExceptionError(
+                f"node {self.node_id}: send failed: {exc}"))
+            return req
+        if not expect_response:
+            req.done = True
+            self._completed.append(req)
+        return req
+
+    def receive(self) -> list[InFlightRequest]:
+        """Read what the socket has (call when it is readable) and return finished requests."""
+        if self._sock is not None:
+            try:
+                data = self._sock.recv(_RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                data = None
+            except OSError as exc:
+                self.close(NetworkExceptionError(f"node {self.node_id}: receive failed: {exc}"))
+                data = None
+            else:
+                if not data:
+                    self.close(NetworkExceptionError(
+                        f"node {self.node_id} at {self.host}:{self.port} closed the connection"))
+            if data:
+                self._buf += data
+                self._parse_frames()
+        return self.take_completed()
+
+    def take_completed(self) -> list[InFlightRequest]:
+        done, self._completed = self._completed, []
+        return done
+
+    def _parse_frames(self) -> None:
+        buf = self._buf
+        pos = 0
+        while len(buf) - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if len(buf) - pos - 4 < size:
+                break
+            frame = bytes(buf[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            if not self._complete(frame):
+                return  # the connection was closed; the buffer with it
+        del buf[:pos]
+
+    def _complete(self, frame: bytes) -> bool:
+        if not self._in_flight:
+            self.close(NetworkExceptionError(f"node {self.node_id}: unexpected response"))
+            return False
+        req = self._in_flight[0]
+        try:
+            correlation_id, response = decode_response(req.api_key, req.api_version, frame)
+        except ProtocolError as exc:
+            self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
+            return False
+        if correlation_id != req.correlation_id:
+            self.close(NetworkExceptionError(
+                f"node {self.node_id}: correlation id {correlation_id} does not match the "
+                f"oldest request in flight ({req.correlation_id})"))
+            return False
+        self._in_flight.popleft()
+        req.response = response
+        req.done = True
+        self._completed.append(req)
+        return True
+
+    def expire(self, now: float) -> None:
+        """Close the connection if its oldest request is past its deadline.
+
+        Requests on a connection finish in order, so one late answer holds back every later
+        one; the Java client likewise drops the whole connection.
+        """
+        if self._in_flight and self._in_flight[0].deadline <= now:
+            req = self._in_flight[0]
+            self.close(RequestTimedOutError(
+                f"node {self.node_id}: no response to {ApiKey(req.api_key).name} within "
+                f"{(req.deadline - req.sent_at) * 1000:.0f} ms"))
+
+    def next_deadline(self) -> float | None:
+        return self._in_flight[0].deadline if self._in_flight else None
+
+    # --- synchronous use --------------------------------------------------------------------
+
+    def wait(self, req: InFlightRequest) -> Any:
+        """Block until ``req`` is finished; return its response or raise its error."""
+        while not req.done:
+            if self._sock is None:
+                self.close()
+                break
+            deadline = self.next_deadline()
+            timeout = max(0.0, deadline - time.monotonic()) if deadline is not None else 0.0
+            readable, _, _ = select.select([self._sock], [], [], timeout)
+            if readable:
+                self.receive()
+            else:
+                self.expire(time.monotonic())
+        self._completed = [r for r in self._completed if r is not req]
+        return req.result()
+
+    def request(self, api_key: int, values: RequestValues, timeout_ms: int | None = None) -> Any:
+        """Send one request and wait for its response (other requests may be in flight)."""
+        self.connect()
+        return self.wait(self.send(api_key, values, timeout_ms=timeout_ms))
+
+    def _read_frame_blocking(self, req: InFlightRequest) -> bytes:
+        """During the handshake: read exactly one frame, nothing else is in flight."""
+        assert self._sock is not None
+        if req.done:  # the write failed
+            raise req.error or NetworkExceptionError(f"node {self.node_id}: send failed")
+        deadline = req.deadline
+        while True:
+            if len(self._buf) >= 4:
+                (size,) = _SIZE.unpack_from(self._buf, 0)
+                if len(self._buf) - 4 >= size:
+                    frame = bytes(self._buf[4 : 4 + size])
+                    del self._buf[: 4 + size]
+                    return frame
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOutError(f"node {self.node_id}: no ApiVersions response")
+            self._sock.settimeout(remaining)
+            try:
+                data = self._sock.recv(_RECV_SIZE)
+            except socket.timeout:
+                raise RequestTimedOutError(
+                    f"node {self.node_id}: no ApiVersions response") from None
+            except OSError as exc:
+                raise NetworkExceptionError(f"node {self.node_id}: {exc}") from exc
+            finally:
+                if self._sock is not None:
+                    self._sock.settimeout(self.request_timeout)
+            if not data:
+                raise NetworkExceptionError(
+                    f"node {self.node_id} closed the connection during ApiVersions")
+            self._buf += data

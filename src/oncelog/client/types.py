@@ -1,0 +1,59 @@
+"""The small value types users see: what they pass in and what they get back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class RecordMetadata(NamedTuple):
+    """What a producer's future resolves to once the broker has acknowledged the record.
+
+    ``offset`` is -1 when the broker did not say (acks=0). ``timestamp`` is the broker's
+    LogAppendTime when the topic uses it, else the record's CreateTime.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+@dataclass
+class NewTopic:
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    leader: int  # node id, -1 when there is none
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    internal: bool
+    partitions: list[PartitionInfo]
+    config: dict[str, str | None]

@@ -1,0 +1,146 @@
+"""The broker's state and request dispatch, independent of sockets.
+
+``Broker`` owns the data directory: topics and their partition logs, producer-id allocation,
+fetch sessions, and periodic maintenance. ``handle_frame`` takes one request frame and returns
+the response frame (or None when none is owed, as for acks=0 produce); the network edge
+(server/network.py) only moves frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from .. import protocol
+from ..protocol import ApiKey, ProtocolError, RequestHeader
+from ..protocol.apis import SUPPORTED_VERSIONS
+from .clock import now_ms
+from .config import BrokerConfig
+from .fetch_sessions import FetchSessionCache
+from .producer_ids import ProducerIdManager
+from .topics import TopicManager
+
+log = logging.getLogger("oncelog.broker")
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered; Kafka's answer is to close the connection."""
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    header: RequestHeader
+    client_address: str
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+class Broker:
+    def __init__(self, data_dir: str | Path, config: BrokerConfig | None = None,
+                 host: str = "127.0.0.1", port: int = 9092) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config = config or BrokerConfig()
+        self.node_id = self.config.int("node.id")
+        self.host = host
+        self.port = port  # the advertised port; set by the server once bound
+        self.cluster_id = self._load_cluster_id()
+        self.topics = TopicManager(self.data_dir, self.config, now_ms())
+        self.producer_ids = ProducerIdManager(self.data_dir)
+        self.fetch_sessions = FetchSessionCache()
+        self._maintenance_task: asyncio.Task | None = None
+        from .handlers import HANDLERS
+
+        self.handlers = HANDLERS
+
+    def _load_cluster_id(self) -> str:
+        """meta.properties, as Kafka writes it: cluster.id and node.id of this data dir."""
+        path = self.data_dir / "meta.properties"
+        props: dict[str, str] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if "=" in line and not line.startswith("#"):
+                    k, v = line.split("=", 1)
+                    props[k.strip()] = v.strip()
+        if "cluster.id" not in props:
+            props = {"version": "1", "cluster.id": uuid.uuid4().hex[:22],
+                     "node.id": str(self.node_id)}
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            tmp.replace(path)
+        return props["cluster.id"]
+
+    # -- request dispatch ---------------------------------------------------------------------
+
+    async def handle_frame(self, frame: bytes, client_address: str) -> bytes | None:
+        """Answer one request frame. Raises CloseConnection when the only answer is to hang up."""
+        try:
+            header = protocol.parse_request_header(frame)
+        except ProtocolError as exc:
+            raise CloseConnection(f"unparseable request header: {exc}") from None
+        api_key, version = header.api_key, header.api_version
+        supported = SUPPORTED_VERSIONS.get(api_key)
+        if api_key == ApiKey.API_VERSIONS and (supported is None or
+                                               not supported[0] <= version <= supported[1]):
+            # KIP-511: an ApiVersions request of a version we lack is answered in v0 with
+            # UNSUPPORTED_VERSION and our ranges, so that the client can retry with one we have.
+            return protocol.encode_response(
+                header.correlation_id,
+                self.api_versions_response(0, ErrorCode.unsupported_version),
+            )
+        if supported is None:
+            raise CloseConnection(f"unknown api key {api_key}")
+        if not supported[0] <= version <= supported[1]:
+            raise CloseConnection(
+                f"unsupported version {version} of {protocol.API_NAMES[api_key]} "
+                f"(supported {supported[0]}-{supported[1]})"
+            )
+        try:
+            request = protocol.decode_request_body(header, frame)
+        except ProtocolError as exc:
+            raise CloseConnection(str(exc)) from None
+        ctx = RequestContext(header, client_address)
+        response = await self.handlers[api_key](self, ctx, request)
+        if response is None:
+            return None
+        return protocol.encode_response(header.correlation_id, response)
+
+    def api_versions_response(self, version: int, error: ErrorCode = ErrorCode.none):
+        mod = protocol.response_module(ApiKey.API_VERSIONS, version)
+        keys = tuple(
+            protocol.make(mod.ApiVersion, api_key=k, min_version=lo, max_version=hi)
+            for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        )
+        return protocol.make(mod.ApiVersionsResponse, error_code=error, api_keys=keys,
+                             throttle_time=0)
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def start_maintenance(self, interval_s: float = 1.0) -> None:
+        self._maintenance_task = asyncio.get_running_loop().create_task(
+            self._maintain_forever(interval_s))
+
+    async def _maintain_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self.maintain(now_ms())
+
+    def maintain(self, now: int) -> None:
+        for p in list(self.topics.all_partitions()):
+            try:
+                p.log.maintain(now)
+            except OSError:
+                log.exception("maintenance of %s-%d failed", p.topic, p.index)
+
+    def close(self) -> None:
+        """Clean shutdown: every log flushed, producer state snapshotted, marked clean."""
+        if self._maintenance_task is not None:
+            self._maintenance_task.cancel()
+        self.topics.close(now_ms())

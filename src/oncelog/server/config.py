@@ -1,0 +1,194 @@
+"""Broker and topic configuration, under Kafka's own names.
+
+Broker keys (``oncelog broker --set key=value``) use Kafka's broker names; topic keys (CreateTopics
+configs, DescribeConfigs) use Kafka's topic names. Each topic key has a broker-level default, as in
+Kafka (``retention.ms`` defaults to ``log.retention.ms``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..log import LogConfig
+
+MAX_LONG = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _bool(v: str) -> bool:
+    s = str(v).strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"not a boolean: {v!r}")
+
+
+def _timestamp_type(v: str) -> str:
+    if v not in ("CreateTime", "LogAppendTime"):
+        raise ConfigError(f"message.timestamp.type must be CreateTime or LogAppendTime, not {v!r}")
+    return v
+
+
+def _cleanup_policy(v: str) -> str:
+    if v != "delete":
+        raise ConfigError(f"cleanup.policy {v!r} is not supported (only 'delete'; no compaction)")
+    return v
+
+
+def _compression(v: str) -> str:
+    if v != "producer":
+        raise ConfigError(f"compression.type {v!r} is not supported: batches are stored as "
+                          "the producer compressed them ('producer')")
+    return v
+
+
+def _positive_int(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise ConfigError(f"must be >= 1: {v!r}")
+    return n
+
+
+def _long(v: str) -> int:
+    return int(v)
+
+
+@dataclass(frozen=True)
+class TopicConfigKey:
+    name: str  # topic-level name
+    broker_name: str  # broker-level default's name
+    parse: Callable[[str], object]
+    log_field: str | None  # LogConfig attribute it sets, if any
+
+
+TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
+    k.name: k
+    for k in [
+        TopicConfigKey("cleanup.policy", "log.cleanup.policy", _cleanup_policy, None),
+        TopicConfigKey("compression.type", "compression.type", _compression, None),
+        TopicConfigKey("retention.ms", "log.retention.ms", _long, "retention_ms"),
+        TopicConfigKey("retention.bytes", "log.retention.bytes", _long, "retention_bytes"),
+        TopicConfigKey("segment.bytes", "log.segment.bytes", _positive_int, "segment_bytes"),
+        TopicConfigKey("segment.ms", "log.roll.ms", _positive_int, "segment_ms"),
+        TopicConfigKey("index.interval.bytes", "log.index.interval.bytes", _positive_int,
+                       "index_interval_bytes"),
+        TopicConfigKey("flush.messages", "log.flush.interval.messages", _positive_int,
+                       "flush_messages"),
+        TopicConfigKey("message.timestamp.type", "log.message.timestamp.type", _timestamp_type,
+                       "message_timestamp_type"),
+        TopicConfigKey("max.message.bytes", "message.max.bytes", _positive_int,
+                       "max_message_bytes"),
+        TopicConfigKey("min.insync.replicas", "min.insync.replicas", _positive_int, None),
+    ]
+}
+
+# Broker-level settings and their defaults (Kafka's defaults unless noted).
+BROKER_DEFAULTS: dict[str, str] = {
+    "node.id": "1",
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "auto.create.topics.enable": "true",
+    "socket.request.max.bytes": str(100 * 1024 * 1024),
+    "log.cleanup.policy": "delete",
+    "compression.type": "producer",
+    "log.retention.ms": str(7 * 24 * 3600 * 1000),
+    "log.retention.bytes": "-1",
+    "log.segment.bytes": str(1 << 30),
+    "log.roll.ms": str(7 * 24 * 3600 * 1000),
+    "log.index.interval.bytes": "4096",
+    "log.flush.interval.messages": str(MAX_LONG),
+    "log.message.timestamp.type": "CreateTime",
+    "message.max.bytes": "1048588",
+    "min.insync.replicas": "1",
+    "log.retention.check.interval.ms": "300000",
+    "producer.id.expiration.ms": "86400000",
+    "producer.id.expiration.check.interval.ms": "600000",
+    # How often each partition snapshots its producer state (spec: "30 to 60 seconds").
+    "producer.snapshot.interval.ms": "30000",
+    "fetch.max.bytes": str(55 * 1024 * 1024),
+}
+
+_BROKER_PARSERS: dict[str, Callable[[str], object]] = {
+    "auto.create.topics.enable": _bool,
+}
+# Kafka's coarser aliases, normalised to their millisecond keys.
+_ALIASES = {
+    "log.retention.hours": ("log.retention.ms", 3600 * 1000),
+    "log.retention.minutes": ("log.retention.ms", 60 * 1000),
+    "log.roll.hours": ("log.roll.ms", 3600 * 1000),
+}
+
+
+class BrokerConfig:
+    """Broker settings: defaults overridden by ``--set`` pairs. Unknown keys are refused."""
+
+    def __init__(self, overrides: dict[str, str] | None = None) -> None:
+        self.values: dict[str, str] = dict(BROKER_DEFAULTS)
+        for key, value in (overrides or {}).items():
+            self.set(key, str(value))
+
+    def set(self, key: str, value: str) -> None:
+        if key in _ALIASES:
+            target, factor = _ALIASES[key]
+            key, value = target, str(int(value) * factor)
+        if key not in BROKER_DEFAULTS:
+            raise ConfigError(f"unknown broker setting {key!r}; known: "
+                              + ", ".join(sorted(BROKER_DEFAULTS)))
+        self._parse(key, value)
+        self.values[key] = value
+
+    def _parse(self, key: str, value: str) -> object:
+        for t in TOPIC_CONFIGS.values():
+            if t.broker_name == key:
+                return t.parse(value)
+        parser = _BROKER_PARSERS.get(key, _long)
+        try:
+            return parser(value)
+        except ValueError as exc:
+            raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from None
+
+    def get(self, key: str) -> object:
+        return self._parse(key, self.values[key])
+
+    def int(self, key: str) -> int:
+        value = self.get(key)
+        assert isinstance(value, int)
+        return value
+
+    def topic_defaults(self) -> dict[str, str]:
+        return {name: self.values[k.broker_name] for name, k in TOPIC_CONFIGS.items()}
+
+    def log_config(self, topic_overrides: dict[str, str]) -> LogConfig:
+        """The LogConfig of a topic: broker defaults, then the topic's own settings."""
+        merged = self.topic_defaults()
+        merged.update(topic_overrides)
+        cfg = LogConfig(
+            producer_id_expiration_ms=self.int("producer.id.expiration.ms"),
+            producer_snapshot_interval_ms=self.int("producer.snapshot.interval.ms"),
+        )
+        for name, value in merged.items():
+            key = TOPIC_CONFIGS[name]
+            if key.log_field:
+                setattr(cfg, key.log_field, key.parse(value))
+        return cfg
+
+
+def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Check CreateTopics configs; raise ConfigError naming the first bad one."""
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIGS:
+            raise ConfigError(f"unknown topic config {key!r}")
+        if value is None:
+            raise ConfigError(f"topic config {key!r} needs a value")
+        try:
+            TOPIC_CONFIGS[key].parse(value)
+        except (ValueError, ConfigError) as exc:
+            raise ConfigError(f"invalid value {value!r} for {key}: {exc}") from None
+        out[key] = value
+    return out

@@ -1,0 +1,84 @@
+"""ApiVersions, Metadata and DescribeCluster: what a client asks before anything else."""
+
+from __future__ import annotations
+
+import uuid
+
+from ...protocol import ApiKey, make, response_module
+from ..clock import now_ms
+from ..topics import TopicError, check_topic_name
+from .util import error_code
+
+_NULL_UUID = uuid.UUID(int=0)
+
+
+async def handle_api_versions(broker, ctx, request):
+    return broker.api_versions_response(ctx.version)
+
+
+async def handle_metadata(broker, ctx, request):
+    mod = response_module(ApiKey.METADATA, ctx.version)
+    topics_out = []
+    if request.topics is None:
+        names = sorted(broker.topics.topics)
+    else:
+        names = []
+        for t in request.topics:
+            name = getattr(t, "name", t)
+            if name is None and getattr(t, "topic_id", None) is not None:
+                topic = broker.topics.by_id.get(t.topic_id)
+                if topic is None:
+                    topics_out.append(make(mod.MetadataResponseTopic,
+                                           error_code=error_code("unknown_topic_id"),
+                                           name=None, topic_id=t.topic_id, partitions=()))
+                    continue
+                name = topic.name
+            names.append(name)
+    # Kafka's default: v0-v3 always auto-create; v4+ when the client allows it.
+    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    for name in names:
+        topic = broker.topics.get(name)
+        err = None
+        if topic is None:
+            try:
+                check_topic_name(name)
+                if not (allow_auto and broker.config.get("auto.create.topics.enable")):
+                    raise TopicError("unknown_topic_or_partition", "unknown topic")
+                topic = broker.topics.create(name, broker.config.int("num.partitions"), {},
+                                             now_ms())
+            except TopicError as exc:
+                err = exc.error_name
+        if topic is None:
+            topics_out.append(make(mod.MetadataResponseTopic, error_code=error_code(err),
+                                   name=name, topic_id=_NULL_UUID, is_internal=False,
+                                   partitions=()))
+            continue
+        parts = tuple(
+            make(mod.MetadataResponsePartition, error_code=0, partition_index=p.index,
+                 leader_id=broker.node_id, leader_epoch=0, replica_nodes=(broker.node_id,),
+                 isr_nodes=(broker.node_id,), offline_replicas=())
+            for p in topic.partitions
+        )
+        topics_out.append(make(mod.MetadataResponseTopic, error_code=0, name=topic.name,
+                               topic_id=topic.topic_id, is_internal=topic.is_internal,
+                               partitions=parts))
+    brokers = (make(mod.MetadataResponseBroker, node_id=broker.node_id, host=broker.host,
+                    port=broker.port, rack=None),)
+    return make(mod.MetadataResponse, throttle_time=0, brokers=brokers,
+                cluster_id=broker.cluster_id, controller_id=broker.node_id,
+                topics=tuple(topics_out), cluster_authorized_operations=-2147483648)
+
+
+async def handle_describe_cluster(broker, ctx, request):
+    mod = response_module(ApiKey.DESCRIBE_CLUSTER, ctx.version)
+    if getattr(request, "endpoint_type", 1) != 1:
+        return make(mod.DescribeClusterResponse, throttle_time=0,
+                    error_code=error_code("unsupported_endpoint_type"),
+                    error_message="only broker endpoints (type 1) are served",
+                    endpoint_type=request.endpoint_type, cluster_id=broker.cluster_id,
+                    controller_id=-1, brokers=())
+    brokers = (make(mod.DescribeClusterBroker, broker_id=broker.node_id, host=broker.host,
+                    port=broker.port, rack=None),)
+    return make(mod.DescribeClusterResponse, throttle_time=0, error_code=0, error_message=None,
+                endpoint_type=1, cluster_id=broker.cluster_id, controller_id=broker.node_id,
+                brokers=brokers)

@@ -1,0 +1,112 @@
+"""Fetch: read batches from the logs, long-polling up to max_wait for min_bytes.
+
+Batches are served exactly as stored. A read_committed fetch stops at the last stable offset.
+The first partition with data always gets at least one whole batch even beyond the byte limits
+(KIP-74), so that a consumer can always make progress. Fetch sessions: server/fetch_sessions.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ...log import OffsetOutOfRangeError
+from ...protocol import ApiKey, make, millis, response_module
+from ..fetch_sessions import FetchSessionError
+from .util import error_code
+
+READ_COMMITTED = 1
+
+
+def _read_partition(broker, topic, index, sp, isolation, budget, first):
+    """Returns (error name, hw, lso, log start, records bytes)."""
+    partition = broker.topics.partition(topic, index)
+    if partition is None:
+        return "unknown_topic_or_partition", -1, -1, -1, b""
+    plog = partition.log
+    hw = plog.high_watermark
+    lso = plog.last_stable_offset
+    start = plog.log_start_offset
+    limit = min(sp.max_bytes, budget)
+    if limit <= 0 and not first:
+        return None, hw, lso, start, b""
+    try:
+        data = plog.read(sp.fetch_offset, max(limit, 1),
+                         max_offset=lso if isolation == READ_COMMITTED else hw)
+    except OffsetOutOfRangeError:
+        return "offset_out_of_range", hw, lso, start, b""
+    return None, hw, lso, start, data
+
+
+def _collect(broker, session, full, isolation, max_bytes):
+    results = []  # (topic, partition, error, hw, lso, start, data)
+    total = 0
+    budget = max_bytes
+    for (topic, index), sp in session.partitions.items():
+        err, hw, lso, start, data = _read_partition(broker, topic, index, sp, isolation, budget,
+                                                    first=total == 0)
+        budget -= len(data)
+        total += len(data)
+        changed = (data or err or hw != sp.high_watermark or lso != sp.last_stable_offset
+                   or start != sp.log_start_offset)
+        if full or changed:
+            results.append((topic, index, err, hw, lso, start, data, sp))
+    return results, total
+
+
+def _waiters(broker, session):
+    loop = asyncio.get_running_loop()
+    futs = []
+    for topic, index in session.partitions:
+        p = broker.topics.partition(topic, index)
+        if p is not None:
+            fut = loop.create_future()
+            p.waiters.add(fut)
+            futs.append((p, fut))
+    return futs
+
+
+async def handle_fetch(broker, ctx, request):
+    mod = response_module(ApiKey.FETCH, ctx.version)
+    requested = [((t.topic, p.partition), p.fetch_offset, p.partition_max_bytes)
+                 for t in request.topics for p in t.partitions]
+    forgotten = [(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions]
+    try:
+        session, full = broker.fetch_sessions.begin(request.session_id, request.session_epoch,
+                                                    requested, forgotten)
+    except FetchSessionError as exc:
+        return make(mod.FetchResponse, throttle_time=0, error_code=error_code(exc.error_name),
+                    session_id=0, responses=())
+    isolation = request.isolation_level
+    max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    max_bytes = min(max_bytes, broker.config.int("fetch.max.bytes"))
+    max_wait = millis(request.max_wait)
+    results, total = _collect(broker, session, full, isolation, max_bytes)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait / 1000
+    # Long poll: wait for appends until min_bytes is reached or max_wait runs out.
+    while (total < max(request.min_bytes, 1) and not any(r[2] for r in results)
+           and loop.time() < deadline):
+        futs = _waiters(broker, session)
+        if not futs:
+            break
+        try:
+            await asyncio.wait([f for _, f in futs], timeout=deadline - loop.time(),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for p, f in futs:
+                p.waiters.discard(f)
+                f.cancel()
+        results, total = _collect(broker, session, full, isolation, max_bytes)
+    by_topic: dict[str, list] = {}
+    for topic, index, err, hw, lso, start, data, sp in results:
+        sp.high_watermark, sp.last_stable_offset, sp.log_start_offset = hw, lso, start
+        by_topic.setdefault(topic, []).append(make(
+            mod.PartitionData, partition_index=index, error_code=error_code(err),
+            high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
+            aborted_transactions=() if isolation == READ_COMMITTED else None,
+            preferred_read_replica=-1, records=data,
+        ))
+    responses = tuple(make(mod.FetchableTopicResponse, topic=t, partitions=tuple(ps))
+                      for t, ps in by_topic.items())
+    return make(mod.FetchResponse, throttle_time=0, error_code=0,
+                session_id=session.session_id, responses=responses)

@@ -1,0 +1,47 @@
+"""ListOffsets: earliest (-2), latest (-1: high watermark, or the last stable offset for
+read_committed), max timestamp (-3), or the first offset at or after a timestamp."""
+
+from __future__ import annotations
+
+from ...protocol import ApiKey, make, response_module
+from .util import error_code
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
+
+
+async def handle_list_offsets(broker, ctx, request):
+    mod = response_module(ApiKey.LIST_OFFSETS, ctx.version)
+    isolation = getattr(request, "isolation_level", 0)
+    topics_out = []
+    for t in request.topics:
+        parts_out = []
+        for p in t.partitions:
+            partition = broker.topics.partition(t.name, p.partition_index)
+            err, ts, offset = None, -1, -1
+            if partition is None:
+                err = "unknown_topic_or_partition"
+            else:
+                plog = partition.log
+                if p.timestamp == LATEST:
+                    offset = plog.last_stable_offset if isolation == READ_COMMITTED \
+                        else plog.high_watermark
+                elif p.timestamp == EARLIEST:
+                    offset = plog.log_start_offset
+                elif p.timestamp == MAX_TIMESTAMP:
+                    ts, offset = plog.max_timestamp()
+                elif p.timestamp < 0:
+                    err = "invalid_request"
+                else:
+                    found = plog.offset_for_timestamp(p.timestamp)
+                    if found is not None:
+                        offset, ts = found
+            parts_out.append(make(mod.ListOffsetsPartitionResponse,
+                                  partition_index=p.partition_index, error_code=error_code(err),
+                                  timestamp=ts, offset=offset, leader_epoch=0 if err is None else -1,
+                                  old_style_offsets=()))
+        topics_out.append(make(mod.ListOffsetsTopicResponse, name=t.name,
+                               partitions=tuple(parts_out)))
+    return make(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics_out))

@@ -1,0 +1,48 @@
+"""Running a broker in the foreground: event loop (uvloop when installed), signals, banner."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from .broker import Broker
+from .config import BrokerConfig
+from .network import BrokerServer
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+async def _serve(data_dir: Path, host: str, port: int, config: BrokerConfig) -> None:
+    broker = Broker(data_dir, config, host=host, port=port)
+    server = BrokerServer(broker, host, port)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"oncelog broker listening on {host}:{server.port} (data dir {data_dir}, "
+          f"cluster {broker.cluster_id})", flush=True)
+    await stop.wait()
+    await server.stop()
+    print("oncelog broker stopped cleanly", flush=True)
+
+
+def run_broker(data_dir: str | Path, host: str = "127.0.0.1", port: int = 9092,
+               overrides: dict[str, str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = BrokerConfig(overrides)
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(_serve(Path(data_dir), host, port, config))
+    finally:
+        loop.close()

@@ -1,0 +1,174 @@
+"""Topics and partitions hosted by this broker, and their metadata on disk.
+
+Each topic's metadata (id, partition count, config overrides) is one JSON file in
+``<data-dir>/.topics/``, written atomically; each partition is a ``<topic>-<n>`` log directory.
+Creation writes the metadata file last, deletion removes it first, so a crash in between leaves
+either a whole topic or none (stray partition directories are removed at startup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..log import PartitionLog
+from .config import BrokerConfig, ConfigError, validate_topic_configs
+
+TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+META_DIR = ".topics"
+
+
+class TopicError(Exception):
+    """A topic operation refused; ``error_name`` is the Kafka error code's name."""
+
+    def __init__(self, error_name: str, message: str) -> None:
+        super().__init__(message)
+        self.error_name = error_name
+
+
+def check_topic_name(name: str | None) -> None:
+    if not name:
+        raise TopicError("invalid_topic_exception", "topic name is empty")
+    if name in (".", ".."):
+        raise TopicError("invalid_topic_exception", f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise TopicError("invalid_topic_exception",
+                         f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not TOPIC_NAME_RE.match(name):
+        raise TopicError("invalid_topic_exception",
+                         f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' "
+                         "and '-'")
+
+
+@dataclass
+class Partition:
+    topic: str
+    index: int
+    log: PartitionLog
+    # Futures of long-polling fetches, woken when this partition gets new data.
+    waiters: set[asyncio.Future] = field(default_factory=set)
+
+    def notify_append(self) -> None:
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.waiters.clear()
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str]
+    partitions: list[Partition]
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name.startswith("__")
+
+
+class TopicManager:
+    def __init__(self, data_dir: Path, config: BrokerConfig, now_ms: int) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = config
+        self.meta_dir = self.data_dir / META_DIR
+        self.meta_dir.mkdir(parents=True, exist_ok=True)
+        self.topics: dict[str, Topic] = {}
+        self.by_id: dict[uuid.UUID, Topic] = {}
+        self._load(now_ms)
+
+    def _load(self, now_ms: int) -> None:
+        for path in sorted(self.meta_dir.glob("*.json")):
+            meta = json.loads(path.read_text())
+            name = meta["name"]
+            configs = meta.get("configs", {})
+            log_config = self.config.log_config(configs)
+            parts = [
+                Partition(name, i, PartitionLog(self.data_dir / f"{name}-{i}", log_config, now_ms))
+                for i in range(meta["partitions"])
+            ]
+            topic = Topic(name, uuid.UUID(meta["id"]), configs, parts)
+            self.topics[name] = topic
+            self.by_id[topic.topic_id] = topic
+        for path in self.meta_dir.glob("*.tmp"):
+            path.unlink(missing_ok=True)
+        # Partition directories with no topic: a creation or deletion cut short by a crash.
+        for path in self.data_dir.iterdir():
+            topic_name, sep, idx = path.name.rpartition("-")
+            if path.is_dir() and sep and idx.isdigit() and path.name != META_DIR:
+                topic = self.topics.get(topic_name)
+                if topic is None or int(idx) >= len(topic.partitions):
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def get(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        t = self.topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions):
+            return None
+        return t.partitions[index]
+
+    def all_partitions(self):
+        for t in self.topics.values():
+            yield from t.partitions
+
+    def validate_new(self, name: str, num_partitions: int, configs: dict[str, str | None]
+                     ) -> dict[str, str]:
+        check_topic_name(name)
+        if name in self.topics:
+            raise TopicError("topic_already_exists", f"topic {name!r} already exists")
+        if num_partitions < 1:
+            raise TopicError("invalid_partitions", f"number of partitions must be >= 1, "
+                             f"got {num_partitions}")
+        if num_partitions > 10000:
+            raise TopicError("invalid_partitions", "more than 10000 partitions")
+        try:
+            return validate_topic_configs(configs)
+        except ConfigError as exc:
+            raise TopicError("invalid_config", str(exc)) from None
+
+    def create(self, name: str, num_partitions: int, configs: dict[str, str | None],
+               now_ms: int) -> Topic:
+        clean = self.validate_new(name, num_partitions, configs)
+        topic_id = uuid.uuid4()
+        log_config = self.config.log_config(clean)
+        parts = [
+            Partition(name, i, PartitionLog(self.data_dir / f"{name}-{i}", log_config, now_ms))
+            for i in range(num_partitions)
+        ]
+        meta = {"name": name, "id": str(topic_id), "partitions": num_partitions,
+                "configs": clean}
+        path = self.meta_dir / f"{name}.json"
+        tmp = self.meta_dir / f"{name}.json.tmp"
+        with open(tmp, "w") as f:
+            json.dump(meta, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        topic = Topic(name, topic_id, clean, parts)
+        self.topics[name] = topic
+        self.by_id[topic_id] = topic
+        return topic
+
+    def delete(self, name: str) -> None:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        (self.meta_dir / f"{name}.json").unlink(missing_ok=True)
+        del self.topics[name]
+        self.by_id.pop(topic.topic_id, None)
+        for p in topic.partitions:
+            p.notify_append()  # wake fetchers so they see the topic is gone
+            p.log.delete()
+
+    def close(self, now_ms: int) -> None:
+        for p in self.all_partitions():
+            p.log.close(now_ms)
