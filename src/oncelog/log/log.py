@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..records.batch import BatchHeader, set_base_offset, set_log_append_time
+from .preallocator import Preallocator
 from .producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
 from .segment import LogSegment, LogWriteError, segment_name
 
@@ -46,6 +47,9 @@ class LogConfig:
     max_message_bytes: int = 1048588
     producer_id_expiration_ms: int = 24 * 3600 * 1000
     producer_snapshot_interval_ms: int = 30_000
+    # How far ahead of a busy segment's end to preallocate page cache (0: never). The amount
+    # follows the append size (16 appends' worth), so idle partitions preallocate nothing.
+    preallocate_ahead_bytes: int = 64 << 20
 
 
 class LogAppendError(Exception):
@@ -70,9 +74,11 @@ class AppendResult:
 
 
 class PartitionLog:
-    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int,
+                 preallocator: Preallocator | None = None) -> None:
         self.directory = Path(directory)
         self.config = config
+        self.preallocator = preallocator
         self.directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[LogSegment] = []
         self.unflushed_messages = 0
@@ -234,7 +240,9 @@ class PartitionLog:
             assigned.append((pos, h))
             offset = h.next_offset
         self._maybe_roll(len(data), now_ms)
-        self.active_segment.append(data, assigned)
+        seg = self.active_segment
+        seg.append(data, assigned)
+        self._maybe_preallocate(seg, len(data))
         for _pos, h in assigned:
             self.producer_state.update(h)
         self.unflushed_messages += sum(h.records_count for _, h in assigned)
@@ -242,6 +250,15 @@ class PartitionLog:
             self.flush()
         return AppendResult(assigned[0][1].base_offset, assigned[-1][1].last_offset,
                             log_append_time, self.log_start_offset)
+
+    def _maybe_preallocate(self, seg: LogSegment, append_size: int) -> None:
+        ahead = min(self.config.preallocate_ahead_bytes, 16 * append_size)
+        if self.preallocator is None or ahead < (1 << 20):
+            return
+        if seg.allocated - seg.size < ahead // 2:
+            target = min(seg.size + ahead, self.config.segment_bytes)
+            if target > seg.allocated:
+                self.preallocator.request(seg, target)
 
     def _check_producer(self, h: BatchHeader) -> BatchMetadata | None:
         try:
@@ -254,8 +271,9 @@ class PartitionLog:
         if seg.size == 0:
             return
         too_big = seg.size + incoming > self.config.segment_bytes
-        first_ts = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else now_ms
-        too_old = now_ms - min(seg.created_ms, first_ts) >= self.config.segment_ms
+        # Kafka's segment.ms: age measured from the first batch's timestamp.
+        first_ts = seg.first_batch_timestamp
+        too_old = now_ms - (seg.created_ms if first_ts is None else first_ts) >= self.config.segment_ms
         if too_big or too_old:
             self.roll(now_ms)
 
@@ -263,6 +281,7 @@ class PartitionLog:
         """Start a new segment at the log end; the old one is flushed and becomes immutable."""
         old = self.active_segment
         new_base = old.next_offset
+        old.trim()
         old.flush()
         self.unflushed_messages = 0
         seg = LogSegment(self.directory, new_base, self.config.index_interval_bytes, now_ms)

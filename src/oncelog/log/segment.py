@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -27,6 +28,7 @@ from ..records.batch import (
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _OFFSET_LENGTH = struct.Struct(">qi")
+_ZEROS = bytes(1 << 20)
 
 
 class LogWriteError(OSError):
@@ -61,6 +63,11 @@ class LogSegment:
         self._bytes_since_index = 0
         self._index_fd = -1
         self._timeindex_fd = -1
+        # Page-cache preallocation (see log/preallocator.py): the file may extend past
+        # ``size`` with zeros; ``lock`` keeps the zero-filling thread and appends apart.
+        self.lock = threading.Lock()
+        self.allocated = self.size
+        self.prealloc_pending = False
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -142,7 +149,7 @@ class LogSegment:
                     h = validate_batch(data, 0)
                 else:
                     h = self.read_header(pos)
-                    if pos + h.size > self.size:
+                    if h.size < HEADER_SIZE or pos + h.size > self.size:
                         break
             except CorruptRecordError:
                 break
@@ -155,6 +162,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self.fd, valid_end)
             self.size = valid_end
+        self.allocated = self.size
         for path in (self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
         self._write_index_files()
@@ -205,17 +213,22 @@ class LogSegment:
         """Append already-offset-assigned batches; ``headers`` gives each one's position in
         ``data``. On an IO error the file is cut back and LogWriteError raised."""
         start = self.size
-        try:
-            written = os.pwrite(self.fd, data, start)
-            if written != len(data):
-                raise OSError(f"short write: {written} of {len(data)} bytes")
-        except OSError as exc:
+        with self.lock:
             try:
-                os.ftruncate(self.fd, start)
-            except OSError:
-                pass
-            raise LogWriteError(exc.errno or 0, f"cannot append to {self.log_path}: {exc}") from exc
-        self.size = start + len(data)
+                written = os.pwrite(self.fd, data, start)
+                if written != len(data):
+                    raise OSError(f"short write: {written} of {len(data)} bytes")
+            except OSError as exc:
+                try:
+                    os.ftruncate(self.fd, start)
+                    self.allocated = start
+                except OSError:
+                    pass
+                raise LogWriteError(exc.errno or 0,
+                                    f"cannot append to {self.log_path}: {exc}") from exc
+            self.size = start + len(data)
+            if self.allocated < self.size:
+                self.allocated = self.size
         idx_parts, tidx_parts = [], []
         for pos, h in headers:
             idx, tidx = self._after_append(start + pos, h)
@@ -230,6 +243,34 @@ class LogSegment:
                 os.write(self._timeindex_fd, b"".join(tidx_parts))
         except OSError:
             pass  # indexes are derived; a damaged one is rebuilt at the next start
+
+    def preallocate_to(self, target: int) -> None:
+        """Write zeros past the end, up to ``target``, so that appends land in page-cache pages
+        that already exist. Runs on the preallocator thread, 1 MiB per lock hold."""
+        try:
+            while True:
+                with self.lock:
+                    if self.fd < 0:
+                        return
+                    start = max(self.allocated, self.size)
+                    if start >= target:
+                        return
+                    n = min(len(_ZEROS), target - start)
+                    try:
+                        os.pwrite(self.fd, memoryview(_ZEROS)[:n], start)
+                    except OSError:
+                        os.ftruncate(self.fd, max(self.size, self.allocated))
+                        return  # e.g. a full disk: appends will report it
+                    self.allocated = start + n
+        finally:
+            self.prealloc_pending = False
+
+    def trim(self) -> None:
+        """Cut the preallocated zeros: the file ends where the log ends."""
+        with self.lock:
+            if self.fd >= 0 and self.allocated > self.size:
+                os.ftruncate(self.fd, self.size)
+            self.allocated = self.size
 
     def flush(self) -> None:
         os.fsync(self.fd)
@@ -298,13 +339,21 @@ class LogSegment:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        for fd in (self.fd, self._index_fd, self._timeindex_fd):
+        with self.lock:
+            if self.fd >= 0 and self.allocated > self.size:
+                try:
+                    os.ftruncate(self.fd, self.size)
+                except OSError:
+                    pass
+            self.allocated = self.size
+            fds = (self.fd, self._index_fd, self._timeindex_fd)
+            self.fd = self._index_fd = self._timeindex_fd = -1
+        for fd in fds:
             if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.fd = self._index_fd = self._timeindex_fd = -1
 
     def delete(self) -> None:
         self.close()

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from .. import protocol
 from ..protocol import ApiKey, ProtocolError, RequestHeader
 from ..protocol.apis import SUPPORTED_VERSIONS
+from ..log.preallocator import Preallocator
 from .clock import now_ms
 from .config import BrokerConfig
 from .fetch_sessions import FetchSessionCache
@@ -52,7 +53,8 @@ class Broker:
         self.host = host
         self.port = port  # the advertised port; set by the server once bound
         self.cluster_id = self._load_cluster_id()
-        self.topics = TopicManager(self.data_dir, self.config, now_ms())
+        self.preallocator = Preallocator()
+        self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator)
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.fetch_sessions = FetchSessionCache()
         self._maintenance_task: asyncio.Task | None = None
@@ -144,3 +146,4 @@ class Broker:
         if self._maintenance_task is not None:
             self._maintenance_task.cancel()
         self.topics.close(now_ms())
+        self.preallocator.stop()

@@ -111,6 +111,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     # How often each partition snapshots its producer state (spec: "30 to 60 seconds").
     "producer.snapshot.interval.ms": "30000",
     "fetch.max.bytes": str(55 * 1024 * 1024),
+    # oncelog's own: page cache to preallocate ahead of a busy segment (log/preallocator.py).
+    "log.preallocate.ahead.bytes": str(64 << 20),
 }
 
 _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
@@ -170,6 +172,7 @@ class BrokerConfig:
         cfg = LogConfig(
             producer_id_expiration_ms=self.int("producer.id.expiration.ms"),
             producer_snapshot_interval_ms=self.int("producer.snapshot.interval.ms"),
+            preallocate_ahead_bytes=self.int("log.preallocate.ahead.bytes"),
         )
         for name, value in merged.items():
             key = TOPIC_CONFIGS[name]

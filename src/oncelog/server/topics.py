@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..log import PartitionLog
+from ..log.preallocator import Preallocator
 from .config import BrokerConfig, ConfigError, validate_topic_configs
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -75,9 +76,11 @@ class Topic:
 
 
 class TopicManager:
-    def __init__(self, data_dir: Path, config: BrokerConfig, now_ms: int) -> None:
+    def __init__(self, data_dir: Path, config: BrokerConfig, now_ms: int,
+                 preallocator: Preallocator | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.config = config
+        self.preallocator = preallocator
         self.meta_dir = self.data_dir / META_DIR
         self.meta_dir.mkdir(parents=True, exist_ok=True)
         self.topics: dict[str, Topic] = {}
@@ -91,7 +94,7 @@ class TopicManager:
             configs = meta.get("configs", {})
             log_config = self.config.log_config(configs)
             parts = [
-                Partition(name, i, PartitionLog(self.data_dir / f"{name}-{i}", log_config, now_ms))
+                Partition(name, i, self._open_log(name, i, log_config, now_ms))
                 for i in range(meta["partitions"])
             ]
             topic = Topic(name, uuid.UUID(meta["id"]), configs, parts)
@@ -106,6 +109,10 @@ class TopicManager:
                 topic = self.topics.get(topic_name)
                 if topic is None or int(idx) >= len(topic.partitions):
                     shutil.rmtree(path, ignore_errors=True)
+
+    def _open_log(self, name: str, index: int, log_config, now_ms: int) -> PartitionLog:
+        return PartitionLog(self.data_dir / f"{name}-{index}", log_config, now_ms,
+                            self.preallocator)
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -141,7 +148,7 @@ class TopicManager:
         topic_id = uuid.uuid4()
         log_config = self.config.log_config(clean)
         parts = [
-            Partition(name, i, PartitionLog(self.data_dir / f"{name}-{i}", log_config, now_ms))
+            Partition(name, i, self._open_log(name, i, log_config, now_ms))
             for i in range(num_partitions)
         ]
         meta = {"name": name, "id": str(topic_id), "partitions": num_partitions,

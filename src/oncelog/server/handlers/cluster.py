@@ -19,7 +19,8 @@ async def handle_api_versions(broker, ctx, request):
 async def handle_metadata(broker, ctx, request):
     mod = response_module(ApiKey.METADATA, ctx.version)
     topics_out = []
-    if request.topics is None:
+    # All topics: a null list (v1+), or an empty one in v0.
+    if request.topics is None or (ctx.version == 0 and not request.topics):
         names = sorted(broker.topics.topics)
     else:
         names = []

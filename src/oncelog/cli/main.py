@@ -1,0 +1,120 @@
+"""The ``oncelog`` command: a broker, topic administration, produce, consume, dump-log.
+
+Commands that talk to a broker take ``--bootstrap-server HOST:PORT`` (default
+127.0.0.1:9092), as Kafka's own tools do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def _add_bootstrap(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                   help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="oncelog",
+        description="oncelog: a streaming log that speaks the Kafka protocol, exactly once.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    b = sub.add_parser("broker", help="run a single-node broker in the foreground",
+                       description="Run a single-node broker. SIGTERM or Ctrl-C shuts it down "
+                       "cleanly (logs flushed, producer state snapshotted).")
+    b.add_argument("--data-dir", required=True, help="directory for the logs and metadata")
+    b.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    b.add_argument("--port", type=int, default=9092, help="port to listen on (default 9092; "
+                   "0 picks a free one)")
+    b.add_argument("--set", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="a broker setting under Kafka's name, e.g. log.segment.bytes=1048576 "
+                   "or log.flush.interval.messages=1 (repeatable)")
+
+    t = sub.add_parser("topics", help="create, list, describe or delete topics")
+    tsub = t.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    tc = tsub.add_parser("create", help="create a topic")
+    _add_bootstrap(tc)
+    tc.add_argument("--topic", required=True)
+    tc.add_argument("--partitions", type=int, default=1)
+    tc.add_argument("--replication-factor", type=int, default=1)
+    tc.add_argument("--config", action="append", type=_key_value, default=[],
+                    metavar="KEY=VALUE", help="a topic setting, e.g. retention.ms=60000")
+    tl = tsub.add_parser("list", help="list topic names")
+    _add_bootstrap(tl)
+    td = tsub.add_parser("describe", help="describe topics (all if --topic is not given)")
+    _add_bootstrap(td)
+    td.add_argument("--topic", action="append", default=[])
+    tx = tsub.add_parser("delete", help="delete a topic")
+    _add_bootstrap(tx)
+    tx.add_argument("--topic", required=True)
+
+    p = sub.add_parser("produce", help="produce lines from stdin, one record per line")
+    _add_bootstrap(p)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--key-separator", default=None,
+                   help="split each line into key and value at the first occurrence")
+    p.add_argument("--compression-type", default="none",
+                   choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"])
+
+    c = sub.add_parser("consume", help="print records to stdout, one per line")
+    _add_bootstrap(c)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--partition", type=int, action="append", default=None,
+                   help="partition(s) to read (default: all)")
+    c.add_argument("--from-beginning", action="store_true",
+                   help="start at the earliest offset instead of the end")
+    c.add_argument("--offset", type=int, default=None, help="start at this offset")
+    c.add_argument("--isolation-level", default="read_uncommitted",
+                   choices=["read_uncommitted", "read_committed"])
+    c.add_argument("--max-messages", type=int, default=None, help="exit after this many")
+    c.add_argument("--timeout-ms", type=int, default=None,
+                   help="exit after this long without a new record")
+    c.add_argument("--print-key", action="store_true")
+    c.add_argument("--print-offset", action="store_true")
+
+    d = sub.add_parser("dump-log", help="print the batches of a segment file",
+                       description="One line per batch, as Kafka's DumpLogSegments prints them.")
+    d.add_argument("files", nargs="+", metavar="FILE")
+    d.add_argument("--print-data", action="store_true", help="also print every record")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "broker":
+        from ..server import ConfigError, run_broker
+
+        try:
+            run_broker(args.data_dir, args.host, args.port, dict(args.set))
+        except ConfigError as exc:
+            print(f"oncelog broker: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"oncelog broker: cannot start: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "dump-log":
+        from .dump_log import dump_files
+
+        return dump_files(args.files, args.print_data)
+    from . import client_commands
+
+    return client_commands.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

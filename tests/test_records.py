@@ -1,0 +1,163 @@
+"""The v2 record batch codec: round trips, and agreement with kafka-python's reader/writer."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from oncelog.records import (
+    CONTROL_COMMIT,
+    Compression,
+    CorruptRecordError,
+    build_batch,
+    build_control_batch,
+    decode_batch,
+    increment_sequence,
+    iter_batches,
+    parse_control_record,
+    set_base_offset,
+    set_log_append_time,
+    split_batches,
+    validate_batch,
+)
+
+maybe_bytes = st.one_of(st.none(), st.binary(max_size=200))
+header = st.tuples(st.text(max_size=20), maybe_bytes)
+record = st.tuples(maybe_bytes, maybe_bytes, st.lists(header, max_size=3),
+                   st.integers(min_value=0, max_value=2**41))
+records_st = st.lists(record, min_size=1, max_size=20)
+codecs = st.sampled_from(list(Compression))
+
+
+@settings(max_examples=150, deadline=None)
+@given(records_st, codecs, st.integers(-1, 2**40), st.integers(-1, 32767),
+       st.integers(-1, 2**31 - 1), st.booleans())
+def test_round_trip_preserves_every_field(records, codec, pid, epoch, seq, txn):
+    data = build_batch(records, base_offset=7, compression=codec, producer_id=pid,
+                       producer_epoch=epoch, base_sequence=seq, is_transactional=txn)
+    header, decoded = decode_batch(data)
+    assert header.compression == codec
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (pid, epoch, seq)
+    assert header.is_transactional == txn and not header.is_control
+    assert header.records_count == len(records) == header.last_offset_delta + 1
+    assert header.max_timestamp == max(r[3] for r in records)
+    for i, (r, d) in enumerate(zip(records, decoded)):
+        assert d.offset == 7 + i
+        assert (d.key, d.value, d.timestamp) == (r[0], r[1], r[3])
+        assert d.headers == [(k, v) for k, v in r[2]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(records_st, st.sampled_from([Compression.NONE, Compression.GZIP]))
+def test_kafka_python_reads_our_batches(records, codec):
+    data = build_batch(records, base_offset=100, compression=codec, producer_id=9,
+                       producer_epoch=2, base_sequence=40)
+    theirs = DefaultRecordBatch(bytearray(data))
+    assert theirs.validate_crc()
+    assert (theirs.producer_id, theirs.producer_epoch, theirs.base_sequence) == (9, 2, 40)
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in theirs]
+    want = [(100 + i, ts, k, v, [(hk, hv) for hk, hv in hs])
+            for i, (k, v, hs, ts) in enumerate(records)]
+    assert got == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(records_st, st.sampled_from([0, 1]), st.booleans())
+def test_we_read_kafka_pythons_batches(records, codec, txn):
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=txn,
+                                        producer_id=5, producer_epoch=1, base_sequence=3,
+                                        batch_size=2**30)
+    for i, (k, v, hs, ts) in enumerate(records):
+        assert builder.append(i, timestamp=ts, key=k, value=v,
+                              headers=[(hk, hv) for hk, hv in hs]) is not None
+    data = bytes(builder.build())
+    header, decoded = decode_batch(data)
+    assert header.is_transactional == txn
+    assert header.base_sequence == 3 and header.last_sequence == 3 + len(records) - 1
+    assert [(d.key, d.value, d.timestamp, d.headers) for d in decoded] == [
+        (k, v, ts, [(hk, hv) for hk, hv in hs]) for k, v, hs, ts in records
+    ]
+
+
+def test_crc_detects_a_flipped_bit_anywhere_after_the_crc_field():
+    data = bytearray(build_batch([(b"k", b"value", [], 1)]))
+    for pos in range(21, len(data)):
+        corrupt = bytearray(data)
+        corrupt[pos] ^= 0x01
+        with pytest.raises(CorruptRecordError):
+            validate_batch(corrupt)
+
+
+def test_base_offset_rewrite_keeps_the_crc_valid():
+    data = bytearray(build_batch([(None, b"a", [], 1), (None, b"b", [], 2)]))
+    set_base_offset(data, 0, 12345)
+    header, records = decode_batch(data)
+    assert header.base_offset == 12345 and [r.offset for r in records] == [12345, 12346]
+
+
+def test_log_append_time_rewrites_timestamps_and_crc():
+    data = bytearray(build_batch([(None, b"a", [], 1), (None, b"b", [], 2)]))
+    set_log_append_time(data, 0, len(data), 999)
+    header, records = decode_batch(data)
+    assert header.timestamp_type == 1
+    assert [r.timestamp for r in records] == [999, 999]
+
+
+def test_record_count_must_match_last_offset_delta():
+    data = bytearray(build_batch([(None, b"a", [], 1)]))
+    data[57:61] = (2).to_bytes(4, "big")  # recordsCount lies
+    from oncelog.records.batch import CRC_OFFSET, batch_crc
+
+    data[CRC_OFFSET:CRC_OFFSET + 4] = batch_crc(data, 0, len(data)).to_bytes(4, "big")
+    with pytest.raises(CorruptRecordError, match="record count"):
+        validate_batch(data)
+
+
+def test_truncated_and_trailing_batches():
+    a = build_batch([(None, b"a", [], 1)])
+    b = build_batch([(None, b"b", [], 1)], base_offset=1)
+    assert [h.base_offset for _, h in iter_batches(a + b[:-3])] == [0]
+    with pytest.raises(CorruptRecordError):
+        split_batches(a + b[:-3])
+    assert len(split_batches(a + b)) == 2
+
+
+def test_control_batch():
+    data = build_control_batch(CONTROL_COMMIT, producer_id=4, producer_epoch=1,
+                               coordinator_epoch=7, timestamp=5)
+    header, records = decode_batch(data)
+    assert header.is_control and header.is_transactional
+    assert parse_control_record(records[0]) == (CONTROL_COMMIT, 7)
+
+
+def test_sequence_wraps_at_int32_max():
+    assert increment_sequence(2**31 - 1, 1) == 0
+    assert increment_sequence(2**31 - 2, 3) == 1
+    data = build_batch([(None, b"a", [], 1), (None, b"b", [], 1)], producer_id=1,
+                       producer_epoch=0, base_sequence=2**31 - 1)
+    header, _ = decode_batch(data)
+    assert header.last_sequence == 0
+
+
+def test_snappy_reads_raw_and_xerial_framing():
+    import cramjam
+
+    from oncelog.records.compression import decompress
+
+    payload = b"hello " * 1000
+    raw = bytes(cramjam.snappy.compress_raw(payload))
+    assert decompress(Compression.SNAPPY, raw) == payload
+    from oncelog.records.compression import compress
+
+    framed = compress(Compression.SNAPPY, payload)
+    assert framed.startswith(b"\x82SNAPPY\x00")
+    assert decompress(Compression.SNAPPY, framed) == payload
+
+
+def test_corrupt_compressed_payload_is_a_clear_error():
+    from oncelog.records.compression import decompress
+
+    with pytest.raises(CorruptRecordError, match="cannot decompress"):
+        decompress(Compression.ZSTD, b"not zstd at all")
