@@ -4,6 +4,7 @@ producer snapshots."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -235,3 +236,35 @@ def test_failed_write_leaves_no_partial_batch(tmp_path):
     assert os.path.getsize(log.active_segment.log_path) == size
     assert produce(log, [b"c"]).base_offset == 1
     assert [v for _, v in read_all(log)] == [b"a" * 100, b"c"]
+
+
+def test_preallocated_zeros_are_never_part_of_the_log(tmp_path):
+    """Busy segments get page cache preallocated ahead (log/preallocator.py): the zeros are
+    invisible to readers, cut at roll and clean close, and cut by recovery after a crash."""
+    from oncelog.log.preallocator import Preallocator
+
+    pre = Preallocator()
+    try:
+        d = tmp_path / "t-0"
+        cfg = LogConfig(segment_bytes=8 << 20)
+        log = PartitionLog(d, cfg, 0, pre)
+        big = [b"x" * 100_000] * 2  # 200 KB appends: 16 of them ahead = 3.2 MB
+        produce(log, big)
+        seg = log.active_segment
+        deadline = time.monotonic() + 10
+        while seg.allocated <= seg.size and time.monotonic() < deadline:
+            time.sleep(0.001)  # the preallocator thread works in the background
+        assert seg.allocated > seg.size
+        assert os.path.getsize(seg.log_path) == seg.allocated
+        produce(log, [b"y"])
+        assert [v[:1] for _, v in read_all(log)] == [b"x", b"x", b"y"]
+        log.close_unclean()  # a crash: the zero tail stays on disk
+        assert os.path.getsize(seg.log_path) > seg.size
+        log = PartitionLog(d, cfg, 0, pre)
+        assert log.log_end_offset == 3 and log.recovered_bytes > 0
+        assert os.path.getsize(log.active_segment.log_path) == log.active_segment.size
+        produce(log, big)
+        log.close(1)
+        assert os.path.getsize(log.active_segment.log_path) == log.active_segment.size
+    finally:
+        pre.stop()

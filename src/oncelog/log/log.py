@@ -239,7 +239,7 @@ class PartitionLog:
             h = h._replace(base_offset=offset)
             assigned.append((pos, h))
             offset = h.next_offset
-        self._maybe_roll(len(data), now_ms)
+        self._maybe_roll(len(data), max(h.max_timestamp for _, h in assigned), now_ms)
         seg = self.active_segment
         seg.append(data, assigned)
         self._maybe_preallocate(seg, len(data))
@@ -266,14 +266,20 @@ class PartitionLog:
         except ProducerStateError as exc:
             raise LogAppendError(exc.error_name, str(exc)) from None
 
-    def _maybe_roll(self, incoming: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming: int, incoming_max_timestamp: int, now_ms: int) -> None:
         seg = self.active_segment
         if seg.size == 0:
             return
         too_big = seg.size + incoming > self.config.segment_bytes
-        # Kafka's segment.ms: age measured from the first batch's timestamp.
+        # Kafka's segment.ms (LogSegment.timeWaitedForRoll): the incoming batches' timestamp
+        # minus the first batch's, so that records carrying old timestamps do not roll a segment
+        # per append; wall-clock age only when the segment has no timestamped batch.
         first_ts = seg.first_batch_timestamp
-        too_old = now_ms - (seg.created_ms if first_ts is None else first_ts) >= self.config.segment_ms
+        if first_ts is not None and first_ts >= 0:
+            waited = incoming_max_timestamp - first_ts
+        else:
+            waited = now_ms - seg.created_ms
+        too_old = waited >= self.config.segment_ms
         if too_big or too_old:
             self.roll(now_ms)
 
@@ -398,8 +404,9 @@ class PartitionLog:
         (self.directory / CLEAN_SHUTDOWN_FILE).touch()
 
     def close_unclean(self) -> None:
+        """Drop the files as a crash would: no flush, no snapshot, no trim, no clean marker."""
         for seg in self.segments:
-            seg.close()
+            seg.close(trim=False)
 
     def delete(self) -> None:
         for seg in self.segments:

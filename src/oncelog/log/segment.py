@@ -338,9 +338,9 @@ class LogSegment:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, trim: bool = True) -> None:
         with self.lock:
-            if self.fd >= 0 and self.allocated > self.size:
+            if trim and self.fd >= 0 and self.allocated > self.size:
                 try:
                     os.ftruncate(self.fd, self.size)
                 except OSError:
