@@ -1,0 +1,107 @@
+"""The `oncelog` command, run as users run it, against a real broker process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from broker_process import BrokerProcess
+
+ONCELOG = [sys.executable, "-m", "oncelog.cli.main"]
+
+
+def oncelog(*args: str, stdin: str | None = None, check: bool = True):
+    proc = subprocess.run(ONCELOG + list(args), input=stdin, capture_output=True, text=True,
+                          timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"oncelog {' '.join(args)} failed ({proc.returncode}):\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("cli") / "data") as b:
+        yield b
+
+
+def test_help_everywhere():
+    for args in ([], ["broker"], ["topics"], ["topics", "create"], ["topics", "list"],
+                 ["topics", "describe"], ["topics", "delete"], ["produce"], ["consume"],
+                 ["dump-log"]):
+        out = oncelog(*args, "--help").stdout
+        assert "usage: oncelog" in out
+
+
+def test_topics_produce_consume_round_trip(broker):
+    bs = ["--bootstrap-server", broker.bootstrap_servers]
+    oncelog("topics", "create", *bs, "--topic", "orders", "--partitions", "2",
+            "--config", "retention.ms=3600000")
+    assert "orders" in oncelog("topics", "list", *bs).stdout.split()
+    desc = oncelog("topics", "describe", *bs, "--topic", "orders").stdout
+    assert "PartitionCount: 2" in desc and "retention.ms=3600000" in desc
+    produced = oncelog("produce", *bs, "--topic", "orders", "--partition", "1",
+                       "--key-separator", ":", "--compression-type", "lz4",
+                       stdin="k1:first\nsecond\nk3:third\n")
+    assert "Produced 3 records" in produced.stderr
+    out = oncelog("consume", *bs, "--topic", "orders", "--from-beginning", "--max-messages",
+                  "3", "--print-key", "--print-offset").stdout.splitlines()
+    assert out == ["1:0\tk1\tfirst", "1:1\tnull\tsecond", "1:2\tk3\tthird"]
+    # starting from the end sees nothing old
+    out = oncelog("consume", *bs, "--topic", "orders", "--timeout-ms", "500").stdout
+    assert out == ""
+    oncelog("topics", "delete", *bs, "--topic", "orders")
+    assert "orders" not in oncelog("topics", "list", *bs).stdout.split()
+
+
+def test_clear_errors(broker):
+    bs = ["--bootstrap-server", broker.bootstrap_servers]
+    bad = oncelog("topics", "create", *bs, "--topic", "bad name", check=False)
+    assert bad.returncode == 1 and "InvalidTopicException" in bad.stderr
+    oncelog("topics", "create", *bs, "--topic", "twice")
+    again = oncelog("topics", "create", *bs, "--topic", "twice", check=False)
+    assert again.returncode == 1 and "TopicAlreadyExists" in again.stderr
+    conf = oncelog("topics", "create", *bs, "--topic", "c", "--config", "cleanup.policy=compact",
+                   check=False)
+    assert conf.returncode == 1 and "InvalidConfig" in conf.stderr
+    missing = oncelog("dump-log", "/nonexistent/0.log", check=False)
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    bad_setting = oncelog("broker", "--data-dir", str(broker.data_dir) + "-x", "--set",
+                          "no.such.setting=1", check=False)
+    assert bad_setting.returncode == 2 and "unknown broker setting" in bad_setting.stderr
+
+
+def test_dump_log_prints_one_line_per_batch(broker):
+    bs = ["--bootstrap-server", broker.bootstrap_servers]
+    oncelog("topics", "create", *bs, "--topic", "dumped")
+    oncelog("produce", *bs, "--topic", "dumped", stdin="alpha\nbeta\n")
+    oncelog("produce", *bs, "--topic", "dumped", "--compression-type", "gzip", stdin="gamma\n")
+    seg = broker.data_dir / "dumped-0" / "00000000000000000000.log"
+    out = oncelog("dump-log", str(seg), "--print-data").stdout.splitlines()
+    batches = [line for line in out if line.startswith("baseOffset")]
+    assert len(batches) == 2
+    for field in ("baseOffset: 0", "lastOffset: 1", "count: 2", "baseSequence: 0",
+                  "lastSequence: 1", "producerId:", "producerEpoch: 0",
+                  "isTransactional: false", "isControl: false", "position: 0", "CreateTime:",
+                  "size:", "magic: 2", "compresscodec: none", "crc:", "isvalid: true"):
+        assert field in batches[0], field
+    assert "compresscodec: gzip" in batches[1]
+    payloads = [line for line in out if line.startswith("| offset")]
+    assert [p.rsplit("payload: ", 1)[1] for p in payloads] == ["alpha", "beta", "gamma"]
+
+
+def test_dump_log_reports_a_corrupt_batch(tmp_path):
+    from oncelog.records import build_batch
+
+    good = build_batch([(None, b"ok", [], 1)])
+    bad = bytearray(build_batch([(None, b"no", [], 1)], base_offset=1))
+    bad[-1] ^= 1
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(good + bytes(bad) + b"\x00" * 7)
+    out = oncelog("dump-log", str(seg), check=False)
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert "isvalid: true" in lines[1] and "isvalid: false" in lines[2]
+    assert "trailing bytes" in lines[3]
