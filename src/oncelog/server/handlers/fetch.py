@@ -69,14 +69,17 @@ async def handle_fetch(broker, ctx, request):
     mod = response_module(ApiKey.FETCH, ctx.version)
     requested = [((t.topic, p.partition), p.fetch_offset, p.partition_max_bytes)
                  for t in request.topics for p in t.partitions]
-    forgotten = [(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions]
+    # Fetch v4-v6 predate sessions (KIP-227): sessionless full fetches.
+    forgotten = [(t.topic, p) for t in getattr(request, "forgotten_topics_data", ())
+                 for p in t.partitions]
     try:
-        session, full = broker.fetch_sessions.begin(request.session_id, request.session_epoch,
+        session, full = broker.fetch_sessions.begin(getattr(request, "session_id", 0),
+                                                    getattr(request, "session_epoch", -1),
                                                     requested, forgotten)
     except FetchSessionError as exc:
         return make(mod.FetchResponse, throttle_time=0, error_code=error_code(exc.error_name),
                     session_id=0, responses=())
-    isolation = request.isolation_level
+    isolation = getattr(request, "isolation_level", 0)
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     max_bytes = min(max_bytes, broker.config.int("fetch.max.bytes"))
     max_wait = millis(request.max_wait)
