@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from crc32c import crc32c
 
@@ -208,7 +208,7 @@ class ProducerStateManager:
         return self._HEAD.pack(self.SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
 
     @classmethod
-    def from_snapshot(cls, data: bytes) -> "ProducerStateManager":
+    def from_snapshot(cls, data: bytes) -> ProducerStateManager:
         """Parse snapshot bytes; raise ValueError if damaged."""
         if len(data) < cls._HEAD.size + cls._COUNT.size:
             raise ValueError("snapshot truncated")

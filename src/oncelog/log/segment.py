@@ -12,8 +12,8 @@ import bisect
 import os
 import struct
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..records.batch import (
     HEADER_SIZE,
@@ -170,11 +170,9 @@ class LogSegment:
 
     def _write_index_files(self) -> None:
         with open(self.index_path, "wb") as f:
-            for off, pos in zip(self.index_offsets, self.index_positions):
-                f.write(_OFFSET_ENTRY.pack(off - self.base_offset, pos))
+            f.writelines(_OFFSET_ENTRY.pack(off - self.base_offset, pos) for off, pos in zip(self.index_offsets, self.index_positions))
         with open(self.timeindex_path, "wb") as f:
-            for ts, off in zip(self.time_timestamps, self.time_offsets):
-                f.write(_TIME_ENTRY.pack(ts, off - self.base_offset))
+            f.writelines(_TIME_ENTRY.pack(ts, off - self.base_offset) for ts, off in zip(self.time_timestamps, self.time_offsets))
 
     def _open_index_files(self) -> None:
         self._index_fd = os.open(self.index_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -227,8 +225,7 @@ class LogSegment:
                 raise LogWriteError(exc.errno or 0,
                                     f"cannot append to {self.log_path}: {exc}") from exc
             self.size = start + len(data)
-            if self.allocated < self.size:
-                self.allocated = self.size
+            self.allocated = max(self.allocated, self.size)
         idx_parts, tidx_parts = [], []
         for pos, h in headers:
             idx, tidx = self._after_append(start + pos, h)

@@ -17,7 +17,7 @@ import datetime as _dt
 import io
 import struct
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from types import ModuleType
 from typing import Any
 
@@ -43,11 +43,11 @@ __all__ = [
     "encode_response",
     "make",
     "millis",
-    "request_module",
-    "response_module",
     "parse_request_header",
     "request_class",
+    "request_module",
     "response_class",
+    "response_module",
 ]
 
 
@@ -64,7 +64,7 @@ class RequestHeader:
     body_offset: int
 
 
-@lru_cache(maxsize=None)
+@cache
 def request_module(api_key: int, version: int) -> ModuleType:
     try:
         return load_payload_module(api_key, version, EntityType.request)
@@ -72,7 +72,7 @@ def request_module(api_key: int, version: int) -> ModuleType:
         raise ProtocolError(f"no schema for api {api_key} v{version}") from exc
 
 
-@lru_cache(maxsize=None)
+@cache
 def response_module(api_key: int, version: int) -> ModuleType:
     try:
         return load_payload_module(api_key, version, EntityType.response)
@@ -80,7 +80,7 @@ def response_module(api_key: int, version: int) -> ModuleType:
         raise ProtocolError(f"no schema for api {api_key} v{version}") from exc
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 def _convert(kafka_type: str, value: Any) -> Any:
@@ -93,7 +93,7 @@ def _convert(kafka_type: str, value: Any) -> Any:
     return value
 
 
-@lru_cache(maxsize=None)
+@cache
 def _field_types(cls: type) -> dict[str, str]:
     return {f.name: f.metadata.get("kafka_type", "") for f in dataclasses.fields(cls)}
 
@@ -119,7 +119,7 @@ def millis(value: Any) -> int:
     return int(value)
 
 
-@lru_cache(maxsize=None)
+@cache
 def request_class(api_key: int, version: int) -> type:
     """kio's request dataclass, or raise ProtocolError if kio has no such API/version."""
     try:
@@ -132,7 +132,7 @@ def request_class(api_key: int, version: int) -> type:
     raise ProtocolError(f"no request class for api {api_key} v{version}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def response_class(api_key: int, version: int) -> type:
     try:
         module = load_payload_module(api_key, version, EntityType.response)
@@ -144,12 +144,12 @@ def response_class(api_key: int, version: int) -> type:
     raise ProtocolError(f"no response class for api {api_key} v{version}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reader(cls: type):
     return entity_reader(cls)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _writer(cls: type):
     return entity_writer(cls)
 

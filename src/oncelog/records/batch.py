@@ -24,8 +24,9 @@ Pure functions on bytes; nothing here does IO.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple, Sequence
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -357,8 +358,7 @@ def build_batch(
     max_ts = base_ts
     body = bytearray()
     for i, (key, value, headers, ts) in enumerate(records):
-        if ts > max_ts:
-            max_ts = ts
+        max_ts = max(max_ts, ts)
         body += encode_record(i, ts - base_ts, key, value, headers)
     codec = Compression(compression)
     payload = _compression.compress(codec, bytes(body)) if codec else bytes(body)

@@ -16,7 +16,7 @@ class Compression(enum.IntEnum):
     ZSTD = 4
 
     @classmethod
-    def from_name(cls, name: str | None) -> "Compression":
+    def from_name(cls, name: str | None) -> Compression:
         if name is None or name == "":
             return cls.NONE
         try:

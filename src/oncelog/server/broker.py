@@ -17,9 +17,9 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from .. import protocol
+from ..log.preallocator import Preallocator
 from ..protocol import ApiKey, ProtocolError, RequestHeader
 from ..protocol.apis import SUPPORTED_VERSIONS
-from ..log.preallocator import Preallocator
 from .clock import now_ms
 from .config import BrokerConfig
 from .fetch_sessions import FetchSessionCache

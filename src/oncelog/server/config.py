@@ -7,8 +7,8 @@ Kafka (``retention.ms`` defaults to ``log.retention.ms``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..log import LogConfig
 

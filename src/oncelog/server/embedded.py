@@ -41,7 +41,7 @@ class EmbeddedBroker:
         assert self.server is not None
         return self.server.broker
 
-    def start(self) -> "EmbeddedBroker":
+    def start(self) -> EmbeddedBroker:
         self._thread = threading.Thread(target=self._run, name="oncelog-broker", daemon=True)
         self._thread.start()
         self._started.wait()
@@ -84,7 +84,7 @@ class EmbeddedBroker:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "EmbeddedBroker":
+    def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
     def __exit__(self, *exc) -> None:

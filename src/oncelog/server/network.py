@@ -23,7 +23,7 @@ MAX_QUEUED_REQUESTS = 16  # stop reading from a client that pipelines more than 
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, server: "BrokerServer") -> None:
+    def __init__(self, server: BrokerServer) -> None:
         self.server = server
         self.broker = server.broker
         self.max_frame = self.broker.config.int("socket.request.max.bytes")
