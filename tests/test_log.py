@@ -252,7 +252,8 @@ def test_preallocated_zeros_are_never_part_of_the_log(tmp_path):
         produce(log, big)
         seg = log.active_segment
         deadline = time.monotonic() + 10
-        while seg.allocated <= seg.size and time.monotonic() < deadline:
+        while (seg.prealloc_pending or seg.allocated <= seg.size) and \
+                time.monotonic() < deadline:
             time.sleep(0.001)  # the preallocator thread works in the background
         assert seg.allocated > seg.size
         assert os.path.getsize(seg.log_path) == seg.allocated

@@ -11,8 +11,9 @@ consumer) is rejected as clearly as a typo.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..records import Compression
 
@@ -20,8 +21,8 @@ MAX_INT = 2**31 - 1
 
 
 def _int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, bool):  # a bool is an int to Python, not to a config file
+        raise ValueError(f"expected an integer, got {value!r}")  # noqa: TRY004 (reported as a config error)
     if isinstance(value, int):
         return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():

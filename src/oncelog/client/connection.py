@@ -22,10 +22,10 @@ import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from .. import __name__ as _package_name
 from ..errors import (
     KafkaError,
     NetworkExceptionError,
@@ -50,11 +50,11 @@ CLIENT_SOFTWARE_NAME = "oncelog"
 
 
 def _software_version() -> str:
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-        return version(_package_name)
-    except Exception:
+    try:
+        return version("oncelog")
+    except PackageNotFoundError:  # running from a source tree that was never installed
         return "0.0.0"
 
 
@@ -126,6 +126,7 @@ class BrokerConnection:
             self._negotiate_api_versions()
         except BaseException:
             self.close()
+            self._completed.clear()  # only the handshake request can be there
             raise
 
     def close(self, error: KafkaError | None = None) -> None:
@@ -177,9 +178,7 @@ class BrokerConnection:
                 error_code = 0
             self._in_flight.popleft()
             if error_code == _UNSUPPORTED_VERSION and version > 0:
-                _, response = decode_response(ApiKey.API_VERSIONS, 0, frame)
-                theirs = {int(k.api_key): int(k.max_version) for k in response.api_keys}
-                version = min(version, theirs.get(ApiKey.API_VERSIONS, 0))
+                version = self._fallback_version(version, frame)
                 log.debug("node %s: ApiVersions falling back to v%d", self.node_id, version)
                 continue
             _, response = decode_response(ApiKey.API_VERSIONS, version, frame)
@@ -188,6 +187,21 @@ class BrokerConnection:
                                  for k in response.api_keys}
             return
         raise UnsupportedVersionError(f"node {self.node_id}: no common ApiVersions version")
+
+    @staticmethod
+    def _fallback_version(sent: int, frame: bytes) -> int:
+        """The ApiVersions version to retry with after UNSUPPORTED_VERSION to v``sent``.
+
+        Kafka answers in the v0 layout and lists its ApiVersions range; take the highest version
+        below ``sent`` it supports. Some brokers (librdkafka's mock cluster) write a body that
+        is not valid v0; then v0, which every broker understands.
+        """
+        try:
+            _, response = decode_response(ApiKey.API_VERSIONS, 0, frame)
+        except ProtocolError:
+            return 0
+        theirs = {int(k.api_key): int(k.max_version) for k in response.api_keys}
+        return max(0, min(sent - 1, theirs.get(ApiKey.API_VERSIONS, 0)))
 
     def version_for(self, api_key: int) -> int:
         """The highest version both we (protocol.apis) and the broker support."""
@@ -360,7 +374,7 @@ class BrokerConnection:
             self._sock.settimeout(remaining)
             try:
                 data = self._sock.recv(_RECV_SIZE)
-            except socket.timeout:
+            except TimeoutError:
                 raise RequestTimedOutError(
                     f"node {self.node_id}: no ApiVersions response") from None
             except OSError as exc:

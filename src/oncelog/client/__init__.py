@@ -1,0 +1,49 @@
+"""Our own synchronous Kafka-protocol client: Producer, Consumer, Admin.
+
+Files, one responsibility each (the split of aiokafka and the Java client):
+
+- config.py              configuration keys, defaults (the Java client's), validation
+- connection.py          one broker connection: ApiVersions handshake, pipelined requests
+- network.py             all connections of a client, bootstrap, metadata requests
+- metadata.py            the cluster snapshot: brokers, topics, partition leaders
+- messages.py            kio request objects for whatever version was negotiated
+- partitioner.py         murmur2 for keyed records, sticky for unkeyed ones
+- accumulator.py         producer batching per partition
+- sender.py              the producer's network loop (background thread), idempotence
+- producer.py            Producer
+- subscription_state.py  consumer assignment and positions
+- fetcher.py             Fetch and ListOffsets, record decoding, read_committed filtering
+- consumer.py            Consumer
+- admin.py               Admin
+- types.py               TopicPartition, RecordMetadata, ConsumerRecord, NewTopic, ...
+- errors.py              client-side errors (timeouts); broker errors are oncelog.errors
+"""
+
+from .admin import Admin
+from .consumer import Consumer
+from .errors import KafkaTimeoutError, NoOffsetForPartitionError
+from .partitioner import murmur2
+from .producer import Producer
+from .types import (
+    ConsumerRecord,
+    NewTopic,
+    PartitionInfo,
+    RecordMetadata,
+    TopicDescription,
+    TopicPartition,
+)
+
+__all__ = [
+    "Admin",
+    "Consumer",
+    "ConsumerRecord",
+    "KafkaTimeoutError",
+    "NewTopic",
+    "NoOffsetForPartitionError",
+    "PartitionInfo",
+    "Producer",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+    "murmur2",
+]

@@ -1,0 +1,312 @@
+"""Batching: records wait here, per partition, until the sender drains them (aiokafka's
+message_accumulator, the Java client's RecordAccumulator).
+
+``send`` appends on the caller's thread; the sender thread asks which partitions are ready
+(batch full, linger.ms passed, a flush or close in progress, or a retry due) and drains them.
+One lock guards the queues; futures are completed outside it, because a callback may call
+``send`` again.
+
+A batch keeps the sequence number it was first sent with across retries (the broker dedupes on
+it), and a retried batch goes back to the front of its queue in sequence order, so that batches
+of one partition are always written in the order they were sent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+
+from ..records import Compression, build_batch
+from ..records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from .errors import KafkaTimeoutError
+from .metadata import Cluster
+from .types import RecordMetadata, TopicPartition
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+# Bytes a record costs besides key, value and headers: length, attributes, timestamp and
+# offset deltas, key/value lengths, header count (varints; an upper bound is good enough).
+RECORD_OVERHEAD = 21
+
+
+def estimate_record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+    for hkey, hvalue in headers:
+        size += 10 + len(hkey) + len(hvalue or b"")
+    return size
+
+
+_batch_numbers = itertools.count()
+
+
+class ProducerBatch:
+    """Records for one partition that travel in one v2 batch, with their futures."""
+
+    def __init__(self, tp: TopicPartition, created: float) -> None:
+        self.tp = tp
+        self.created = created
+        # Creation order. Within a partition it is also sequence order (sequences are handed
+        # out as batches leave the queue front), and it survives a producer id reset.
+        self.number = next(_batch_numbers)
+        self.records: list[tuple[bytes | None, bytes | None, Headers, int]] = []
+        self.futures: list[Future] = []
+        self.size = HEADER_SIZE
+        self.closed = False  # no more appends: full, or drained
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+        self._encoded: bytes | None = None
+        self.done = False
+
+    def __repr__(self) -> str:
+        return (f"<ProducerBatch {self.tp.topic}-{self.tp.partition} n={len(self.records)} "
+                f"seq={self.base_sequence} attempts={self.attempts}>")
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    @property
+    def has_sequence(self) -> bool:
+        return self.base_sequence != NO_SEQUENCE
+
+    def try_append(self, key: bytes | None, value: bytes | None, headers: Headers,
+                   timestamp: int, record_size: int, batch_size: int) -> Future | None:
+        if self.closed or (self.records and self.size + record_size > batch_size):
+            return None
+        self.records.append((key, value, headers, timestamp))
+        self.size += record_size
+        future: Future = Future()
+        future.set_running_or_notify_cancel()  # a record cannot be taken back once queued
+        self.futures.append(future)
+        if self.size >= batch_size:
+            self.closed = True
+        return future
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self._encoded = None
+
+    def encode(self, compression: Compression) -> bytes:
+        """The wire bytes, built once: a retry must resend exactly what was sent before."""
+        if self._encoded is None:
+            self._encoded = build_batch(
+                self.records, compression=compression, producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
+        return self._encoded
+
+    def complete(self, base_offset: int, log_append_time: int | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        topic, partition = self.tp
+        for i, (future, record) in enumerate(zip(self.futures, self.records)):
+            offset = base_offset + i if base_offset >= 0 else -1
+            ts = log_append_time if log_append_time is not None else record[3]
+            future.set_result(RecordMetadata(topic, partition, offset, ts))
+
+    def fail(self, error: BaseException) -> None:
+        if self.done:
+            return
+        self.done = True
+        for future in self.futures:
+            future.set_exception(error)
+
+
+class RecordAccumulator:
+    def __init__(self, *, batch_size: int, linger_ms: int, buffer_memory: int,
+                 compression: Compression) -> None:
+        self.batch_size = batch_size
+        self.linger = linger_ms / 1000
+        self.buffer_memory = buffer_memory
+        self.compression = compression
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)  # waited on when buffer.memory is used up
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._incomplete: set[ProducerBatch] = set()
+        self._used = 0
+        self._flushes = 0
+        self.closing = False
+        self.wakeup: Callable[[], None] = lambda: None
+
+    # --- caller's thread --------------------------------------------------------------------
+
+    def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None,
+               headers: Headers, timestamp: int, deadline: float,
+               abort_on_new_batch: bool = False) -> Future | None:
+        """Queue one record and return its future.
+
+        With ``abort_on_new_batch``, return None instead of starting a new batch (the sticky
+        partitioner then moves on and appends elsewhere: KIP-480). Blocks while buffer.memory
+        is used up, until ``deadline`` (then KafkaTimeoutError).
+        """
+        size = estimate_record_size(key, value, headers)
+        with self._lock:
+            while self._used + size > self.buffer_memory and self._used > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaTimeoutError(
+                        f"buffer.memory ({self.buffer_memory} bytes) still full after "
+                        "max.block.ms")
+                self._space.wait(remaining)
+            if self.closing:
+                raise RuntimeError("cannot send: the producer is closing")
+            queue = self._queues.setdefault(tp, deque())
+            batch = queue[-1] if queue else None
+            future = None
+            created = False
+            if batch is not None and not batch.has_sequence:
+                future = batch.try_append(key, value, headers, timestamp, size, self.batch_size)
+            if future is None:
+                if batch is not None and not batch.closed:
+                    batch.closed = True  # the record did not fit: this batch is as full as it gets
+                if abort_on_new_batch:
+                    return None
+                batch = ProducerBatch(tp, time.monotonic())
+                future = batch.try_append(key, value, headers, timestamp, size, self.batch_size)
+                assert future is not None
+                queue.append(batch)
+                self._incomplete.add(batch)
+                created = True
+            assert batch is not None
+            self._used += size
+            full = batch.closed
+        if full or created:
+            # The sender sleeps until the next batch it knows of gets ready: a new batch may
+            # be due sooner (linger.ms counts from now), a full one is due now.
+            self.wakeup()
+        return future
+
+    def flush_begin(self) -> list[ProducerBatch]:
+        """Make every batch ready now; return the incomplete ones to wait for."""
+        with self._lock:
+            self._flushes += 1
+            pending = list(self._incomplete)
+        self.wakeup()
+        return pending
+
+    def flush_end(self) -> None:
+        with self._lock:
+            self._flushes -= 1
+
+    # --- sender thread ----------------------------------------------------------------------
+
+    def ready(self, cluster: Cluster, now: float,
+              may_send: Callable[[TopicPartition, ProducerBatch], bool]
+              ) -> tuple[set[int], float, set[str]]:
+        """(nodes with something to send, seconds until the next batch gets ready, topics
+        whose leader is unknown)."""
+        nodes: set[int] = set()
+        unknown: set[str] = set()
+        next_check = 1.0
+        with self._lock:
+            hurry = self.closing or self._flushes > 0
+            for tp, queue in self._queues.items():
+                if not queue:
+                    continue
+                batch = queue[0]
+                leader = cluster.leader_for(tp)
+                if leader is None:
+                    unknown.add(tp.topic)
+                    continue
+                if batch.retry_at > now:
+                    next_check = min(next_check, batch.retry_at - now)
+                    continue
+                due = batch.created + self.linger
+                if batch.closed or len(queue) > 1 or hurry or batch.attempts or due <= now:
+                    if may_send(tp, batch):
+                        nodes.add(leader)
+                else:
+                    next_check = min(next_check, due - now)
+        return nodes, max(0.0, next_check), unknown
+
+    def drain(self, cluster: Cluster, nodes: Iterable[int], max_request_size: int, now: float,
+              may_send: Callable[[TopicPartition, ProducerBatch], bool],
+              assign: Callable[[ProducerBatch], None]) -> dict[int, list[ProducerBatch]]:
+        """At most one batch per partition per node, up to max.request.size per request."""
+        out: dict[int, list[ProducerBatch]] = {}
+        wanted = set(nodes)
+        with self._lock:
+            sizes: dict[int, int] = {}
+            for tp, queue in self._queues.items():
+                if not queue:
+                    continue
+                leader = cluster.leader_for(tp)
+                if leader not in wanted:
+                    continue
+                batch = queue[0]
+                if batch.retry_at > now or not may_send(tp, batch):
+                    continue
+                size = len(batch.encode(self.compression)) if batch.has_sequence else batch.size
+                if out.get(leader) and sizes[leader] + size > max_request_size:
+                    continue
+                queue.popleft()
+                batch.closed = True
+                assign(batch)
+                sizes[leader] = sizes.get(leader, 0) + len(batch.encode(self.compression))
+                out.setdefault(leader, []).append(batch)
+        return out
+
+    def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Put a batch back for retry: at the front, in creation (= sequence) order."""
+        batch.retry_at = retry_at
+        with self._lock:
+            queue = self._queues.setdefault(batch.tp, deque())
+            i = 0
+            while i < len(queue) and queue[i].number < batch.number:
+                i += 1
+            queue.insert(i, batch)
+
+    def expired(self, now: float, delivery_timeout: float) -> list[ProducerBatch]:
+        """Remove and return queued batches older than delivery.timeout.ms."""
+        out = []
+        with self._lock:
+            for queue in self._queues.values():
+                while queue and now - queue[0].created >= delivery_timeout:
+                    out.append(queue.popleft())
+                # later batches are younger, except retries reinserted at the front
+                for batch in [b for b in queue if now - b.created >= delivery_timeout]:
+                    queue.remove(batch)
+                    out.append(batch)
+        return out
+
+    def release(self, batch: ProducerBatch) -> None:
+        """A batch is finished (acknowledged or failed): free its memory."""
+        with self._lock:
+            if batch in self._incomplete:
+                self._incomplete.discard(batch)
+                self._used -= batch.size - HEADER_SIZE
+                self._space.notify_all()
+
+    def queued_batches(self) -> list[ProducerBatch]:
+        with self._lock:
+            return [b for q in self._queues.values() for b in q]
+
+    def take_all(self) -> list[ProducerBatch]:
+        with self._lock:
+            out = [b for q in self._queues.values() for b in q]
+            self._queues.clear()
+            return out
+
+    def has_queued(self) -> bool:
+        with self._lock:
+            return any(self._queues.values())
+
+    def has_incomplete(self) -> bool:
+        with self._lock:
+            return bool(self._incomplete)
+
+    def take_incomplete(self) -> list[ProducerBatch]:
+        """Every batch not yet settled, queued or in flight (for a forced close)."""
+        with self._lock:
+            batches = list(self._incomplete)
+            self._queues.clear()
+        return batches

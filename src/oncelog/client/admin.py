@@ -1,0 +1,209 @@
+"""The Admin client: create, delete, list and describe topics. Synchronous, caller's thread.
+
+Each call retries network failures and NOT_CONTROLLER until default.api.timeout.ms, and raises the ``oncelog.errors`` class of the first
+non-retriable per-topic error (``TopicAlreadyExistsError``, ``InvalidTopicExceptionError``,
+``UnknownTopicOrPartitionError`` ...) after the whole request has been answered, so topics that
+could be created are created.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Self
+
+from ..errors import (
+    KafkaError,
+    NotControllerError,
+    ThrottlingQuotaExceededError,
+    error_for_code,
+)
+from ..protocol import ApiKey
+from .config import admin_config
+from .errors import KafkaTimeoutError
+from .metadata import metadata_request
+from .network import NetworkClient
+from .types import NewTopic, TopicDescription
+
+_client_ids = itertools.count(1)
+
+RESOURCE_TOPIC = 2  # DescribeConfigs resource type
+
+# Per-topic answers worth asking again, as in the Java admin client: the controller moved, or a
+# quota said "later". Every other per-topic error is the answer (UNKNOWN_TOPIC_OR_PARTITION is
+# retriable for a producer waiting for a topic, but final for "delete this topic").
+_RETRY_TOPIC_ERRORS = {NotControllerError.code, ThrottlingQuotaExceededError.code}
+
+
+class Admin:
+    """Manage topics. Configuration: bootstrap_servers=..., request_timeout_ms=...,
+    default_api_timeout_ms=... (or a dict of the dotted names)."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self.config = admin_config(config, kwargs)
+        self.client_id = self.config.client_id or f"oncelog-admin-{next(_client_ids)}"
+        self._net = NetworkClient(self.config, self.client_id)
+        self._closed = False
+
+    # --- topics -----------------------------------------------------------------------------
+
+    def create_topics(self, new_topics: Iterable[NewTopic], timeout_ms: int | None = None,
+                      validate_only: bool = False) -> None:
+        """Create topics; ``timeout_ms`` is how long the broker may take (default
+        request.timeout.ms). Raises e.g. TopicAlreadyExistsError, InvalidTopicExceptionError,
+        InvalidPartitionsError, InvalidReplicationFactorError, InvalidConfigError."""
+        topics = list(new_topics)
+        if not topics:
+            return
+        if timeout_ms is None:
+            timeout_ms = self.config.request_timeout_ms
+        values = {
+            "topics": [{
+                "name": t.name, "num_partitions": t.num_partitions,
+                "replication_factor": t.replication_factor, "assignments": [],
+                "configs": [{"name": k, "value": None if v is None else str(v)}
+                            for k, v in t.config.items()],
+            } for t in topics],
+            "timeout": timeout_ms,
+            "validate_only": validate_only,
+        }
+        self._per_topic(ApiKey.CREATE_TOPICS, values, "topics", "create", timeout_ms)
+
+    def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
+        """Delete topics. Raises UnknownTopicOrPartitionError for a topic that does not exist."""
+        names = list(topics)
+        if not names:
+            return
+        if timeout_ms is None:
+            timeout_ms = self.config.request_timeout_ms
+        values = {"topic_names": names, "timeout": timeout_ms}
+        self._per_topic(ApiKey.DELETE_TOPICS, values, "responses", "delete", timeout_ms)
+
+    def _per_topic(self, api_key: int, values: dict[str, Any], results: str, verb: str,
+                   timeout_ms: int) -> None:
+        """Send to the controller, retry retriable per-topic errors, raise the first other one."""
+        deadline = self._deadline(extra_ms=timeout_ms)
+        pending = {t["name"] if isinstance(t, dict) else t
+                   for t in values.get("topics", values.get("topic_names", []))}
+        errors: list[KafkaError] = []
+        attempt = 0
+        while True:
+            response = self._net.request_any(api_key, values, deadline,
+                                             node_id=self._controller(deadline))
+            retry: list[str] = []
+            for result in getattr(response, results):
+                code = int(result.error_code)
+                if code == 0 or result.name not in pending:
+                    pending.discard(result.name)
+                    continue
+                error = error_for_code(code)
+                message = getattr(result, "error_message", None)
+                if code in _RETRY_TOPIC_ERRORS:
+                    retry.append(result.name)
+                    continue
+                pending.discard(result.name)
+                errors.append(error(f"cannot {verb} topic {result.name!r}"
+                                    + (f": {message}" if message else "")))
+            if not retry:
+                break
+            attempt += 1
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"cannot {verb} topics {retry}: still failing with "
+                                        "retriable errors")
+            self._net.update_metadata([], deadline)  # the controller may have moved
+            values = self._only(values, set(retry))
+            self._net.sleep(min(self.config.retry_backoff_ms * 2 ** (attempt - 1),
+                                self.config.retry_backoff_max_ms) / 1000)
+        if errors:
+            raise errors[0]
+
+    @staticmethod
+    def _only(values: dict[str, Any], names: set[str]) -> dict[str, Any]:
+        out = dict(values)
+        if "topics" in values:
+            out["topics"] = [t for t in values["topics"] if t["name"] in names]
+        else:
+            out["topic_names"] = [t for t in values["topic_names"] if t in names]
+        return out
+
+    def _controller(self, deadline: float) -> int | None:
+        """Where topic changes go: the controller (any broker forwards them in KRaft mode, but
+        the controller answers without a hop)."""
+        if not self._net.cluster.brokers:
+            self._net.update_metadata([], deadline)
+        controller = self._net.cluster.controller_id
+        return controller if controller in self._net.cluster.brokers else None
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Names of all topics, sorted (internal ones such as __consumer_offsets only on
+        request)."""
+        cluster = self._metadata(None)
+        return sorted(name for name, meta in cluster.topics.items()
+                      if not meta.error_code and (include_internal or not meta.is_internal))
+
+    def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicDescription]:
+        """Partitions (leader, replicas, ISR), internal flag and configs of each topic.
+
+        Raises UnknownTopicOrPartitionError if one of them does not exist.
+        """
+        names = list(topics)
+        if not names:
+            return {}
+        cluster = self._metadata(names)
+        for name in names:
+            meta = cluster.topics.get(name)
+            if meta is None:
+                raise error_for_code(3)(f"topic {name!r} does not exist")
+            if meta.error_code:
+                raise error_for_code(meta.error_code)(f"describe topic {name!r}")
+        configs = self._describe_configs(names)
+        return {
+            name: TopicDescription(
+                name=name, internal=cluster.topics[name].is_internal,
+                partitions=[cluster.topics[name].partitions[p]
+                            for p in sorted(cluster.topics[name].partitions)],
+                config=configs.get(name, {}))
+            for name in names
+        }
+
+    def _describe_configs(self, names: list[str]) -> dict[str, dict[str, str | None]]:
+        values = {
+            "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": n,
+                           "configuration_keys": None} for n in names],
+            "include_synonyms": False, "include_documentation": False,
+        }
+        response = self._net.request_any(ApiKey.DESCRIBE_CONFIGS, values, self._deadline())
+        out: dict[str, dict[str, str | None]] = {}
+        for result in response.results:
+            code = int(result.error_code)
+            if code:
+                raise error_for_code(code)(f"describe configs of topic {result.resource_name!r}"
+                                           + (f": {result.error_message}"
+                                              if result.error_message else ""))
+            out[result.resource_name] = {c.name: c.value for c in result.configs}
+        return out
+
+    def _metadata(self, topics: list[str] | None):
+        deadline = self._deadline()
+        response = self._net.request_any(ApiKey.METADATA,
+                                         metadata_request(topics, allow_auto_topic_creation=False),
+                                         deadline)
+        self._net.apply_metadata(response, topics)
+        return self._net.cluster.with_response(response, None)
+
+    def _deadline(self, extra_ms: int = 0) -> float:
+        return time.monotonic() + (self.config.default_api_timeout_ms + extra_ms) / 1000
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._net.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

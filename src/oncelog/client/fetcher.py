@@ -1,0 +1,370 @@
+"""Fetching and decoding records, and looking up offsets (aiokafka's fetcher, the Java Fetcher
+and OffsetFetcher), on the consumer's thread.
+
+Fetches are sessionless (session_id 0, epoch -1: a full fetch every time, KIP-227's "no
+session"): an assigned-partition consumer has few partitions, and a full fetch cannot go out of
+step with the broker's session cache. One Fetch is in flight per leader at a time; it may
+outlive a ``poll`` call (long poll), and its answer is dropped for any partition whose position
+moved meanwhile (``seek``).
+
+A partition's fetched records are decoded whole: batches below the fetch position are skipped
+(a fetch may start mid-batch), control batches are skipped, and with read_committed the
+batches of aborted transactions are skipped (spec 000, consumer side: the fetch response lists
+each aborted transaction's producer id and first offset; a producer's batches from that offset
+on are aborted until its ABORT marker). A trailing partial batch is ignored; the next fetch
+starts where the complete ones ended.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import (
+    CorruptMessageError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    RetriableError,
+    error_for_code,
+)
+from ..protocol import ApiKey
+from ..records import (
+    CONTROL_ABORT,
+    CorruptRecordError,
+    decode_batch,
+    iter_batches,
+    parse_control_record,
+)
+from .config import ClientConfig
+from .connection import InFlightRequest
+from .errors import KafkaTimeoutError, NoOffsetForPartitionError
+from .network import NetworkClient
+from .subscription_state import EARLIEST, LATEST, SubscriptionState
+from .types import ConsumerRecord, TopicPartition
+
+log = logging.getLogger(__name__)
+
+LIST_OFFSETS_EARLIEST = -2
+LIST_OFFSETS_LATEST = -1
+_OFFSET_OUT_OF_RANGE = OffsetOutOfRangeError.code
+
+
+@dataclass
+class CompletedFetch:
+    tp: TopicPartition
+    fetch_offset: int
+    records: list[ConsumerRecord]
+    next_offset: int  # where the next fetch starts once these records are returned
+    index: int = 0
+
+
+@dataclass
+class _OffsetRequest:
+    partitions: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> timestamp
+
+
+def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+                   read_committed: bool, aborted: list[tuple[int, int]] | None,
+                   check_crcs: bool) -> tuple[list[ConsumerRecord], int]:
+    """Records at or after ``fetch_offset`` in one partition's fetch data, and the offset after
+    the last complete batch (``fetch_offset`` if there was none).
+
+    ``aborted``: (first offset, producer id) of each aborted transaction the broker listed.
+    """
+    out: list[ConsumerRecord] = []
+    next_offset = fetch_offset
+    if not data:
+        return out, next_offset
+    heap = sorted(aborted or [])
+    aborted_pids: set[int] = set()
+    for pos, header in iter_batches(data):
+        if header.next_offset <= fetch_offset:
+            continue
+        next_offset = header.next_offset
+        if read_committed:
+            while heap and heap[0][0] <= header.last_offset:
+                aborted_pids.add(heapq.heappop(heap)[1])
+            if header.is_control:
+                if header.producer_id in aborted_pids:
+                    try:
+                        _, control = decode_batch(data, pos, verify_crc=check_crcs)
+                        if control and parse_control_record(control[0])[0] == CONTROL_ABORT:
+                            aborted_pids.discard(header.producer_id)
+                    except CorruptRecordError as exc:
+                        raise CorruptMessageError(f"{tp.topic}-{tp.partition}: {exc}") from exc
+                continue
+            if header.is_transactional and header.producer_id in aborted_pids:
+                continue
+        if header.is_control:
+            continue
+        try:
+            _, records = decode_batch(data, pos, verify_crc=check_crcs)
+        except CorruptRecordError as exc:
+            raise CorruptMessageError(
+                f"{tp.topic}-{tp.partition}: batch at offset {header.base_offset}: {exc}"
+            ) from exc
+        ts_type = header.timestamp_type
+        for r in records:
+            if r.offset >= fetch_offset:
+                out.append(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, ts_type,
+                                          r.key, r.value, r.headers))
+    return out, next_offset
+
+
+class Fetcher:
+    def __init__(self, config: ClientConfig, network: NetworkClient,
+                 subscriptions: SubscriptionState) -> None:
+        self.config = config
+        self.net = network
+        self.subs = subscriptions
+        self.read_committed = config.isolation_level == "read_committed"
+        self._in_flight: dict[int, InFlightRequest] = {}
+        self._completed: dict[TopicPartition, CompletedFetch] = {}
+        self._errors: list[KafkaError] = []
+        self.metadata_stale = True
+        self._metadata_next = 0.0  # no refresh before this (retry.backoff.ms after the last)
+
+    # --- fetching ---------------------------------------------------------------------------
+
+    def send_fetches(self) -> None:
+        by_node: dict[int, list[TopicPartition]] = {}
+        cluster = self.net.cluster
+        for tp in self.subs.fetchable():
+            if tp in self._completed:
+                continue  # still returning records of the last fetch
+            leader = cluster.leader_for(tp)
+            if leader is None:
+                self.metadata_stale = True
+                continue
+            if leader in self._in_flight:
+                continue
+            by_node.setdefault(leader, []).append(tp)
+        for node, tps in by_node.items():
+            positions = {tp: self.subs.position(tp) for tp in tps}
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for tp, offset in positions.items():
+                topics.setdefault(tp.topic, []).append({
+                    "partition": tp.partition, "current_leader_epoch": -1,
+                    "fetch_offset": offset, "last_fetched_epoch": -1, "log_start_offset": -1,
+                    "partition_max_bytes": self.config.max_partition_fetch_bytes})
+            values = {
+                "replica_id": -1, "cluster_id": None,
+                "max_wait": self.config.fetch_max_wait_ms,
+                "min_bytes": self.config.fetch_min_bytes,
+                "max_bytes": self.config.fetch_max_bytes,
+                "isolation_level": 1 if self.read_committed else 0,
+                "session_id": 0, "session_epoch": -1,  # sessionless full fetch
+                "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],
+                "forgotten_topics_data": [], "rack_id": "",
+            }
+            try:
+                req = self.net.send(node, ApiKey.FETCH, values, context=positions,
+                                    timeout_ms=self.config.request_timeout_ms
+                                    + self.config.fetch_max_wait_ms)
+            except KafkaError as exc:
+                if not isinstance(exc, RetriableError):
+                    raise
+                req = None
+            if req is None:
+                self.metadata_stale = True
+            else:
+                self._in_flight[node] = req
+
+    def handle(self, req: InFlightRequest) -> bool:
+        """Take a finished Fetch; False if ``req`` is not one of ours."""
+        if self._in_flight.get(req.node_id) is not req:
+            return False
+        del self._in_flight[req.node_id]
+        if req.error is not None:
+            log.info("fetch from node %d failed: %s", req.node_id, req.error)
+            self.metadata_stale = True
+            return True
+        response = req.response
+        positions: dict[TopicPartition, int] = req.context
+        top_error = int(getattr(response, "error_code", 0))
+        if top_error:
+            log.info("fetch from node %d: %s", req.node_id, error_for_code(top_error).__name__)
+            return True
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, int(p.partition_index))
+                fetch_offset = positions.get(tp)
+                if fetch_offset is None or not self.subs.is_assigned(tp) \
+                        or self.subs.position(tp) != fetch_offset:
+                    continue  # unassigned or moved (seek) since the request went out
+                self._handle_partition(tp, fetch_offset, p)
+        return True
+
+    def _handle_partition(self, tp: TopicPartition, fetch_offset: int, p: Any) -> None:
+        code = int(p.error_code)
+        state = self.subs.state(tp)
+        if code == 0:
+            state.high_watermark = int(p.high_watermark)
+            state.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
+            aborted = None
+            if self.read_committed and p.aborted_transactions:
+                aborted = [(int(a.first_offset), int(a.producer_id))
+                           for a in p.aborted_transactions]
+            records, next_offset = decode_records(
+                tp, p.records, fetch_offset, read_committed=self.read_committed,
+                aborted=aborted, check_crcs=self.config.check_crcs)
+            if records or next_offset > fetch_offset:
+                self._completed[tp] = CompletedFetch(tp, fetch_offset, records, next_offset)
+        elif code == _OFFSET_OUT_OF_RANGE:
+            if self.subs.default_reset == "none":
+                self._errors.append(OffsetOutOfRangeError(
+                    f"{tp.topic}-{tp.partition}: fetch offset {fetch_offset} is out of range "
+                    "and auto.offset.reset is none"))
+            else:
+                log.info("%s-%d: offset %d out of range, resetting to %s", tp.topic,
+                         tp.partition, fetch_offset, self.subs.default_reset)
+                self.subs.request_reset(tp, self.subs.default_reset)
+        else:
+            error = error_for_code(code)
+            if issubclass(error, RetriableError):
+                self.metadata_stale = True
+            else:
+                self._errors.append(error(f"fetch {tp.topic}-{tp.partition}"))
+
+    def raise_errors(self) -> None:
+        if self._errors:
+            error = self._errors.pop(0)
+            self._errors.clear()
+            raise error
+
+    def has_records(self) -> bool:
+        return bool(self._completed)
+
+    def fetched_records(self, max_records: int) -> list[ConsumerRecord]:
+        """Up to ``max_records`` buffered records, advancing positions past them."""
+        out: list[ConsumerRecord] = []
+        for tp in list(self._completed):
+            if len(out) >= max_records:
+                break
+            fetch = self._completed[tp]
+            if not self.subs.is_assigned(tp) or self.subs.position(tp) is None:
+                del self._completed[tp]
+                continue
+            take = fetch.records[fetch.index : fetch.index + max_records - len(out)]
+            fetch.index += len(take)
+            out.extend(take)
+            if fetch.index >= len(fetch.records):
+                del self._completed[tp]
+                self.subs.seek(tp, fetch.next_offset)
+            elif take:
+                self.subs.seek(tp, take[-1].offset + 1)
+        return out
+
+    def discard(self, tp: TopicPartition) -> None:
+        """Drop buffered records of ``tp`` (after a seek)."""
+        self._completed.pop(tp, None)
+
+    def close(self) -> None:
+        self._in_flight.clear()
+        self._completed.clear()
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    def list_offsets(self, timestamps: dict[TopicPartition, int], deadline: float
+                     ) -> dict[TopicPartition, int]:
+        """ListOffsets for each partition (timestamp -2 earliest, -1 latest), retrying
+        retriable errors until ``deadline``. With read_committed, "latest" is the last stable
+        offset (isolation_level 1)."""
+        result: dict[TopicPartition, int] = {}
+        remaining = dict(timestamps)
+        attempt = 0
+        last_error: KafkaError | None = None
+        while remaining:
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(
+                    f"ListOffsets for {sorted(remaining)} did not complete in time"
+                    + (f" (last error: {last_error})" if last_error else ""))
+            if self.metadata_stale or any(self.net.cluster.leader_for(tp) is None
+                                          for tp in remaining):
+                self.update_metadata({tp.topic for tp in remaining} | self._topics(), deadline)
+            by_node: dict[int, dict[TopicPartition, int]] = {}
+            for tp, ts in remaining.items():
+                leader = self.net.cluster.leader_for(tp)
+                if leader is not None:
+                    by_node.setdefault(leader, {})[tp] = ts
+            for node, parts in by_node.items():
+                try:
+                    response = self.net.request(node, ApiKey.LIST_OFFSETS,
+                                                self._list_offsets_values(parts))
+                except RetriableError as exc:
+                    last_error = exc
+                    self.metadata_stale = True
+                    continue
+                for t in response.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, int(p.partition_index))
+                        if tp not in remaining:
+                            continue
+                        code = int(p.error_code)
+                        if code == 0:
+                            offset = int(p.offset)
+                            result[tp] = offset
+                            del remaining[tp]
+                            continue
+                        error = error_for_code(code)
+                        if not issubclass(error, RetriableError):
+                            raise error(f"ListOffsets {tp.topic}-{tp.partition}")
+                        last_error = error(f"ListOffsets {tp.topic}-{tp.partition}")
+                        self.metadata_stale = True
+            if remaining:
+                attempt += 1
+                delay = min(self.config.retry_backoff_ms * 2 ** (attempt - 1),
+                            self.config.retry_backoff_max_ms) / 1000
+                self.net.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+        return result
+
+    def _list_offsets_values(self, parts: dict[TopicPartition, int]) -> dict[str, Any]:
+        topics: dict[str, list[dict[str, int]]] = {}
+        for tp, ts in parts.items():
+            topics.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "current_leader_epoch": -1, "timestamp": ts})
+        return {"replica_id": -1, "isolation_level": 1 if self.read_committed else 0,
+                "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
+
+    def reset_positions(self, deadline: float) -> None:
+        """Resolve every partition waiting for a position (assign, seek_to_*, out of range)."""
+        needing = self.subs.needing_position()
+        if not needing:
+            return
+        timestamps = {}
+        for tp in needing:
+            strategy = self.subs.state(tp).reset_strategy or self.subs.default_reset
+            if strategy == EARLIEST:
+                timestamps[tp] = LIST_OFFSETS_EARLIEST
+            elif strategy == LATEST:
+                timestamps[tp] = LIST_OFFSETS_LATEST
+            else:
+                raise NoOffsetForPartitionError(f"{tp.topic}-{tp.partition} has no position and "
+                               "auto.offset.reset is none: seek() first")
+        offsets = self.list_offsets(timestamps, deadline)
+        for tp, offset in offsets.items():
+            state = self.subs.state(tp)
+            if state.position is None:  # nobody seeked meanwhile
+                self.subs.seek(tp, offset)
+                self.discard(tp)
+
+    # --- metadata ---------------------------------------------------------------------------
+
+    def _topics(self) -> set[str]:
+        return {tp.topic for tp in self.subs.assigned()}
+
+    def update_metadata(self, topics: set[str], deadline: float) -> None:
+        # Asked again while the topic does not exist or has no leader: not more often than
+        # every retry.backoff.ms.
+        wait = self._metadata_next - time.monotonic()
+        if wait > 0:
+            self.net.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+            if time.monotonic() < self._metadata_next:
+                return
+        # A consumer reading by assignment should not create topics by asking about them.
+        self.net.update_metadata(sorted(topics), deadline, allow_auto_topic_creation=False)
+        self._metadata_next = time.monotonic() + self.config.retry_backoff_ms / 1000
+        self.metadata_stale = False

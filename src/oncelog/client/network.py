@@ -1,0 +1,276 @@
+"""Connections to every broker a client talks to, and the cluster metadata that names them.
+
+Like the Java client's NetworkClient: bootstrap servers stand in as nodes -1, -2, ... until the
+first metadata response names the real brokers; ``poll`` waits on every connection at once and
+returns the requests that finished (answered or failed). Owned by one thread; another thread may
+only call ``wakeup()`` to cut a ``poll`` short.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+import time
+from typing import Any
+
+from ..errors import KafkaError, NetworkExceptionError, RetriableError
+from ..protocol import ApiKey
+from .config import ClientConfig
+from .connection import BrokerConnection, InFlightRequest, RequestValues
+from .errors import KafkaTimeoutError
+from .metadata import Cluster, metadata_request
+
+log = logging.getLogger(__name__)
+
+
+class NetworkClient:
+    def __init__(self, config: ClientConfig, client_id: str) -> None:
+        self.config = config
+        self.client_id = client_id
+        self.bootstrap = {-(i + 1): addr for i, addr in enumerate(config.bootstrap_servers)}
+        self.cluster = Cluster()
+        self._conns: dict[int, BrokerConnection] = {}
+        self._reconnect_at: dict[int, float] = {}
+        self._failures: dict[int, int] = {}
+        self._selector = selectors.DefaultSelector()
+        self._registered: dict[int, int] = {}  # node id -> fd registered in the selector
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self.last_metadata_at = 0.0
+        self._done: list[InFlightRequest] = []  # finished, not yet returned by poll()
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def address(self, node_id: int) -> tuple[str, int] | None:
+        broker = self.cluster.brokers.get(node_id)
+        if broker is not None:
+            return broker.host, broker.port
+        return self.bootstrap.get(node_id)
+
+    def connection(self, node_id: int) -> BrokerConnection | None:
+        """A connected connection to ``node_id``, connecting now if needed; None on failure.
+
+        After a failed attempt the node is skipped for reconnect.backoff.ms, doubling up to
+        reconnect.backoff.max.ms, so a dead broker does not stall every loop iteration.
+        """
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.connected:
+            return conn
+        if time.monotonic() < self._reconnect_at.get(node_id, 0.0):
+            return None
+        addr = self.address(node_id)
+        if addr is None:
+            return None
+        if conn is None or (conn.host, conn.port) != addr:
+            conn = BrokerConnection(
+                node_id, addr[0], addr[1], client_id=self.client_id,
+                request_timeout_ms=self.config.request_timeout_ms,
+                connect_timeout_ms=self.config.socket_connection_setup_timeout_ms)
+            self._conns[node_id] = conn
+        try:
+            conn.connect()
+        except KafkaError as exc:
+            failures = self._failures.get(node_id, 0) + 1
+            self._failures[node_id] = failures
+            backoff = min(self.config.reconnect_backoff_ms * 2 ** (failures - 1),
+                          self.config.reconnect_backoff_max_ms)
+            self._reconnect_at[node_id] = time.monotonic() + backoff / 1000
+            log.info("%s", exc)
+            return None
+        self._failures.pop(node_id, None)
+        self._reconnect_at.pop(node_id, None)
+        self._register(conn)
+        return conn
+
+    def _register(self, conn: BrokerConnection) -> None:
+        old = self._registered.pop(conn.node_id, None)
+        if old is not None:
+            try:
+                self._selector.unregister(old)
+            except (KeyError, ValueError):
+                pass
+        fd = conn.fileno()
+        if fd in self._selector.get_map():  # a closed socket of another node had this number
+            stale = self._selector.get_key(fd).data
+            self._selector.unregister(fd)
+            if stale is not None:
+                self._registered.pop(stale.node_id, None)
+        self._selector.register(fd, selectors.EVENT_READ, conn)
+        self._registered[conn.node_id] = fd
+
+    def _unregister(self, node_id: int) -> None:
+        fd = self._registered.pop(node_id, None)
+        if fd is not None:
+            try:
+                self._selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+
+    def is_ready(self, node_id: int) -> bool:
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.connected
+
+    def in_flight_count(self, node_id: int) -> int:
+        conn = self._conns.get(node_id)
+        return conn.in_flight_count if conn is not None else 0
+
+    def in_flight_total(self) -> int:
+        return sum(c.in_flight_count for c in self._conns.values())
+
+    def least_loaded_node(self) -> int | None:
+        """The node to ask cluster-wide questions: connected and idle first, then any."""
+        candidates = list(self.cluster.brokers) or list(self.bootstrap)
+        now = time.monotonic()
+        best, best_load = None, None
+        for node_id in candidates:
+            conn = self._conns.get(node_id)
+            if conn is not None and conn.connected:
+                load = conn.in_flight_count
+            elif now >= self._reconnect_at.get(node_id, 0.0):
+                load = 1_000_000  # unconnected but allowed to try
+            else:
+                continue
+            if best_load is None or load < best_load:
+                best, best_load = node_id, load
+        if best is None and self.cluster.brokers:
+            # every known broker is backing off: fall back to the bootstrap list (rebootstrap)
+            for node_id in self.bootstrap:
+                if now >= self._reconnect_at.get(node_id, 0.0):
+                    return node_id
+        return best
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def send(self, node_id: int, api_key: int, values: RequestValues, *,
+             expect_response: bool = True, context: Any = None,
+             timeout_ms: int | None = None) -> InFlightRequest | None:
+        """Send to ``node_id``; None if the node cannot be reached right now."""
+        conn = self.connection(node_id)
+        if conn is None:
+            return None
+        req = conn.send(api_key, values, expect_response=expect_response, context=context,
+                        timeout_ms=timeout_ms)
+        return req
+
+    def poll(self, timeout: float) -> list[InFlightRequest]:
+        """Wait up to ``timeout`` seconds for responses; return every finished request."""
+        if not self._done:
+            self._poll_into(timeout)
+        done, self._done = self._done, []
+        return done
+
+    def sleep(self, timeout: float) -> None:
+        """Wait ``timeout`` seconds while still reading sockets; finished requests are kept
+        for the next ``poll`` (so a synchronous wait never loses another request's answer)."""
+        end = time.monotonic() + timeout
+        while True:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return
+            self._poll_into(remaining, keep_waiting=True)
+
+    def _poll_into(self, timeout: float, keep_waiting: bool = False) -> None:
+        for conn in self._conns.values():
+            self._done += conn.take_completed()
+        if self._done and not keep_waiting:
+            timeout = 0.0
+        now = time.monotonic()
+        for conn in self._conns.values():
+            deadline = conn.next_deadline()
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - now))
+        for key, _ in self._selector.select(max(0.0, timeout)):
+            conn = key.data
+            if conn is None:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, InterruptedError):
+                    pass
+                continue
+            self._done += conn.receive()
+        now = time.monotonic()
+        for conn in self._conns.values():
+            conn.expire(now)
+            self._done += conn.take_completed()
+            if not conn.connected:
+                self._unregister(conn.node_id)
+
+    def wakeup(self) -> None:
+        try:
+            self._wake_w.send(b"\x00")
+        except (BlockingIOError, OSError):
+            pass  # a wakeup is already pending, or we are closing
+
+    def disconnect(self, node_id: int, error: KafkaError | None = None) -> None:
+        conn = self._conns.get(node_id)
+        if conn is not None:
+            self._unregister(node_id)
+            conn.close(error)
+
+    def close(self) -> None:
+        for node_id in list(self._conns):
+            self.disconnect(node_id)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # --- synchronous helpers (consumer and admin, on the caller's thread) -------------------
+
+    def request(self, node_id: int, api_key: int, values: RequestValues,
+                timeout_ms: int | None = None) -> Any:
+        """Send and wait. Raises NetworkExceptionError if the node is unreachable."""
+        req = self.send(node_id, api_key, values, timeout_ms=timeout_ms)
+        if req is None:
+            raise NetworkExceptionError(f"node {node_id} is not reachable")
+        while not req.done:
+            self._poll_into(max(0.0, req.deadline - time.monotonic()), keep_waiting=True)
+        self._done = [r for r in self._done if r is not req]
+        return req.result()
+
+    def request_any(self, api_key: int, values: RequestValues, deadline: float,
+                    node_id: int | None = None) -> Any:
+        """Send to ``node_id`` (else the least loaded node), retrying retriable failures.
+
+        Retries network errors (with retry.backoff.ms) until ``deadline`` (monotonic seconds),
+        then raises KafkaTimeoutError naming the last error.
+        """
+        last: Exception | None = None
+        attempt = 0
+        while True:
+            target = node_id if node_id is not None else self.least_loaded_node()
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                raise KafkaTimeoutError(
+                    f"{ApiKey(api_key).name} did not complete in time"
+                    + (f": {last}" if last else "")) from last
+            if target is not None:
+                try:
+                    return self.request(target, api_key, values,
+                                        timeout_ms=min(remaining_ms,
+                                                       self.config.request_timeout_ms))
+                except RetriableError as exc:
+                    last = exc
+            attempt += 1
+            self._backoff(attempt, deadline)
+
+    def _backoff(self, attempt: int, deadline: float) -> None:
+        delay = min(self.config.retry_backoff_ms * 2 ** (attempt - 1),
+                    max(self.config.retry_backoff_max_ms, self.config.retry_backoff_ms)) / 1000
+        delay = min(delay, max(0.0, deadline - time.monotonic()))
+        if delay > 0:
+            self.sleep(delay)
+
+    def update_metadata(self, topics: list[str] | None, deadline: float,
+                        allow_auto_topic_creation: bool = True) -> Cluster:
+        response = self.request_any(ApiKey.METADATA,
+                                    metadata_request(topics, allow_auto_topic_creation), deadline)
+        self.apply_metadata(response, topics)
+        return self.cluster
+
+    def apply_metadata(self, response: Any, topics: list[str] | None) -> None:
+        self.cluster = self.cluster.with_response(response, topics)
+        self.last_metadata_at = time.monotonic()

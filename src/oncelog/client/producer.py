@@ -1,0 +1,213 @@
+"""The Producer users import: ``send`` returns a future, a background thread does the IO.
+
+    with Producer(bootstrap_servers="127.0.0.1:9092") as producer:
+        producer.send("events", b"value", key=b"key").result()
+
+Idempotent by default, as the Java client since Kafka 3.0: acks=all, a producer id from
+InitProducerId, sequence numbers on every batch (see sender.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from typing import Any, Self
+
+from ..errors import KafkaError, MessageTooLargeError, RetriableError, UnknownTopicOrPartitionError
+from .accumulator import RecordAccumulator, estimate_record_size
+from .config import producer_config
+from .errors import KafkaTimeoutError
+from .network import NetworkClient
+from .partitioner import StickyPartitioner, partition_for_key
+from .sender import Sender
+from .types import RecordMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+_client_ids = itertools.count(1)
+
+HeadersArg = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]] | None
+
+
+def _to_bytes(data: bytes | bytearray | memoryview | str | None, what: str) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{what} must be bytes or str, not {type(data).__name__}")
+
+
+def _headers(headers: HeadersArg) -> list[tuple[str, bytes | None]]:
+    if headers is None:
+        return []
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for hkey, hvalue in items:
+        if not isinstance(hkey, str):
+            raise TypeError(f"header keys must be str, not {type(hkey).__name__}")
+        out.append((hkey, _to_bytes(hvalue, "header value")))
+    return out
+
+
+def _failed(error: BaseException) -> Future:
+    future: Future = Future()
+    future.set_exception(error)
+    return future
+
+
+class Producer:
+    """Send records to topics. Thread-safe: share one producer between threads.
+
+    Configuration: Kafka's producer config names, as a dict (``Producer({"linger.ms": 10})``)
+    and/or keyword arguments with underscores (``Producer(linger_ms=10)``).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self.config = producer_config(config, kwargs)
+        client_id = self.config.client_id or f"oncelog-producer-{next(_client_ids)}"
+        self.client_id = client_id
+        self._accumulator = RecordAccumulator(
+            batch_size=self.config.batch_size, linger_ms=self.config.linger_ms,
+            buffer_memory=self.config.buffer_memory, compression=self.config.compression_type)
+        self._sender = Sender(self.config, self._accumulator, NetworkClient(self.config,
+                                                                            client_id))
+        self._partitioner = StickyPartitioner()
+        self._closed = False
+        self._sender.start()
+
+    # --- sending ----------------------------------------------------------------------------
+
+    def send(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
+             partition: int | None = None, headers: HeadersArg = None,
+             timestamp_ms: int | None = None) -> Future[RecordMetadata]:
+        """Queue a record; the future resolves to its RecordMetadata once acknowledged.
+
+        Blocks only while the topic's metadata is unknown or buffer.memory is full, for at
+        most max.block.ms; then the returned future fails (as the Java client's does). A
+        future fails with the oncelog.errors class of the broker's error, or KafkaTimeoutError
+        when delivery.timeout.ms passes first.
+        """
+        if self._closed:
+            raise RuntimeError("cannot send: the producer is closed")
+        if not isinstance(topic, str) or not topic:
+            raise TypeError("topic must be a non-empty str")
+        key_bytes = _to_bytes(key, "key")
+        value_bytes = _to_bytes(value, "value")
+        record_headers = _headers(headers)
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        if self._sender.fatal_error is not None:
+            return _failed(self._sender.fatal_error)
+        size = estimate_record_size(key_bytes, value_bytes, record_headers)
+        if size > self.config.max_request_size:
+            return _failed(MessageTooLargeError(
+                f"the record is {size} bytes, more than max.request.size "
+                f"({self.config.max_request_size})"))
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        try:
+            partitions = self._wait_for_partitions(topic, deadline)
+            sticky = partition is None and key_bytes is None
+            if partition is None:
+                if key_bytes is not None:
+                    partition = partitions[partition_for_key(key_bytes, len(partitions))]
+                else:
+                    partition = self._partitioner.partition(topic, partitions)
+            elif partition not in partitions:
+                raise UnknownTopicOrPartitionError(
+                    f"partition {partition} of topic {topic!r} does not exist "
+                    f"(it has {len(partitions)})")
+            append = self._accumulator.append
+            future = append(TopicPartition(topic, partition), key_bytes, value_bytes,
+                            record_headers, timestamp_ms, deadline, abort_on_new_batch=sticky)
+            if future is None:
+                # The sticky partition's batch is full: stick to another partition from now on
+                # (KIP-480), and start the next batch there.
+                self._partitioner.batch_full(topic, partition, partitions)
+                partition = self._partitioner.partition(topic, partitions)
+                future = append(TopicPartition(topic, partition), key_bytes, value_bytes,
+                                record_headers, timestamp_ms, deadline)
+        except KafkaError as exc:
+            return _failed(exc)
+        assert future is not None
+        return future
+
+    def _wait_for_partitions(self, topic: str, deadline: float) -> list[int]:
+        sender = self._sender
+        partitions = sender.net.cluster.partitions_for(topic)
+        if partitions is not None and topic in sender.topics:
+            return partitions
+        sender.request_metadata(topic)
+        with sender.metadata_changed:
+            while True:
+                partitions = sender.net.cluster.partitions_for(topic)
+                if partitions is not None:
+                    return partitions
+                code = sender.net.cluster.topic_error(topic)
+                error = sender.last_metadata_error
+                if code and error is not None and not isinstance(error, RetriableError):
+                    raise error  # e.g. INVALID_TOPIC_EXCEPTION: waiting will not help
+                if sender.fatal_error is not None:
+                    raise sender.fatal_error
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                sender.metadata_changed.wait(remaining)
+        sender.forget_topic(topic)
+        waited = self.config.max_block_ms
+        if code:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} not present in metadata after {waited} ms")
+        raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {waited} ms"
+                                + (f" (last error: {error})" if error else ""))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids (fetching metadata if needed, up to max.block.ms)."""
+        return self._wait_for_partitions(topic, time.monotonic() + self.config.max_block_ms / 1000)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now (ignoring linger.ms) and wait until it is settled.
+
+        Raises KafkaTimeoutError if ``timeout`` seconds pass first. Failed records do not raise
+        here; their futures carry the errors.
+        """
+        pending = self._accumulator.flush_begin()
+        try:
+            futures = [f for batch in pending for f in batch.futures]
+            _done, not_done = wait_futures(futures, timeout)
+            if not_done:
+                raise KafkaTimeoutError(
+                    f"flush: {len(not_done)} record(s) still unacknowledged after {timeout} s")
+        finally:
+            self._accumulator.flush_end()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued, wait for it (up to ``timeout`` seconds), then stop.
+
+        Records still unacknowledged when the timeout passes fail with a KafkaError.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._sender.initiate_close()
+        if not self._sender.join(timeout):
+            log.warning("producer %s: closing forcefully after %s s", self.client_id, timeout)
+            self._sender.force_close()
+            self._sender.join(None)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # An unclosed producer must not leave its sender thread running. (getattr: __init__
+        # may have failed before the sender existed, on a config error.)
+        if not getattr(self, "_closed", True):
+            self._sender.force_close()
