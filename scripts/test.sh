@@ -4,4 +4,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/bootstrap.sh" --with-kcat
 cd "$root"
+.venv/bin/ruff check src
+.venv/bin/mypy src/oncelog
 exec .venv/bin/python -m pytest -q "$@"

@@ -161,3 +161,16 @@ def test_corrupt_compressed_payload_is_a_clear_error():
 
     with pytest.raises(CorruptRecordError, match="cannot decompress"):
         decompress(Compression.ZSTD, b"not zstd at all")
+
+
+def test_error_classes_stub_is_current():
+    """errors.pyi lets type checkers see the exception classes errors.py makes at import."""
+    from pathlib import Path
+
+    import oncelog.errors as errors
+
+    stub = Path(errors.__file__).with_suffix(".pyi").read_text()
+    assert stub == errors.stub_text()
+    assert errors.error_for_code(45).__name__ == "OutOfOrderSequenceNumberError"
+    assert issubclass(errors.error_for_code(47), errors.FatalError)  # INVALID_PRODUCER_EPOCH
+    assert issubclass(errors.error_for_code(6), errors.RetriableError)  # NOT_LEADER

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         consumer = CKConsumer({"bootstrap.servers": broker.bootstrap_servers,
                                "group.id": "demo", "enable.auto.commit": False})
         consumer.assign([CKTopicPartition(topic, p, 0) for p in per_partition])
-        seen: dict[tuple[int, int], bytes] = {}
+        seen: dict[tuple[int | None, int | None], bytes | None] = {}
         deadline = time.monotonic() + 30
         while len(seen) < len(metas) and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
               f"every acknowledged offset present exactly once: {ok}")
         sample = sorted(seen.items())[:3]
         for (p, o), v in sample:
-            print(f"     partition {p} offset {o}: {v.decode()}")
+            print(f"     partition {p} offset {o}: {(v or b'').decode()}")
         return 0 if ok else 1
 
 

@@ -94,13 +94,15 @@ class LogSegment:
             return False
         if len(raw) % _OFFSET_ENTRY.size or len(traw) % _TIME_ENTRY.size:
             return False
-        offsets, positions = [], []
+        offsets: list[int] = []
+        positions: list[int] = []
         for rel, pos in _OFFSET_ENTRY.iter_unpack(raw):
             if pos >= self.size or (positions and (pos <= positions[-1] or rel <= offsets[-1] - self.base_offset)):
                 return False
             offsets.append(self.base_offset + rel)
             positions.append(pos)
-        tts, toffs = [], []
+        tts: list[int] = []
+        toffs: list[int] = []
         for ts, rel in _TIME_ENTRY.iter_unpack(traw):
             tts.append(ts)
             toffs.append(self.base_offset + rel)

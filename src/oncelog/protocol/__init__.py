@@ -120,7 +120,7 @@ def millis(value: Any) -> int:
 
 
 @cache
-def request_class(api_key: int, version: int) -> type:
+def request_class(api_key: int, version: int) -> Any:
     """kio's request dataclass, or raise ProtocolError if kio has no such API/version."""
     try:
         module = load_payload_module(api_key, version, EntityType.request)
@@ -133,7 +133,7 @@ def request_class(api_key: int, version: int) -> type:
 
 
 @cache
-def response_class(api_key: int, version: int) -> type:
+def response_class(api_key: int, version: int) -> Any:
     try:
         module = load_payload_module(api_key, version, EntityType.response)
     except Exception as exc:
@@ -145,12 +145,12 @@ def response_class(api_key: int, version: int) -> type:
 
 
 @cache
-def _reader(cls: type):
+def _reader(cls: Any) -> Any:
     return entity_reader(cls)
 
 
 @cache
-def _writer(cls: type):
+def _writer(cls: Any) -> Any:
     return entity_writer(cls)
 
 
@@ -235,7 +235,7 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
     buf.write(_SIZE.pack(correlation_id))
     if response.__header_schema__.__version__ >= 1:
         buf.write(b"\x00")  # no tagged fields in the response header
-    _writer(type(response))(buf, response)
+    _writer(type(response))(buf, response)  # type: ignore[arg-type]
     data = buf.getbuffer()
     _SIZE.pack_into(data, 0, len(data) - 4)
     del data
@@ -244,7 +244,7 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
 
 def encode_request(correlation_id: int, client_id: str | None, request: Any) -> bytes:
     """A complete request frame, size prefix included."""
-    cls = type(request)
+    cls: Any = type(request)
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
     buf.write(_HEADER_FIXED.pack(cls.__api_key__, cls.__version__, correlation_id))

@@ -109,7 +109,7 @@ class Broker:
         except ProtocolError as exc:
             raise CloseConnection(str(exc)) from None
         ctx = RequestContext(header, client_address)
-        response = await self.handlers[api_key](self, ctx, request)
+        response = await self.handlers[ApiKey(api_key)](self, ctx, request)
         if response is None:
             return None
         return protocol.encode_response(header.correlation_id, response)

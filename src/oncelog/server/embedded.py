@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Self
 
 from .broker import Broker
 from .config import BrokerConfig
@@ -41,7 +42,7 @@ class EmbeddedBroker:
         assert self.server is not None
         return self.server.broker
 
-    def start(self) -> EmbeddedBroker:
+    def start(self) -> Self:
         self._thread = threading.Thread(target=self._run, name="oncelog-broker", daemon=True)
         self._thread.start()
         self._started.wait()
@@ -57,7 +58,7 @@ class EmbeddedBroker:
             self.server = BrokerServer(broker, self.host, self.port)
             self.loop.run_until_complete(self.server.start())
             self.port = self.server.port
-        except BaseException as exc:  # reported to the starting thread
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the starting thread)
             self._error = exc
             self._started.set()
             return
@@ -84,7 +85,7 @@ class EmbeddedBroker:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> EmbeddedBroker:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

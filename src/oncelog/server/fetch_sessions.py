@@ -83,10 +83,11 @@ class FetchSessionCache:
                 session.partitions[tp] = SessionPartition(off, mb)
             self.sessions[session.session_id] = session
             return session, True
-        session = self.sessions.get(session_id)
-        if session is None:
+        found = self.sessions.get(session_id)
+        if found is None:
             raise FetchSessionError("fetch_session_id_not_found",
                                     f"fetch session {session_id} not found")
+        session = found
         if epoch != session.next_epoch:
             raise FetchSessionError("invalid_fetch_session_epoch",
                                     f"fetch session {session_id} expected epoch "

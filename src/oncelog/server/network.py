@@ -30,7 +30,7 @@ class KafkaConnection(asyncio.Protocol):
         self.buf = bytearray()
         self.frames: deque[bytes] = deque()
         self.frame_ready = asyncio.Event()
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connect
         self.peer = "?"
         self.task: asyncio.Task | None = None
         self.reading_paused = False
@@ -40,7 +40,7 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"

@@ -106,8 +106,8 @@ class TopicManager:
         for path in self.data_dir.iterdir():
             topic_name, sep, idx = path.name.rpartition("-")
             if path.is_dir() and sep and idx.isdigit() and path.name != META_DIR:
-                topic = self.topics.get(topic_name)
-                if topic is None or int(idx) >= len(topic.partitions):
+                owner = self.topics.get(topic_name)
+                if owner is None or int(idx) >= len(owner.partitions):
                     shutil.rmtree(path, ignore_errors=True)
 
     def _open_log(self, name: str, index: int, log_config, now_ms: int) -> PartitionLog:
