@@ -41,6 +41,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_parts",
     "make",
     "millis",
     "parse_request_header",
@@ -228,18 +229,48 @@ def decode_request_body(header: RequestHeader, frame) -> Any:
     return obj
 
 
+class _FrameParts:
+    """A kio Writable that keeps large ``bytes`` writes (a Fetch response's record sets) by
+    reference and gathers the small ones, so that a response goes to the socket as a list of
+    parts (one writev) without being copied into one buffer first."""
+
+    __slots__ = ("parts", "size", "small")
+    LARGE = 16 * 1024
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = [b""]  # [0]: size prefix and header, set last
+        self.small = bytearray()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        if n >= self.LARGE and type(data) is bytes:  # immutable: safe to keep by reference
+            if self.small:
+                self.parts.append(bytes(self.small))
+                self.small.clear()
+            self.parts.append(data)
+        else:
+            self.small += data
+        self.size += n
+        return n
+
+
+def encode_response_parts(correlation_id: int, response: Any) -> list[bytes]:
+    """A complete response frame, size prefix included, as parts to write in order."""
+    head = _SIZE.pack(correlation_id)
+    if response.__header_schema__.__version__ >= 1:
+        head += b"\x00"  # no tagged fields in the response header
+    out = _FrameParts()
+    _writer(type(response))(out, response)  # type: ignore[arg-type]
+    if out.small:
+        out.parts.append(bytes(out.small))
+    out.parts[0] = _SIZE.pack(len(head) + out.size) + head
+    return out.parts
+
+
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """A complete response frame, size prefix included."""
-    buf = io.BytesIO()
-    buf.write(b"\x00\x00\x00\x00")
-    buf.write(_SIZE.pack(correlation_id))
-    if response.__header_schema__.__version__ >= 1:
-        buf.write(b"\x00")  # no tagged fields in the response header
-    _writer(type(response))(buf, response)  # type: ignore[arg-type]
-    data = buf.getbuffer()
-    _SIZE.pack_into(data, 0, len(data) - 4)
-    del data
-    return buf.getvalue()
+    return b"".join(encode_response_parts(correlation_id, response))
 
 
 def encode_request(correlation_id: int, client_id: str | None, request: Any) -> bytes:

@@ -81,8 +81,10 @@ class Broker:
 
     # -- request dispatch ---------------------------------------------------------------------
 
-    async def handle_frame(self, frame: bytes, client_address: str) -> bytes | None:
-        """Answer one request frame. Raises CloseConnection when the only answer is to hang up."""
+    async def handle_frame(self, frame: bytes, client_address: str) -> list[bytes] | None:
+        """Answer one request frame: the response frame as parts to write in order (record sets
+        are not copied into one buffer), or None when no response is owed. Raises
+        CloseConnection when the only answer is to hang up."""
         try:
             header = protocol.parse_request_header(frame)
         except ProtocolError as exc:
@@ -93,7 +95,7 @@ class Broker:
                                                not supported[0] <= version <= supported[1]):
             # KIP-511: an ApiVersions request of a version we lack is answered in v0 with
             # UNSUPPORTED_VERSION and our ranges, so that the client can retry with one we have.
-            return protocol.encode_response(
+            return protocol.encode_response_parts(
                 header.correlation_id,
                 self.api_versions_response(0, ErrorCode.unsupported_version),
             )
@@ -112,7 +114,7 @@ class Broker:
         response = await self.handlers[ApiKey(api_key)](self, ctx, request)
         if response is None:
             return None
-        return protocol.encode_response(header.correlation_id, response)
+        return protocol.encode_response_parts(header.correlation_id, response)
 
     def api_versions_response(self, version: int, error: ErrorCode = ErrorCode.none):
         mod = protocol.response_module(ApiKey.API_VERSIONS, version)

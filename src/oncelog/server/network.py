@@ -108,7 +108,7 @@ class KafkaConnection(asyncio.Protocol):
                     self._close()
                     return
                 if response is not None and not self.closed:
-                    self.transport.write(response)
+                    self.transport.writelines(response)  # one writev, record sets uncopied
                     if not self.can_write.is_set():
                         await self.can_write.wait()
         except asyncio.CancelledError:
