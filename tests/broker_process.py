@@ -14,6 +14,7 @@ to ``<data dir>.stderr.log``, beside the data directory, and its tail is shown w
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import selectors
@@ -22,8 +23,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 _LISTENING = re.compile(rb"oncelog broker listening on ([\d.]+):(\d+)")
+
+# Brokers still running when the test process exits (a test that raised before stopping its
+# broker, a KeyboardInterrupt) are killed rather than left behind.
+_RUNNING: set[subprocess.Popen] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for proc in list(_RUNNING):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 class BrokerProcessError(RuntimeError):
@@ -56,20 +70,18 @@ class BrokerProcess:
             cmd += ["--set", f"{key}={value}"]
         return cmd
 
-    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+    def start(self, timeout: float = 30.0) -> Self:
         """Start the broker and return once it listens (its "listening" line is read)."""
         if self.running:
             raise BrokerProcessError("broker already running")
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        stderr = open(self.stderr_path, "ab")
-        stderr.write(f"--- start #{self.starts + 1}: {' '.join(self.command())}\n".encode())
-        stderr.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        try:
+        with open(self.stderr_path, "ab") as stderr:  # the child keeps its own descriptor
+            stderr.write(f"--- start #{self.starts + 1}: {' '.join(self.command())}\n".encode())
+            stderr.flush()
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=stderr, env=env)
-        finally:
-            stderr.close()
+        _RUNNING.add(self.proc)
         self.starts += 1
         line = self._read_line(timeout)
         m = _LISTENING.search(line)
@@ -111,7 +123,7 @@ class BrokerProcess:
         """SIGKILL: the broker gets no chance to flush, snapshot or mark anything clean."""
         return self._signal(signal.SIGKILL, timeout)
 
-    def restart(self, timeout: float = 30.0) -> "BrokerProcess":
+    def restart(self, timeout: float = 30.0) -> Self:
         """Clean stop (if running), then start again on the same data dir and port."""
         if self.running:
             rc = self.stop(timeout)
@@ -134,6 +146,7 @@ class BrokerProcess:
             raise BrokerProcessError(f"broker ignored signal {sig} for {timeout}s\n"
                                      + self.stderr_tail()) from None
         finally:
+            _RUNNING.discard(proc)
             if proc.stdout is not None:
                 proc.stdout.close()
         return rc
@@ -145,7 +158,7 @@ class BrokerProcess:
             return "(no broker log)"
         return "broker log tail:\n" + "\n".join(text.splitlines()[-lines:])
 
-    def __enter__(self) -> "BrokerProcess":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

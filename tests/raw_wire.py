@@ -13,6 +13,7 @@ import itertools
 import socket
 import struct
 import time
+from typing import Self
 
 from oncelog.protocol import (
     ApiKey,
@@ -39,7 +40,7 @@ class RawConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "RawConnection":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

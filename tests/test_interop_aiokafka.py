@@ -21,6 +21,8 @@ from interop import (
     unique_topic,
 )
 
+pytestmark = pytest.mark.slow
+
 PARTITIONS = 3
 TOPIC_ALREADY_EXISTS = 36
 INVALID_TOPIC_EXCEPTION = 17

@@ -20,6 +20,8 @@ from interop import (
     unique_topic,
 )
 
+pytestmark = pytest.mark.slow
+
 PARTITIONS = 3
 
 

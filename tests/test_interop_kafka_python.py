@@ -19,6 +19,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import InvalidTopicError, TopicAlreadyExistsError
 
+pytestmark = pytest.mark.slow
+
 PARTITIONS = 3
 OPTIONAL_CODECS = ("snappy", "lz4", "zstd")  # need python-snappy, lz4, zstandard
 

@@ -24,7 +24,8 @@ from interop import (
     unique_topic,
 )
 
-pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian package kcat)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian package kcat)")]
 
 PARTITIONS = 3
 

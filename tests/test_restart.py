@@ -5,6 +5,8 @@ tail in its active segment."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from broker_process import BrokerProcess
 from raw_wire import (
@@ -208,3 +210,39 @@ def test_torn_tail_is_cut_and_produce_continues_at_the_right_offset(tmp_path, st
             r = produce(conn, TOPIC, 0, build_batch([(None, b"after", [], 1)]))
             assert r.base_offset == end + BATCH
             assert fetch_all(conn, TOPIC, start=end + BATCH)[0][2] == b"after"
+
+
+def test_kill_with_preallocated_zeros_past_the_log_end(tmp_path):
+    """A busy segment's file runs ahead of the log with zeros (log/preallocator.py); after a
+    SIGKILL recovery cuts them like a torn tail, and the offsets and the producer go on."""
+    settings = {"log.preallocate.ahead.bytes": str(4 << 20)}
+    with BrokerProcess(tmp_path / "data", settings=settings) as broker:
+        big = 200  # records of ~1 KB: each batch is ~200 KB, enough to preallocate
+        with RawConnection(broker.bootstrap_servers) as conn:
+            pid = _setup(conn)
+            for n in range(3):
+                values = [b"%06d-" % (n * big + i) + b"x" * 1000 for i in range(big)]
+                r = produce(conn, TOPIC, 0, idempotent_batch(pid, 0, n * big, values))
+                assert (r.error_code, r.base_offset) == (0, n * big)
+        log_path = _partition_dir(broker) / "00000000000000000000.log"
+        batches = list(iter_batches(log_path.read_bytes()))  # stops at the zeros, if any
+        assert len(batches) == 3
+        logical = sum(h.size for _, h in batches)
+        deadline = time.monotonic() + 30
+        while log_path.stat().st_size <= logical:  # the zeros come from another thread
+            assert time.monotonic() < deadline, "the segment was never preallocated"
+            time.sleep(0.01)
+        broker.kill()
+
+        broker.start()
+        assert log_path.stat().st_size == logical
+        with RawConnection(broker.bootstrap_servers) as conn:
+            assert latest_offset(conn, TOPIC) == 3 * big
+            r = produce(conn, TOPIC, 0, idempotent_batch(
+                pid, 0, 2 * big, [b"%06d-" % (2 * big + i) + b"x" * 1000 for i in range(big)]))
+            assert (r.error_code, r.base_offset) == (0, 2 * big)  # the retry is a duplicate
+            r = produce(conn, TOPIC, 0, idempotent_batch(pid, 0, 3 * big, [b"next"]))
+            assert (r.error_code, r.base_offset) == (0, 3 * big)
+            records = fetch_all(conn, TOPIC)
+            assert [o for o, *_ in records] == list(range(3 * big + 1))
+            assert records[-2][2].startswith(b"000599-") and records[-1][2] == b"next"
