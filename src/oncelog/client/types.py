@@ -57,3 +57,14 @@ class TopicDescription:
     internal: bool
     partitions: list[PartitionInfo]
     config: dict[str, str | None]
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """What ``Consumer.group_metadata()`` returns and ``Producer.send_offsets_to_transaction``
+    takes: the group and this member's place in it, so that the group coordinator can fence a
+    zombie's transactional offset commit (KIP-447)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

@@ -14,22 +14,44 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
+    DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 API_NAMES = {k.value: k.name for k in ApiKey}
 
-# (min, max) inclusive. Only versions whose every field the broker honours:
+# (min, max) inclusive. Only versions whose every field the broker honours. One table per API
+# family (kept apart so that each family's changes stay in its own lines); the broker advertises
+# their union, SUPPORTED_VERSIONS.
+#
+# The log and the wire (foundation):
 #  - Produce 3-11: v12 promises KIP-890 implicit AddPartitions, a later issue.
 #  - Fetch 4-12: v13+ names topics by id only.
 #  - ListOffsets 1-7: -1 latest, -2 earliest, -3 max timestamp, or a timestamp lookup.
 #  - Metadata 0-12, DeleteTopics 1-5 (v6 deletes by topic id), the others their kio range.
-SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+_LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 11),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
@@ -40,4 +62,18 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.FIND_COORDINATOR: (0, 4),  # v5+ adds share groups (KIP-932)
 }
+
+
+# The transaction coordinator (txn/) and the markers it writes (KIP-98, KIP-360):
+_TRANSACTIONS: dict[int, tuple[int, int]] = {
+}
+
+
+# The group coordinator (group/): the classic group protocol and (transactional) offsets:
+_GROUPS: dict[int, tuple[int, int]] = {
+}
+
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS}

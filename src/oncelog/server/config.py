@@ -113,6 +113,21 @@ BROKER_DEFAULTS: dict[str, str] = {
     "fetch.max.bytes": str(55 * 1024 * 1024),
     # oncelog's own: page cache to preallocate ahead of a busy segment (log/preallocator.py).
     "log.preallocate.ahead.bytes": str(64 << 20),
+    # The transaction coordinator (spec 000, "Transaction Coordinator"; Kafka's defaults).
+    "transaction.state.log.num.partitions": "50",
+    "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),
+    "transaction.max.timeout.ms": "900000",
+    "transactional.id.expiration.ms": "604800000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
+    # The group coordinator (Kafka's defaults).
+    "offsets.topic.num.partitions": "50",
+    "offsets.topic.segment.bytes": str(100 * 1024 * 1024),
+    "offsets.retention.minutes": "10080",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.max.size": str(2**31 - 1),
 }
 
 _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
@@ -123,6 +138,8 @@ _ALIASES = {
     "log.retention.hours": ("log.retention.ms", 3600 * 1000),
     "log.retention.minutes": ("log.retention.ms", 60 * 1000),
     "log.roll.hours": ("log.roll.ms", 3600 * 1000),
+    # The (and librdkafka's) word order for Kafka's transaction.max.timeout.ms.
+    "max.transaction.timeout.ms": ("transaction.max.timeout.ms", 1),
 }
 
 

@@ -22,8 +22,29 @@ from ..log.preallocator import Preallocator
 from .config import BrokerConfig, ConfigError, validate_topic_configs
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+# Kafka's internal topics: the coordinators' logs. Clients may read them but never write them.
+CONSUMER_OFFSETS = "__consumer_offsets"
+TRANSACTION_STATE = "__transaction_state"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE})
 MAX_TOPIC_NAME_LENGTH = 249
 META_DIR = ".topics"
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinator_partition(key: str, num_partitions: int) -> int:
+    """The partition of ``__consumer_offsets`` / ``__transaction_state`` that owns a group id or
+    transactional id: Kafka's ``Utils.abs(key.hashCode) % numPartitions`` (spec 000,
+    "Transaction Coordinator"), so that the same id maps to the same partition as in Kafka."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
 class TopicError(Exception):
@@ -72,7 +93,7 @@ class Topic:
 
     @property
     def is_internal(self) -> bool:
-        return self.name.startswith("__")
+        return self.name in INTERNAL_TOPICS
 
 
 class TopicManager:
@@ -127,9 +148,12 @@ class TopicManager:
         for t in self.topics.values():
             yield from t.partitions
 
-    def validate_new(self, name: str, num_partitions: int, configs: dict[str, str | None]
-                     ) -> dict[str, str]:
+    def validate_new(self, name: str, num_partitions: int, configs: dict[str, str | None],
+                     internal: bool = False) -> dict[str, str]:
         check_topic_name(name)
+        if name in INTERNAL_TOPICS and not internal:
+            raise TopicError("invalid_request",
+                             f"{name!r} is an internal topic: the broker creates it")
         if name in self.topics:
             raise TopicError("topic_already_exists", f"topic {name!r} already exists")
         if num_partitions < 1:
@@ -143,8 +167,8 @@ class TopicManager:
             raise TopicError("invalid_config", str(exc)) from None
 
     def create(self, name: str, num_partitions: int, configs: dict[str, str | None],
-               now_ms: int) -> Topic:
-        clean = self.validate_new(name, num_partitions, configs)
+               now_ms: int, internal: bool = False) -> Topic:
+        clean = self.validate_new(name, num_partitions, configs, internal)
         topic_id = uuid.uuid4()
         log_config = self.config.log_config(clean)
         parts = [
@@ -165,10 +189,25 @@ class TopicManager:
         self.by_id[topic_id] = topic
         return topic
 
+    def ensure_internal(self, name: str, now_ms: int) -> Topic:
+        """The internal topic ``name`` (created on first use, as Kafka does when the first
+        FindCoordinator arrives), with its partition count and segment size from the broker
+        settings ``<prefix>.num.partitions`` / ``<prefix>.segment.bytes``."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        prefix = {CONSUMER_OFFSETS: "offsets.topic",
+                  TRANSACTION_STATE: "transaction.state.log"}[name]
+        return self.create(name, self.config.int(f"{prefix}.num.partitions"),
+                           {"segment.bytes": str(self.config.int(f"{prefix}.segment.bytes"))},
+                           now_ms, internal=True)
+
     def delete(self, name: str) -> None:
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        if topic.is_internal:
+            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be deleted")
         (self.meta_dir / f"{name}.json").unlink(missing_ok=True)
         del self.topics[name]
         self.by_id.pop(topic.topic_id, None)

@@ -2,9 +2,10 @@
 (a kio response entity of the request's version, or None when no response is owed)."""
 
 from ...protocol import ApiKey
-from . import admin, cluster, fetch, list_offsets, produce, producer_id
+from . import admin, cluster, coordinator, fetch, list_offsets, produce, producer_id
 
-HANDLERS = {
+# One table per API family, as in protocol/apis.py; HANDLERS is their union.
+_LOG_AND_WIRE = {
     ApiKey.API_VERSIONS: cluster.handle_api_versions,
     ApiKey.METADATA: cluster.handle_metadata,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
@@ -15,4 +16,19 @@ HANDLERS = {
     ApiKey.FETCH: fetch.handle_fetch,
     ApiKey.LIST_OFFSETS: list_offsets.handle_list_offsets,
     ApiKey.INIT_PRODUCER_ID: producer_id.handle_init_producer_id,
+    # Both coordinators: which broker coordinates a group id or a transactional id.
+    ApiKey.FIND_COORDINATOR: coordinator.handle_find_coordinator,
 }
+
+
+# The transaction coordinator and the markers it writes:
+_TRANSACTIONS: dict = {
+}
+
+
+# The group coordinator:
+_GROUPS: dict = {
+}
+
+
+HANDLERS = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS}

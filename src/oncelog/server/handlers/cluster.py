@@ -6,7 +6,7 @@ import uuid
 
 from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
-from ..topics import TopicError, check_topic_name
+from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from .util import error_code
 
 _NULL_UUID = uuid.UUID(int=0)
@@ -43,10 +43,13 @@ async def handle_metadata(broker, ctx, request):
         if topic is None:
             try:
                 check_topic_name(name)
-                if not (allow_auto and broker.config.get("auto.create.topics.enable")):
+                if name in INTERNAL_TOPICS:  # Kafka creates these on first use, whoever asks
+                    topic = broker.topics.ensure_internal(name, now_ms())
+                elif not (allow_auto and broker.config.get("auto.create.topics.enable")):
                     raise TopicError("unknown_topic_or_partition", "unknown topic")
-                topic = broker.topics.create(name, broker.config.int("num.partitions"), {},
-                                             now_ms())
+                else:
+                    topic = broker.topics.create(name, broker.config.int("num.partitions"), {},
+                                                 now_ms())
             except TopicError as exc:
                 err = exc.error_name
         if topic is None:

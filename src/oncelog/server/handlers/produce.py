@@ -14,7 +14,7 @@ from ...log import LogAppendError, LogWriteError
 from ...protocol import ApiKey, make, response_module
 from ...records import CorruptRecordError, split_batches
 from ..clock import now_ms
-from ..topics import TopicError, check_topic_name
+from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from .util import error_code
 
 log = logging.getLogger("oncelog.broker.produce")
@@ -34,6 +34,8 @@ def _append(broker, topic: str, index: int, records, now: int):
         except TopicError as exc:
             raise _Reject(exc.error_name, str(exc)) from None
         raise _Reject("unknown_topic_or_partition", f"{topic}-{index} is not hosted here")
+    if topic in INTERNAL_TOPICS:
+        raise _Reject("invalid_topic_exception", f"cannot append to internal topic {topic}")
     if not records:
         raise _Reject("corrupt_message", "empty record set")
     try:
