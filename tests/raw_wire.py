@@ -141,25 +141,41 @@ def produce_request(topic: str, partition: int, records: bytes, acks: int = ACKS
                 topic_data=(td,))
 
 
-def list_offsets_request(topic: str, partition: int, timestamp: int, version: int = 7):
+def list_offsets_request(topic: str, partition: int, timestamp: int, version: int = 7,
+                         isolation_level: int = 0):
     mod = request_module(ApiKey.LIST_OFFSETS, version)
     p = make(mod.ListOffsetsPartition, partition_index=partition, current_leader_epoch=-1,
              timestamp=timestamp)
-    return make(mod.ListOffsetsRequest, replica_id=-1, isolation_level=0,
+    return make(mod.ListOffsetsRequest, replica_id=-1, isolation_level=isolation_level,
                 topics=(make(mod.ListOffsetsTopic, name=topic, partitions=(p,)),))
 
 
 def fetch_request(topic: str, partition: int, offset: int, max_bytes: int = 1 << 24,
-                  version: int = 12):
-    """A sessionless fetch that does not wait (max_wait 0)."""
+                  version: int = 12, isolation_level: int = 0):
+    """A sessionless fetch that does not wait (max_wait 0); isolation level 1 is
+    read_committed."""
     mod = request_module(ApiKey.FETCH, version)
     p = make(mod.FetchPartition, partition=partition, current_leader_epoch=-1,
              fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
              partition_max_bytes=max_bytes)
     return make(mod.FetchRequest, cluster_id=None, replica_id=-1, max_wait=0, min_bytes=0,
-                max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                max_bytes=max_bytes, isolation_level=isolation_level, session_id=0,
+                session_epoch=-1,
                 topics=(make(mod.FetchTopic, topic=topic, partitions=(p,)),),
                 forgotten_topics_data=(), rack_id="")
+
+
+def write_txn_markers_request(producer_id: int, producer_epoch: int, commit: bool,
+                              partitions: list[tuple[str, int]], coordinator_epoch: int = 0):
+    mod = request_module(ApiKey.WRITE_TXN_MARKERS, 1)
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    topics = tuple(make(mod.WritableTxnMarkerTopic, name=t, partition_indexes=tuple(ps))
+                   for t, ps in by_topic.items())
+    marker = make(mod.WritableTxnMarker, producer_id=producer_id, producer_epoch=producer_epoch,
+                  transaction_result=commit, topics=topics, coordinator_epoch=coordinator_epoch)
+    return make(mod.WriteTxnMarkersRequest, markers=(marker,))
 
 
 # -- conveniences over a connection --------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Owns offset assignment, rolling, retention, flushing, recovery of a torn tail after a crash,
 and the partition's producer state (validated before every append, snapshotted to
-``<20-digit offset>.snapshot`` files, rebuilt from the log when those are missing or damaged).
+``<20-digit offset>.snapshot`` files, rebuilt from the log when those are missing or damaged),
+with its transactions: COMMIT/ABORT markers, the last stable offset and the aborted-transaction
+index (spec 000, "Last Stable Offset Tracking", "Aborted Transaction Index").
 Single-threaded: the broker's event loop is the only caller.
 """
 
@@ -13,10 +15,22 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..records.batch import BatchHeader, set_base_offset, set_log_append_time
+from ..records.batch import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    BatchHeader,
+    CorruptRecordError,
+    build_control_batch,
+    decode_batch,
+    parse_control_record,
+    set_base_offset,
+    set_log_append_time,
+    split_batches,
+)
 from .preallocator import Preallocator
-from .producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
+from .producer_state import BatchMetadata, CompletedTxn, ProducerStateError, ProducerStateManager
 from .segment import LogSegment, LogWriteError, segment_name
+from .txn_index import AbortedTxn
 
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
@@ -24,6 +38,7 @@ SNAPSHOTS_TO_KEEP = 2  # spec 000, "PID Snapshots": keep the two most recent
 MAX_LONG = 2**63 - 1
 
 __all__ = [
+    "AbortedTxn",
     "AppendResult",
     "LogAppendError",
     "LogConfig",
@@ -156,18 +171,32 @@ class PartitionLog:
             start_offset = max(offset, self.log_start_offset)
             break
         self.producer_state = state or ProducerStateManager()
-        self.producer_state.replay(h for _, h in self.iter_headers_from(start_offset))
+        for seg, pos, h in self.iter_headers_from(start_offset):
+            if not h.is_control:
+                self.producer_state.update(h)
+                continue
+            try:
+                _, records = decode_batch(os.pread(seg.fd, h.size, pos), 0, verify_crc=False)
+                ctype, coordinator_epoch = parse_control_record(records[0])
+            except (CorruptRecordError, IndexError):
+                continue  # not a marker we can read: it ends no transaction
+            if ctype in (CONTROL_ABORT, CONTROL_COMMIT):
+                done = self.producer_state.complete_txn(h, ctype == CONTROL_COMMIT,
+                                                        coordinator_epoch)
+                # The index is derived: put back an entry a crash kept from the file.
+                if done.is_aborted and not seg.txn_index.contains(done.last_offset):
+                    self._index_aborted(seg, done)
 
     def iter_headers_from(self, offset: int):
-        """(segment, header) for every batch whose last offset is >= ``offset``."""
+        """(segment, position, header) for every batch whose last offset is >= ``offset``."""
         for seg in self.segments:
             if seg.next_offset <= offset:
                 continue
             found = seg.find_batch(offset)
             if found is None:
                 continue
-            for _pos, h in seg.iter_headers(found[0]):
-                yield seg, h
+            for pos, h in seg.iter_headers(found[0]):
+                yield seg, pos, h
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -190,9 +219,22 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: nothing is pending, so everything below the high watermark is
-        # stable (spec 000, "Last Stable Offset Tracking" arrives with the coordinator).
-        return self.high_watermark
+        """spec 000, "Last Stable Offset Tracking": the first offset of the oldest open
+        transaction, or the high watermark when none is open. read_committed consumers see only
+        what lies below it."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int
+                             ) -> list[AbortedTxn]:
+        """The aborted transactions that intersect [start_offset, upper_bound_offset): what a
+        read_committed fetch from ``start_offset`` returns beside its data."""
+        out: list[AbortedTxn] = []
+        for seg in self.segments:
+            if seg.next_offset > start_offset:
+                out.extend(seg.txn_index.collect(start_offset, upper_bound_offset))
+        return out
 
     @property
     def size_bytes(self) -> int:
@@ -226,6 +268,44 @@ class PartitionLog:
                         "duplicate_sequence_number",
                         "a multi-batch record set repeats an earlier batch",
                     )
+        assigned, log_append_time = self._write(data, batches, now_ms)
+        for _pos, h in assigned:
+            self.producer_state.update(h)
+        return AppendResult(assigned[0][1].base_offset, assigned[-1][1].last_offset,
+                            log_append_time, self.log_start_offset)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, now_ms: int) -> AppendResult:
+        """Write a COMMIT or ABORT control batch for the producer's transaction (the partition
+        leader's half of WriteTxnMarkers, spec 000 step 5.2): its transaction closes, the LSO
+        moves on, and an abort is added to the aborted-transaction index."""
+        try:
+            self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        except ProducerStateError as exc:
+            raise LogAppendError(exc.error_name, str(exc)) from None
+        data = bytearray(build_control_batch(
+            CONTROL_COMMIT if commit else CONTROL_ABORT, producer_id=producer_id,
+            producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
+            timestamp=now_ms))
+        assigned, log_append_time = self._write(data, split_batches(data), now_ms)
+        _pos, h = assigned[0]
+        done = self.producer_state.complete_txn(h, commit, coordinator_epoch)
+        if done.is_aborted:
+            self._index_aborted(self.active_segment, done)
+        return AppendResult(h.base_offset, h.last_offset, log_append_time, self.log_start_offset)
+
+    def _index_aborted(self, seg: LogSegment, done: CompletedTxn) -> None:
+        # The LSO once this transaction is closed: the oldest transaction still open, or
+        # everything up to the marker.
+        first_unstable = self.producer_state.first_unstable_offset()
+        lso = done.last_offset + 1 if first_unstable is None else first_unstable
+        seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
+                                        lso))
+
+    def _write(self, data: bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int
+               ) -> tuple[list[tuple[int, BatchHeader]], int]:
+        """Assign offsets (and LogAppendTime) in ``data``, roll if due, write it to the active
+        segment; returns the batches' headers as written and the append time (-1 if none)."""
         log_append_time = -1
         if self.config.message_timestamp_type == "LogAppendTime":
             log_append_time = now_ms
@@ -243,13 +323,10 @@ class PartitionLog:
         seg = self.active_segment
         seg.append(data, assigned)
         self._maybe_preallocate(seg, len(data))
-        for _pos, h in assigned:
-            self.producer_state.update(h)
         self.unflushed_messages += sum(h.records_count for _, h in assigned)
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
-        return AppendResult(assigned[0][1].base_offset, assigned[-1][1].last_offset,
-                            log_append_time, self.log_start_offset)
+        return assigned, log_append_time
 
     def _maybe_preallocate(self, seg: LogSegment, append_size: int) -> None:
         ahead = min(self.config.preallocate_ahead_bytes, 16 * append_size)

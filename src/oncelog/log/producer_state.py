@@ -10,6 +10,14 @@ sequence, last offset, offset delta, timestamp). A retried batch that matches on
 a duplicate: it is answered with its original offsets instead of being written twice. Any other
 sequence that does not follow the last one is OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is
 INVALID_PRODUCER_EPOCH; a newer epoch must begin at sequence 0.
+
+Transactions (spec 000, "Last Stable Offset Tracking"): a producer's first transactional batch
+opens its transaction at that batch's offset (``current_txn_first_offset``); its COMMIT or ABORT
+marker closes it. The first offset of the oldest open transaction bounds the last stable offset.
+A marker from an older producer epoch is INVALID_PRODUCER_EPOCH, one from an older coordinator
+epoch TRANSACTION_COORDINATOR_FENCED; a marker with a newer producer epoch (the coordinator
+fencing a zombie) makes that epoch current. A transactional batch without sequence numbers (the
+group coordinator's TxnOffsetCommit records) is checked for its epoch only.
 """
 
 from __future__ import annotations
@@ -75,11 +83,71 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a marker: the producer's first offset in it, the marker's offset,
+    and whether it was aborted (then it goes into the aborted-transaction index)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
 class ProducerStateManager:
     """The producer-id → state map of one partition."""
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, or None when none is open."""
+        firsts = [e.current_txn_first_offset for e in self.producers.values()
+                  if e.current_txn_first_offset >= 0]
+        return min(firsts) if firsts else None
+
+    def open_transactions(self) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every open transaction, oldest first."""
+        return sorted(((pid, e.current_txn_first_offset) for pid, e in self.producers.items()
+                       if e.current_txn_first_offset >= 0), key=lambda t: t[1])
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Validate a COMMIT/ABORT marker before it is appended (WriteTxnMarkers)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise ProducerStateError(
+                "invalid_producer_epoch",
+                f"marker for producer {producer_id} has epoch {producer_epoch}, older than "
+                f"its current epoch {entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise ProducerStateError(
+                "transaction_coordinator_fenced",
+                f"marker for producer {producer_id} comes from coordinator epoch "
+                f"{coordinator_epoch}, older than {entry.coordinator_epoch}")
+
+    def complete_txn(self, header: BatchHeader, commit: bool, coordinator_epoch: int
+                     ) -> CompletedTxn:
+        """Record an appended marker batch (``header.base_offset`` assigned): the producer's
+        transaction is closed."""
+        pid = header.producer_id
+        entry = self.producers.get(pid)
+        if entry is None or header.producer_epoch > entry.producer_epoch:
+            prev = entry
+            entry = ProducerStateEntry(pid, header.producer_epoch)
+            if prev is not None:
+                entry.current_txn_first_offset = prev.current_txn_first_offset
+            self.producers[pid] = entry
+        first = entry.current_txn_first_offset
+        if first < 0:
+            first = header.base_offset  # nothing of this producer's in the transaction here
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        return CompletedTxn(pid, first, header.base_offset, not commit)
 
     # -- validation (before append) ---------------------------------------------------------
 
@@ -95,6 +163,17 @@ class ProducerStateManager:
         epoch = header.producer_epoch
         first_seq = header.base_sequence
         entry = self.producers.get(pid)
+        if first_seq == NO_SEQUENCE:
+            if not header.is_transactional:
+                raise ProducerStateError(
+                    "invalid_record",
+                    f"producer {pid} sent a batch without sequence numbers")
+            if entry is not None and epoch < entry.producer_epoch:
+                raise ProducerStateError(
+                    "invalid_producer_epoch",
+                    f"producer {pid} epoch {epoch} is older than current epoch "
+                    f"{entry.producer_epoch}")
+            return None
         if entry is None:
             # Unknown producer: its first batch must start at 0; otherwise its state may have
             # expired and we can no longer tell a retry from new data (spec, "PID Expiration").
@@ -134,15 +213,20 @@ class ProducerStateManager:
         pid = header.producer_id
         if pid < 0:
             return
+        if header.is_control:
+            raise ValueError("markers go through complete_txn")
         entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.producer_epoch:
             prev = entry
             entry = ProducerStateEntry(pid, header.producer_epoch)
             if prev is not None:
                 entry.coordinator_epoch = prev.coordinator_epoch
+                entry.current_txn_first_offset = prev.current_txn_first_offset
             self.producers[pid] = entry
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
-        if header.is_control or header.base_sequence == NO_SEQUENCE:
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = header.base_offset
+        if header.base_sequence == NO_SEQUENCE:
             return
         entry.batches.append(
             BatchMetadata(
@@ -155,6 +239,7 @@ class ProducerStateManager:
         )
 
     def replay(self, headers: Iterable[BatchHeader]) -> None:
+        """Replay data batches (markers are replayed with ``complete_txn``)."""
         for h in headers:
             self.update(h)
 
@@ -176,7 +261,9 @@ class ProducerStateManager:
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < offset]
-            if not kept:
+            if entry.current_txn_first_offset >= offset:
+                entry.current_txn_first_offset = -1
+            if not kept and entry.current_txn_first_offset < 0:
                 del self.producers[pid]
             else:
                 entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)

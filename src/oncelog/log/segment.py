@@ -1,4 +1,5 @@
-"""One log segment: a ``.log`` file of v2 batches and its sparse ``.index`` and ``.timeindex``.
+"""One log segment: a ``.log`` file of v2 batches, its sparse ``.index`` and ``.timeindex``, and
+its aborted-transaction index ``.txnindex`` (log/txn_index.py).
 
 Files are named by the segment's 20-digit base offset, as Kafka names them. The offset index
 holds (relative offset int32, position int32) entries, the time index (timestamp int64, relative
@@ -24,6 +25,7 @@ from ..records.batch import (
     parse_header,
     validate_batch,
 )
+from .txn_index import TransactionIndex
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -48,6 +50,7 @@ class LogSegment:
         self.log_path = directory / segment_name(base_offset, ".log")
         self.index_path = directory / segment_name(base_offset, ".index")
         self.timeindex_path = directory / segment_name(base_offset, ".timeindex")
+        self.txn_index = TransactionIndex(directory / segment_name(base_offset, ".txnindex"))
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         # in-memory copies of the sparse indexes
@@ -84,6 +87,8 @@ class LogSegment:
         else:
             self._scan_tail_from_last_index_entry()
         self._open_index_files()
+        self.txn_index.load()
+        self.txn_index.truncate_to(self.next_offset)
         return truncated
 
     def _load_indexes(self) -> bool:
@@ -275,6 +280,7 @@ class LogSegment:
         os.fsync(self.fd)
         os.fsync(self._index_fd)
         os.fsync(self._timeindex_fd)
+        self.txn_index.flush()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -353,8 +359,10 @@ class LogSegment:
                     os.close(fd)
                 except OSError:
                     pass
+        self.txn_index.close()
 
     def delete(self) -> None:
         self.close()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
+        self.txn_index.delete()

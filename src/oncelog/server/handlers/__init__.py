@@ -2,7 +2,16 @@
 (a kio response entity of the request's version, or None when no response is owed)."""
 
 from ...protocol import ApiKey
-from . import admin, cluster, coordinator, fetch, list_offsets, produce, producer_id
+from . import (
+    admin,
+    cluster,
+    coordinator,
+    fetch,
+    list_offsets,
+    produce,
+    producer_id,
+    txn_markers,
+)
 
 # One table per API family, as in protocol/apis.py; HANDLERS is their union.
 _LOG_AND_WIRE = {
@@ -18,6 +27,8 @@ _LOG_AND_WIRE = {
     ApiKey.INIT_PRODUCER_ID: producer_id.handle_init_producer_id,
     # Both coordinators: which broker coordinates a group id or a transactional id.
     ApiKey.FIND_COORDINATOR: coordinator.handle_find_coordinator,
+    # The partition leader's half of ending a transaction (the log writes the markers).
+    ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
 }
 
 

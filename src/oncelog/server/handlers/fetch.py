@@ -18,38 +18,43 @@ READ_COMMITTED = 1
 
 
 def _read_partition(broker, topic, index, sp, isolation, budget, first):
-    """Returns (error name, hw, lso, log start, records bytes)."""
+    """Returns (error name, hw, lso, log start, records bytes, aborted transactions)."""
     partition = broker.topics.partition(topic, index)
     if partition is None:
-        return "unknown_topic_or_partition", -1, -1, -1, b""
+        return "unknown_topic_or_partition", -1, -1, -1, b"", ()
     plog = partition.log
     hw = plog.high_watermark
     lso = plog.last_stable_offset
     start = plog.log_start_offset
     limit = min(sp.max_bytes, budget)
     if limit <= 0 and not first:
-        return None, hw, lso, start, b""
+        return None, hw, lso, start, b"", ()
     try:
         data = plog.read(sp.fetch_offset, max(limit, 1),
                          max_offset=lso if isolation == READ_COMMITTED else hw)
     except OffsetOutOfRangeError:
-        return "offset_out_of_range", hw, lso, start, b""
-    return None, hw, lso, start, data
+        return "offset_out_of_range", hw, lso, start, b"", ()
+    aborted = ()
+    if isolation == READ_COMMITTED and data:
+        # spec 000, "Fetch": the aborted transactions that intersect the fetched range, so the
+        # consumer can skip their batches (bounded by the LSO: nothing above it is returned).
+        aborted = tuple(plog.aborted_transactions(sp.fetch_offset, lso))
+    return None, hw, lso, start, data, aborted
 
 
 def _collect(broker, session, full, isolation, max_bytes):
-    results = []  # (topic, partition, error, hw, lso, start, data)
+    results = []  # (topic, partition, error, hw, lso, start, data, aborted, session partition)
     total = 0
     budget = max_bytes
     for (topic, index), sp in session.partitions.items():
-        err, hw, lso, start, data = _read_partition(broker, topic, index, sp, isolation, budget,
-                                                    first=total == 0)
+        err, hw, lso, start, data, aborted = _read_partition(broker, topic, index, sp, isolation,
+                                                             budget, first=total == 0)
         budget -= len(data)
         total += len(data)
         changed = (data or err or hw != sp.high_watermark or lso != sp.last_stable_offset
                    or start != sp.log_start_offset)
         if full or changed:
-            results.append((topic, index, err, hw, lso, start, data, sp))
+            results.append((topic, index, err, hw, lso, start, data, aborted, sp))
     return results, total
 
 
@@ -101,12 +106,15 @@ async def handle_fetch(broker, ctx, request):
                 f.cancel()
         results, total = _collect(broker, session, full, isolation, max_bytes)
     by_topic: dict[str, list] = {}
-    for topic, index, err, hw, lso, start, data, sp in results:
+    for topic, index, err, hw, lso, start, data, aborted, sp in results:
         sp.high_watermark, sp.last_stable_offset, sp.log_start_offset = hw, lso, start
         by_topic.setdefault(topic, []).append(make(
             mod.PartitionData, partition_index=index, error_code=error_code(err),
             high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
-            aborted_transactions=() if isolation == READ_COMMITTED else None,
+            aborted_transactions=tuple(
+                make(mod.AbortedTransaction, producer_id=a.producer_id,
+                     first_offset=a.first_offset) for a in aborted)
+            if isolation == READ_COMMITTED else None,
             preferred_read_replica=-1, records=data,
         ))
     responses = tuple(make(mod.FetchableTopicResponse, topic=t, partitions=tuple(ps))

@@ -1,7 +1,7 @@
 """Produce: spec 000, "Client-Broker request handling" (the ProduceRequest steps).
 
 Per partition: validate every batch (magic 2, CRC32C, record count), refuse what a client may
-not write (control batches; transactional batches until the transaction coordinator exists),
+not write (control batches, internal topics),
 then let the log check the producer state and append. The batch bytes are stored as received;
 only the base offset (and, for LogAppendTime topics, the timestamp) is rewritten.
 """
@@ -45,9 +45,8 @@ def _append(broker, topic: str, index: int, records, now: int):
     for _pos, h in batches:
         if h.is_control:
             raise _Reject("invalid_record", "clients may not write control batches")
-        if h.is_transactional:
-            raise _Reject("invalid_txn_state",
-                          "transactional batches need the transaction coordinator")
+        if h.is_transactional and h.producer_id < 0:
+            raise _Reject("invalid_record", "a transactional batch needs a producer id")
     if len(batches) > 1 and any(h.producer_id >= 0 for _, h in batches):
         raise _Reject("invalid_record",
                       "an idempotent producer must send one batch per partition per request")

@@ -1,0 +1,67 @@
+"""WriteTxnMarkers: the partition leader's half of ending a transaction (spec 000, Data Flow
+step 5.2, "WriteTxnMarkerRequest").
+
+The transaction coordinator sends this request to every partition leader of a transaction, with
+its coordinator epoch; oncelog's coordinator does so in process through this same handler
+(server/txn_service.py), Kafka's admin tools over the wire to abort a hanging transaction. Each
+partition appends a COMMIT or ABORT control batch (log/log.py ``append_marker``): the producer's
+transaction closes there and the last stable offset moves on. A marker whose producer epoch is
+older than the partition's is INVALID_PRODUCER_EPOCH; one from an older coordinator epoch,
+TRANSACTION_COORDINATOR_FENCED. On a ``__consumer_offsets`` partition the group coordinator then
+makes that producer's pending transactional offsets visible (commit) or drops them (abort).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ...log import LogAppendError, LogWriteError
+from ...protocol import ApiKey, make, response_module
+from ..clock import now_ms
+from ..topics import CONSUMER_OFFSETS
+from .util import error_code
+
+log = logging.getLogger("oncelog.broker.markers")
+
+
+def _write_marker(broker, topic: str, index: int, marker, now: int) -> str | None:
+    """Append one marker; the error name, or None."""
+    partition = broker.topics.partition(topic, index)
+    if partition is None:
+        return "unknown_topic_or_partition"
+    commit = bool(marker.transaction_result)
+    try:
+        partition.log.append_marker(marker.producer_id, marker.producer_epoch, commit,
+                                    marker.coordinator_epoch, now)
+    except LogAppendError as exc:
+        log.info("marker for producer %d on %s-%d refused: %s", marker.producer_id, topic,
+                 index, exc)
+        return exc.error_name
+    except LogWriteError as exc:
+        log.error("marker for producer %d on %s-%d not written: %s", marker.producer_id, topic,
+                  index, exc)
+        return "kafka_storage_error"
+    partition.notify_append()  # read_committed long polls wait for the LSO to move
+    if topic == CONSUMER_OFFSETS:
+        group_coordinator = getattr(broker, "group_coordinator", None)
+        if group_coordinator is not None:
+            group_coordinator.complete_txn_offsets(index, marker.producer_id, commit)
+    return None
+
+
+async def handle_write_txn_markers(broker, ctx, request):
+    mod = response_module(ApiKey.WRITE_TXN_MARKERS, ctx.version)
+    now = now_ms()
+    results = []
+    for marker in request.markers:
+        topics_out = []
+        for t in marker.topics:
+            parts = tuple(
+                make(mod.WritableTxnMarkerPartitionResult, partition_index=index,
+                     error_code=error_code(_write_marker(broker, t.name, index, marker, now)))
+                for index in t.partition_indexes)
+            topics_out.append(make(mod.WritableTxnMarkerTopicResult, name=t.name,
+                                   partitions=parts))
+        results.append(make(mod.WritableTxnMarkerResult, producer_id=marker.producer_id,
+                            topics=tuple(topics_out)))
+    return make(mod.WriteTxnMarkersResponse, markers=tuple(results))
