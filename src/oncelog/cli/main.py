@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     b.add_argument("--port", type=int, default=9092, help="port to listen on (default 9092; "
                    "0 picks a free one)")
+    b.add_argument("--metrics-port", type=int, default=None, help="serve the metrics as "
+                   "Prometheus text at http://HOST:PORT/metrics (metrics.port; 0 picks a free "
+                   "port)")
     b.add_argument("--set", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
                    help="a broker setting under Kafka's name, e.g. log.segment.bytes=1048576 "
                    "or log.flush.interval.messages=1 (repeatable)")
@@ -99,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..server import ConfigError, run_broker
 
         try:
-            run_broker(args.data_dir, args.host, args.port, dict(args.set))
+            settings = dict(args.set)
+            if args.metrics_port is not None:
+                settings["metrics.port"] = str(args.metrics_port)
+            run_broker(args.data_dir, args.host, args.port, settings)
         except ConfigError as exc:
             print(f"oncelog broker: {exc}", file=sys.stderr)
             return 2

@@ -113,6 +113,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "fetch.max.bytes": str(55 * 1024 * 1024),
     # oncelog's own: page cache to preallocate ahead of a busy segment (log/preallocator.py).
     "log.preallocate.ahead.bytes": str(64 << 20),
+    # oncelog's own: serve the metrics as Prometheus text on this port (-1: off, 0: any free).
+    "metrics.port": "-1",
     # The transaction coordinator (spec 000, "Transaction Coordinator"; Kafka's defaults).
     "transaction.state.log.num.partitions": "50",
     "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),

@@ -15,6 +15,7 @@ import struct
 from collections import deque
 
 from .broker import Broker, CloseConnection
+from .metrics import start_metrics_server
 
 log = logging.getLogger("oncelog.network")
 
@@ -127,6 +128,8 @@ class BrokerServer:
         self.port = port
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
+        self._metrics: asyncio.base_events.Server | None = None
+        self.metrics_port: int | None = None  # where the metrics page is served, if it is
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -137,12 +140,18 @@ class BrokerServer:
         self.port = sock.getsockname()[1]
         self.broker.host = self.host
         self.broker.port = self.port
+        metrics_port = self.broker.config.int("metrics.port")
+        if metrics_port >= 0:
+            self._metrics = await start_metrics_server(self.broker, self.host, metrics_port)
+            self.metrics_port = self._metrics.sockets[0].getsockname()[1]
         self.broker.start_maintenance()
 
     async def stop(self) -> None:
         """Stop accepting, drop the connections, then shut the broker down cleanly."""
         if self._server is not None:
             self._server.close()
+        if self._metrics is not None:
+            self._metrics.close()
         for conn in list(self.connections):
             conn._close()
         if self._server is not None:

@@ -31,6 +31,8 @@ async def _serve(data_dir: Path, host: str, port: int, config: BrokerConfig) -> 
         loop.add_signal_handler(sig, stop.set)
     print(f"oncelog broker listening on {host}:{server.port} (data dir {data_dir}, "
           f"cluster {broker.cluster_id})", flush=True)
+    if server.metrics_port is not None:
+        print(f"oncelog metrics at http://{host}:{server.metrics_port}/metrics", flush=True)
     await stop.wait()
     await server.stop()
     print("oncelog broker stopped cleanly", flush=True)

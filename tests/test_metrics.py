@@ -1,0 +1,76 @@
+"""The broker's metrics page (spec 000, "Metrics"): live producer ids, the last stable offset
+of each partition (held back by an open transaction), as Prometheus text over HTTP."""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+from raw_wire import (
+    RawConnection,
+    create_topics_request,
+    idempotent_batch,
+    init_producer_id_request,
+    produce,
+    write_txn_markers_request,
+)
+
+from oncelog.server.embedded import EmbeddedBroker
+
+
+@pytest.fixture
+def broker():
+    with EmbeddedBroker(config={"metrics.port": "0"}) as b:
+        yield b
+
+
+def scrape(broker) -> dict[str, float]:
+    url = f"http://127.0.0.1:{broker.server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.fullmatch(r"(\S+) (-?[\d.]+)", line)
+        assert m, line
+        out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def test_lso_and_live_producer_ids_are_exposed(broker):
+    key = '{topic="m",partition="0"}'
+    with RawConnection(broker.bootstrap_servers) as conn:
+        conn.request(create_topics_request("m", 1))
+        pids = [conn.request(init_producer_id_request()).producer_id for _ in range(2)]
+        produce(conn, "m", 0, idempotent_batch(pids[0], 0, 0, [b"a", b"b"]))
+        produce(conn, "m", 0, idempotent_batch(pids[1], 0, 0, [b"t"], is_transactional=True))
+        produce(conn, "m", 0, idempotent_batch(pids[0], 0, 2, [b"c"]))
+        m = scrape(broker)
+        assert m[f"oncelog_partition_live_producer_ids{key}"] == 2
+        assert m[f"oncelog_partition_high_watermark{key}"] == 4
+        assert m[f"oncelog_partition_last_stable_offset{key}"] == 2  # the open transaction
+        assert m[f"oncelog_partition_open_transactions{key}"] == 1
+        assert m["oncelog_live_producer_ids"] == 2
+        conn.request(write_txn_markers_request(pids[1], 0, True, [("m", 0)]))
+        m = scrape(broker)
+        assert m[f"oncelog_partition_last_stable_offset{key}"] == 5
+        assert m[f"oncelog_partition_open_transactions{key}"] == 0
+
+
+def test_other_paths_and_garbage_do_not_hurt_the_broker(broker):
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{broker.server.metrics_port}/", timeout=10)
+    assert e.value.code == 404
+    with socket.create_connection(("127.0.0.1", broker.server.metrics_port), timeout=10) as s:
+        s.sendall(b"\x00" * 20000)  # no end of headers within the limit: hung up on
+        assert s.recv(100) == b""
+    assert "oncelog_live_producer_ids" in scrape(broker)
+
+
+def test_metrics_are_off_unless_asked_for(embedded_broker):
+    assert embedded_broker.server.metrics_port is None
