@@ -152,3 +152,18 @@ def test_confluent_read_committed_consumer_sees_only_committed_records(embedded_
         assert (low, high) == (0, 6)  # read_committed: the high end is the LSO
     finally:
         consumer.close()
+
+
+def test_describe_producers_shows_open_transactions(conn):
+    from oncelog.protocol import ApiKey, make, request_module
+
+    a, b, c = _scenario(conn)
+    mod = request_module(ApiKey.DESCRIBE_PRODUCERS, 0)
+    r = conn.request(make(mod.DescribeProducersRequest, topics=(
+        make(mod.TopicRequest, name=TOPIC, partition_indexes=(0, 9)),)))
+    part, missing = r.topics[0].partitions
+    assert missing.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    state = {p.producer_id: (p.producer_epoch, p.last_sequence, p.current_txn_start_offset)
+             for p in part.active_producers}
+    assert state[a] == (0, 1, -1) and state[b] == (0, 1, -1)  # ended by their markers
+    assert state[c] == (0, 0, 6)  # still open, from offset 6

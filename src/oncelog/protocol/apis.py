@@ -64,6 +64,7 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.FIND_COORDINATOR: (0, 4),  # v5+ adds share groups (KIP-932)
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v0 is v1 without tagged fields (not in kio); v2 KIP-890
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 

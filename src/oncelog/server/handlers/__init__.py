@@ -10,6 +10,7 @@ from . import (
     list_offsets,
     produce,
     producer_id,
+    producers,
     txn_markers,
 )
 
@@ -29,6 +30,7 @@ _LOG_AND_WIRE = {
     ApiKey.FIND_COORDINATOR: coordinator.handle_find_coordinator,
     # The partition leader's half of ending a transaction (the log writes the markers).
     ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
+    ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
 }
 
 
