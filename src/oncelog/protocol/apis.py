@@ -69,7 +69,14 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
 
 
 # The transaction coordinator (txn/) and the markers it writes (KIP-98, KIP-360):
+# v4+ of AddPartitionsToTxn (broker verification), v4+ of AddOffsetsToTxn/EndTxn and
+# TxnOffsetCommit v4+ (transaction version 2) are KIP-890, a later issue.
 _TRANSACTIONS: dict[int, tuple[int, int]] = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 3),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
 

@@ -25,6 +25,7 @@ from .config import BrokerConfig
 from .fetch_sessions import FetchSessionCache
 from .producer_ids import ProducerIdManager
 from .topics import TopicManager
+from .txn_service import TxnService
 
 log = logging.getLogger("oncelog.broker")
 
@@ -57,6 +58,8 @@ class Broker:
         self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator)
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.fetch_sessions = FetchSessionCache()
+        self.txn_coordinator = TxnService(self)
+        self.txn_coordinator.load()
         self._maintenance_task: asyncio.Task | None = None
         from .handlers import HANDLERS
 
@@ -130,6 +133,7 @@ class Broker:
     def start_maintenance(self, interval_s: float = 1.0) -> None:
         self._maintenance_task = asyncio.get_running_loop().create_task(
             self._maintain_forever(interval_s))
+        self.txn_coordinator.start()
 
     async def _maintain_forever(self, interval_s: float) -> None:
         while True:
@@ -147,5 +151,6 @@ class Broker:
         """Clean shutdown: every log flushed, producer state snapshotted, marked clean."""
         if self._maintenance_task is not None:
             self._maintenance_task.cancel()
+        self.txn_coordinator.close()
         self.topics.close(now_ms())
         self.preallocator.stop()

@@ -11,6 +11,7 @@ from . import (
     produce,
     producer_id,
     producers,
+    txn,
     txn_markers,
 )
 
@@ -36,6 +37,11 @@ _LOG_AND_WIRE = {
 
 # The transaction coordinator and the markers it writes:
 _TRANSACTIONS: dict = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: txn.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: txn.handle_end_txn,
+    ApiKey.DESCRIBE_TRANSACTIONS: txn.handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: txn.handle_list_transactions,
 }
 
 

@@ -1,4 +1,5 @@
-"""InitProducerId without a transactional id: a fresh producer id, epoch 0.
+"""InitProducerId without a transactional id: a fresh producer id, epoch 0 (with one, the
+transaction coordinator answers: handlers/txn.py).
 
 spec 000, "Client-Broker request handling", step 2: assign a new PID. An idempotent producer
 that asks again (KIP-360 sends its current id and epoch) also gets a new id, as Kafka does for
@@ -8,16 +9,14 @@ non-transactional producers: its old sequence state is simply abandoned.
 from __future__ import annotations
 
 from ...protocol import ApiKey, make, response_module
+from .txn import handle_init_producer_id_transactional
 from .util import error_code
 
 
 async def handle_init_producer_id(broker, ctx, request):
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
     if request.transactional_id is not None:
-        # Transactions arrive with the transaction coordinator (a later issue).
-        return make(mod.InitProducerIdResponse, throttle_time=0,
-                    error_code=error_code("coordinator_not_available"), producer_id=-1,
-                    producer_epoch=-1)
+        return await handle_init_producer_id_transactional(broker, ctx, request)
     try:
         pid = broker.producer_ids.next_producer_id()
     except OSError:

@@ -1,0 +1,131 @@
+"""The transaction coordinator's RPCs (spec 000, RPC summary): InitProducerId with a
+transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions,
+ListTransactions. Each asks the sans-IO coordinator (txn/coordinator.py), has
+server/txn_service.py carry out the effects, and answers once the transaction log holds the
+change (an EndTxn: once PrepareCommit / PrepareAbort is written; the markers follow).
+"""
+
+from __future__ import annotations
+
+from ...protocol import ApiKey, make, millis, response_module
+from ...txn.state import TransactionState
+from ..clock import now_ms
+from ..topics import CONSUMER_OFFSETS, coordinator_partition
+from .util import error_code
+
+
+def _run(broker, outcome) -> str | None:
+    """Carry out the outcome's effects; the error name to answer with, or None."""
+    if outcome.error is None and outcome.effects and \
+            not broker.txn_coordinator.execute(outcome.effects):
+        return "coordinator_not_available"
+    if outcome.error is not None and outcome.effects:
+        broker.txn_coordinator.execute(outcome.effects)  # e.g. fencing, answered CONCURRENT_...
+    return outcome.error
+
+
+async def handle_init_producer_id_transactional(broker, ctx, request):
+    mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
+    outcome = broker.txn_coordinator.core.init_producer_id(
+        request.transactional_id, millis(request.transaction_timeout), now_ms(),
+        producer_id=getattr(request, "producer_id", -1),
+        producer_epoch=getattr(request, "producer_epoch", -1), version=ctx.version)
+    err = _run(broker, outcome)
+    ok = err is None
+    return make(mod.InitProducerIdResponse, throttle_time=0, error_code=error_code(err),
+                producer_id=outcome.producer_id if ok else -1,
+                producer_epoch=outcome.producer_epoch if ok else -1)
+
+
+async def handle_add_partitions_to_txn(broker, ctx, request):
+    mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    unknown = {tp for tp in wanted if broker.topics.partition(*tp) is None
+               or broker.topics.get(tp[0]).is_internal}
+    if unknown:
+        # None is added: the unknown ones fail, the others were not attempted (as Kafka).
+        errors = {tp: "unknown_topic_or_partition" if tp in unknown else "operation_not_attempted"
+                  for tp in wanted}
+    else:
+        outcome = broker.txn_coordinator.core.add_partitions(
+            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch, wanted, now_ms(), version=ctx.version)
+        err = _run(broker, outcome)
+        errors = {tp: err for tp in wanted}
+    by_topic: dict[str, list] = {}
+    for (topic, p), err in errors.items():
+        by_topic.setdefault(topic, []).append(make(
+            mod.AddPartitionsToTxnPartitionResult, partition_index=p,
+            partition_error_code=error_code(err)))
+    results = tuple(make(mod.AddPartitionsToTxnTopicResult, name=t, results_by_partition=tuple(ps))
+                    for t, ps in by_topic.items())
+    return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
+                results_by_topic_v3_and_below=results)
+
+
+async def handle_add_offsets_to_txn(broker, ctx, request):
+    mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version)
+    topic = broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms())
+    tp = (CONSUMER_OFFSETS, coordinator_partition(request.group_id, len(topic.partitions)))
+    outcome = broker.txn_coordinator.core.add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch, [tp], now_ms(),
+        version=ctx.version, api="add_offsets")
+    return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
+                error_code=error_code(_run(broker, outcome)))
+
+
+async def handle_end_txn(broker, ctx, request):
+    mod = response_module(ApiKey.END_TXN, ctx.version)
+    outcome = broker.txn_coordinator.core.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        bool(request.committed), now_ms(), version=ctx.version)
+    return make(mod.EndTxnResponse, throttle_time=0,
+                error_code=error_code(_run(broker, outcome)))
+
+
+async def handle_describe_transactions(broker, ctx, request):
+    mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, ctx.version)
+    core = broker.txn_coordinator.core
+    states = []
+    for txn_id in request.transactional_ids:
+        m = core.describe(txn_id) if core.loaded else None
+        err = None if m is not None else (
+            "transactional_id_not_found" if core.loaded else "coordinator_load_in_progress")
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(m.partitions if m else ()):
+            by_topic.setdefault(t, []).append(p)
+        states.append(make(
+            mod.TransactionState, error_code=error_code(err), transactional_id=txn_id,
+            transaction_state=m.state.display if m else "",
+            transaction_timeout=m.txn_timeout_ms if m else 0,
+            transaction_start_time=m.txn_start_ms if m else -1,
+            producer_id=m.producer_id if m else -1, producer_epoch=m.producer_epoch if m else -1,
+            topics=tuple(make(mod.TopicData, topic=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items())))
+    return make(mod.DescribeTransactionsResponse, throttle_time=0,
+                transaction_states=tuple(states))
+
+
+async def handle_list_transactions(broker, ctx, request):
+    mod = response_module(ApiKey.LIST_TRANSACTIONS, ctx.version)
+    core = broker.txn_coordinator.core
+    states, unknown = set(), []
+    for name in request.state_filters:
+        state = TransactionState.from_display(name)
+        if state is None:
+            unknown.append(name)
+        else:
+            states.add(state)
+    if request.state_filters and not states:
+        found = []  # only unknown states asked for: none matches
+    else:
+        found = core.list(states or None, set(request.producer_id_filters) or None,
+                          getattr(request, "duration_filter", -1), now_ms())
+    return make(mod.ListTransactionsResponse, throttle_time=0,
+                error_code=error_code(None if core.loaded else "coordinator_load_in_progress"),
+                unknown_state_filters=tuple(unknown),
+                transaction_states=tuple(make(mod.TransactionState,
+                                              transactional_id=m.transactional_id,
+                                              producer_id=m.producer_id,
+                                              transaction_state=m.state.display)
+                                         for m in found))
