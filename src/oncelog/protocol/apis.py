@@ -81,7 +81,19 @@ _TRANSACTIONS: dict[int, tuple[int, int]] = {
 
 
 # The group coordinator (group/): the classic group protocol and (transactional) offsets:
+# OffsetCommit v9+ / OffsetFetch v9+ carry KIP-848 member epochs, JoinGroup has no v10;
+# kio has no OffsetCommit v0-1 nor OffsetFetch v0.
 _GROUPS: dict[int, tuple[int, int]] = {
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.DELETE_GROUPS: (0, 2),
 }
 
 

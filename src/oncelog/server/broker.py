@@ -23,6 +23,7 @@ from ..protocol.apis import SUPPORTED_VERSIONS
 from .clock import now_ms
 from .config import BrokerConfig
 from .fetch_sessions import FetchSessionCache
+from .group_service import GroupService
 from .producer_ids import ProducerIdManager
 from .topics import TopicManager
 from .txn_service import TxnService
@@ -60,6 +61,8 @@ class Broker:
         self.fetch_sessions = FetchSessionCache()
         self.txn_coordinator = TxnService(self)
         self.txn_coordinator.load()
+        self.group_coordinator = GroupService(self)
+        self.group_coordinator.load()
         self._maintenance_task: asyncio.Task | None = None
         from .handlers import HANDLERS
 
@@ -134,6 +137,7 @@ class Broker:
         self._maintenance_task = asyncio.get_running_loop().create_task(
             self._maintain_forever(interval_s))
         self.txn_coordinator.start()
+        self.group_coordinator.start()
 
     async def _maintain_forever(self, interval_s: float) -> None:
         while True:
@@ -152,5 +156,6 @@ class Broker:
         if self._maintenance_task is not None:
             self._maintenance_task.cancel()
         self.txn_coordinator.close()
+        self.group_coordinator.close()
         self.topics.close(now_ms())
         self.preallocator.stop()

@@ -7,6 +7,7 @@ from . import (
     cluster,
     coordinator,
     fetch,
+    group,
     list_offsets,
     produce,
     producer_id,
@@ -47,6 +48,16 @@ _TRANSACTIONS: dict = {
 
 # The group coordinator:
 _GROUPS: dict = {
+    ApiKey.JOIN_GROUP: group.handle_join_group,
+    ApiKey.SYNC_GROUP: group.handle_sync_group,
+    ApiKey.HEARTBEAT: group.handle_heartbeat,
+    ApiKey.LEAVE_GROUP: group.handle_leave_group,
+    ApiKey.OFFSET_COMMIT: group.handle_offset_commit,
+    ApiKey.OFFSET_FETCH: group.handle_offset_fetch,
+    ApiKey.TXN_OFFSET_COMMIT: group.handle_txn_offset_commit,
+    ApiKey.DESCRIBE_GROUPS: group.handle_describe_groups,
+    ApiKey.LIST_GROUPS: group.handle_list_groups,
+    ApiKey.DELETE_GROUPS: group.handle_delete_groups,
 }
 
 

@@ -7,11 +7,21 @@ change (an EndTxn: once PrepareCommit / PrepareAbort is written; the markers fol
 
 from __future__ import annotations
 
+import datetime
+
 from ...protocol import ApiKey, make, millis, response_module
 from ...txn.state import TransactionState
 from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS, coordinator_partition
 from .util import error_code
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    """DescribeTransactions' start time. Kafka writes -1 when no transaction is open; kio (so
+    our own client) refuses to read a negative timestamp, so oncelog writes 0 instead."""
+    return _EPOCH + datetime.timedelta(milliseconds=max(ms, 0))
 
 
 def _run(broker, outcome) -> str | None:
@@ -98,7 +108,7 @@ async def handle_describe_transactions(broker, ctx, request):
             mod.TransactionState, error_code=error_code(err), transactional_id=txn_id,
             transaction_state=m.state.display if m else "",
             transaction_timeout=m.txn_timeout_ms if m else 0,
-            transaction_start_time=m.txn_start_ms if m else -1,
+            transaction_start_time=_timestamp(m.txn_start_ms if m else -1),
             producer_id=m.producer_id if m else -1, producer_epoch=m.producer_epoch if m else -1,
             topics=tuple(make(mod.TopicData, topic=t, partitions=tuple(ps))
                          for t, ps in by_topic.items())))

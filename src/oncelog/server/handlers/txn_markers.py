@@ -43,9 +43,7 @@ def _write_marker(broker, topic: str, index: int, marker, now: int) -> str | Non
         return "kafka_storage_error"
     partition.notify_append()  # read_committed long polls wait for the LSO to move
     if topic == CONSUMER_OFFSETS:
-        group_coordinator = getattr(broker, "group_coordinator", None)
-        if group_coordinator is not None:
-            group_coordinator.complete_txn_offsets(index, marker.producer_id, commit)
+        broker.group_coordinator.complete_txn_offsets(index, marker.producer_id, commit)
     return None
 
 

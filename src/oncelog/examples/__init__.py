@@ -1,0 +1,1 @@
+"""Runnable examples: ``python -m oncelog.examples.purchases --help``."""

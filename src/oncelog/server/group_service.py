@@ -1,0 +1,239 @@
+"""The group coordinator's IO: carries out what group/coordinator.py decides.
+
+JoinGroup and SyncGroup answers that wait for a rebalance are futures, resolved when the core
+says so (``RespondJoin`` / ``RespondSync``); a timer ticks the core for session expiry and due
+rebalances. Offsets and group metadata are appended to the group's partition of
+``__consumer_offsets`` (Kafka's ``abs(hash(group)) % offsets.topic.num.partitions``); a
+TxnOffsetCommit is appended as a transactional batch of the producer (its epoch checked by the
+log), and its offsets stay pending until handlers/txn_markers.py reports the transaction's
+marker on that partition. At startup the log is replayed, markers included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from ..group.coordinator import (
+    Effect,
+    GroupCoordinator,
+    JoinResponse,
+    RespondJoin,
+    RespondSync,
+    SyncResponse,
+    WriteRecords,
+)
+from ..group.log_format import (
+    GroupLogFormatError,
+    GroupValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group,
+    decode_key,
+    decode_offset,
+    encode_group,
+    encode_key,
+    encode_offset,
+)
+from ..log import LogAppendError, LogWriteError
+from ..records import build_batch, decode_batch, iter_batches, split_batches
+from ..records.batch import CONTROL_COMMIT, parse_control_record
+from .clock import now_ms
+from .topics import CONSUMER_OFFSETS, coordinator_partition
+
+log = logging.getLogger("oncelog.group")
+
+TICK_S = 0.1
+TP = tuple[str, int]
+
+
+class GroupService:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.core = GroupCoordinator(
+            min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
+            max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
+            initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
+            max_group_size=cfg.int("group.max.size"))
+        self._joins: dict[tuple[str, str], asyncio.Future] = {}
+        self._syncs: dict[tuple[str, str], asyncio.Future] = {}
+        self._timer: asyncio.Task | None = None
+
+    # -- startup ------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        topic = self.broker.topics.get(CONSUMER_OFFSETS)
+        if topic is None:
+            return
+        now = now_ms()
+        n = len(topic.partitions)
+        for p in topic.partitions:
+            plog = p.log
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                data = plog.read(offset, 1 << 20)
+                if not data:
+                    break
+                for pos, h in iter_batches(data):
+                    offset = h.next_offset
+                    _, records = decode_batch(data, pos, verify_crc=False)
+                    if h.is_control:
+                        ctype, _epoch = parse_control_record(records[0])
+                        groups = [g for g in self.core.groups
+                                  if coordinator_partition(g, n) == p.index]
+                        self.core.complete_txn_offsets(groups, h.producer_id,
+                                                       ctype == CONTROL_COMMIT)
+                        continue
+                    pid = h.producer_id if h.is_transactional else None
+                    for r in records:
+                        try:
+                            key = decode_key(r.key or b"")
+                            if isinstance(key, OffsetKey):
+                                self.core.load_offset(
+                                    key, None if r.value is None else decode_offset(r.value),
+                                    pid)
+                            else:
+                                self.core.load_group(
+                                    key, None if r.value is None else decode_group(r.value),
+                                    now)
+                        except GroupLogFormatError as exc:
+                            log.error("skipping a bad record at %s-%d offset %d: %s",
+                                      CONSUMER_OFFSETS, p.index, r.offset, exc)
+        log.info("group coordinator loaded %d groups", len(self.core.groups))
+
+    def start(self) -> None:
+        self._timer = asyncio.get_running_loop().create_task(self._ticks())
+
+    async def _ticks(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            self.execute(self.core.tick(now_ms()))
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for fut in [*self._joins.values(), *self._syncs.values()]:
+            fut.cancel()
+
+    # -- effects ------------------------------------------------------------------------------
+
+    def execute(self, effects: Iterable[Effect]) -> bool:
+        ok = True
+        for e in effects:
+            if isinstance(e, RespondJoin):
+                fut = self._joins.pop((e.group_id, e.member_id), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(e.response)
+            elif isinstance(e, RespondSync):
+                fut = self._syncs.pop((e.group_id, e.member_id), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(e.response)
+            else:
+                ok = self.append(e) is None and ok
+        return ok
+
+    def _partition(self, group_id: str):
+        topic = self.broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms())
+        return topic.partitions[coordinator_partition(group_id, len(topic.partitions))]
+
+    def append(self, e: WriteRecords, producer: tuple[int, int] | None = None) -> str | None:
+        """Append the records (as the producer's transactional batch when given); the error
+        name, or None."""
+        now = now_ms()
+        records = []
+        for key, value in e.records:
+            encoded = None
+            if isinstance(value, OffsetValue):
+                encoded = encode_offset(value)
+            elif isinstance(value, GroupValue):
+                encoded = encode_group(value)
+            records.append((encode_key(key), encoded, (), now))
+        if producer is None:
+            data = bytearray(build_batch(records))
+        else:
+            data = bytearray(build_batch(records, producer_id=producer[0],
+                                         producer_epoch=producer[1], is_transactional=True))
+        try:
+            self._partition(e.group_id).log.append(data, split_batches(data), now)
+        except LogAppendError as exc:
+            return exc.error_name
+        except LogWriteError as exc:
+            log.error("__consumer_offsets write for group %r failed: %s", e.group_id, exc)
+            return "kafka_storage_error"
+        return None
+
+    # -- requests -----------------------------------------------------------------------------
+
+    async def join(self, group_id: str, member_id: str, *args, **kw) -> JoinResponse:
+        member_id, response, effects = self.core.join(group_id, member_id, *args, **kw)
+        if response is not None:
+            self.execute(effects)
+            return response
+        fut = asyncio.get_running_loop().create_future()
+        self._joins[(group_id, member_id)] = fut
+        self.execute(effects)
+        try:
+            return await fut
+        finally:
+            self._joins.pop((group_id, member_id), None)
+
+    async def sync(self, group_id: str, generation: int, member_id: str,
+                   group_instance_id: str | None, assignments: dict[str, bytes] | None
+                   ) -> SyncResponse:
+        response, effects = self.core.sync(group_id, generation, member_id, group_instance_id,
+                                           assignments, now_ms())
+        if response is not None:
+            self.execute(effects)
+            return response
+        fut = asyncio.get_running_loop().create_future()
+        self._syncs[(group_id, member_id)] = fut
+        if not self.execute(effects):
+            self._syncs.pop((group_id, member_id), None)
+            return SyncResponse("coordinator_not_available")
+        try:
+            return await fut
+        finally:
+            self._syncs.pop((group_id, member_id), None)
+
+    def commit(self, group_id: str, generation: int, member_id: str,
+               group_instance_id: str | None, offsets: dict[TP, OffsetValue]) -> str | None:
+        error = self.core.validate_commit(group_id, generation, member_id, group_instance_id,
+                                          transactional=False)
+        if error:
+            return error
+        error = self.append(self.core.commit_records(group_id, offsets))
+        if error:
+            return "coordinator_not_available"
+        self.core.apply_offsets(group_id, offsets)
+        return None
+
+    def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
+                   generation: int, member_id: str, group_instance_id: str | None,
+                   offsets: dict[TP, OffsetValue]) -> str | None:
+        error = self.core.validate_commit(group_id, generation, member_id, group_instance_id,
+                                          transactional=True)
+        if error:
+            return error
+        error = self.append(self.core.commit_records(group_id, offsets),
+                            producer=(producer_id, producer_epoch))
+        if error:
+            return error if error in ("invalid_producer_epoch",) else "coordinator_not_available"
+        self.core.add_pending_txn_offsets(group_id, producer_id, offsets)
+        return None
+
+    def complete_txn_offsets(self, partition_index: int, producer_id: int, commit: bool) -> None:
+        """The transaction's marker is on this ``__consumer_offsets`` partition."""
+        topic = self.broker.topics.get(CONSUMER_OFFSETS)
+        n = len(topic.partitions) if topic else 1
+        groups = [g for g in self.core.groups if coordinator_partition(g, n) == partition_index]
+        self.core.complete_txn_offsets(groups, producer_id, commit)
+
+    # -- metrics ------------------------------------------------------------------------------
+
+    def metric_samples(self):
+        from .metrics import Sample
+
+        yield Sample("oncelog_groups", "consumer groups the group coordinator holds",
+                     len(self.core.groups))

@@ -1,0 +1,176 @@
+"""The group coordinator's RPCs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup (Kafka's classic
+group protocol), OffsetCommit, OffsetFetch, TxnOffsetCommit, DescribeGroups, ListGroups,
+DeleteGroups. Each asks group/coordinator.py through server/group_service.py."""
+
+from __future__ import annotations
+
+from ...group.coordinator import GroupState
+from ...group.log_format import OffsetValue
+from ...protocol import ApiKey, make, millis, response_module
+from ..clock import now_ms
+from .util import error_code
+
+NO_OFFSET = -1
+
+
+async def handle_join_group(broker, ctx, request):
+    mod = response_module(ApiKey.JOIN_GROUP, ctx.version)
+    session_ms = millis(request.session_timeout)
+    rebalance_ms = millis(getattr(request, "rebalance_timeout", None))
+    if rebalance_ms < 0:
+        rebalance_ms = session_ms  # v0: the session timeout bounds the rebalance too
+    resp = await broker.group_coordinator.join(
+        request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+        request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
+        session_ms, rebalance_ms, ctx.header.client_id or "", ctx.client_address.rsplit(":", 1)[0],
+        now_ms(), require_known_member_id=ctx.version >= 4)
+    nullable = ctx.version >= 7
+    return make(mod.JoinGroupResponse, throttle_time=0, error_code=error_code(resp.error),
+                generation_id=resp.generation, protocol_type=resp.protocol_type,
+                protocol_name=resp.protocol if resp.protocol or nullable else "",
+                leader=resp.leader, skip_assignment=False, member_id=resp.member_id,
+                members=tuple(make(mod.JoinGroupResponseMember, member_id=m, group_instance_id=i,
+                                   metadata=meta) for m, i, meta in resp.members))
+
+
+async def handle_sync_group(broker, ctx, request):
+    mod = response_module(ApiKey.SYNC_GROUP, ctx.version)
+    assignments = {a.member_id: bytes(a.assignment) for a in request.assignments} \
+        if request.assignments else None
+    resp = await broker.group_coordinator.sync(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None), assignments)
+    return make(mod.SyncGroupResponse, throttle_time=0, error_code=error_code(resp.error),
+                protocol_type=resp.protocol_type, protocol_name=resp.protocol,
+                assignment=resp.assignment)
+
+
+async def handle_heartbeat(broker, ctx, request):
+    mod = response_module(ApiKey.HEARTBEAT, ctx.version)
+    err = broker.group_coordinator.core.heartbeat(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None), now_ms())
+    return make(mod.HeartbeatResponse, throttle_time=0, error_code=error_code(err))
+
+
+async def handle_leave_group(broker, ctx, request):
+    mod = response_module(ApiKey.LEAVE_GROUP, ctx.version)
+    if ctx.version < 3:
+        members = [(request.member_id, None)]
+    else:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+    errors, effects = broker.group_coordinator.core.leave(request.group_id, members, now_ms())
+    broker.group_coordinator.execute(effects)
+    if ctx.version < 3:
+        return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(errors[0]))
+    return make(mod.LeaveGroupResponse, throttle_time=0, error_code=0, members=tuple(
+        make(mod.MemberResponse, member_id=m, group_instance_id=i, error_code=error_code(e))
+        for (m, i), e in zip(members, errors, strict=True)))
+
+
+def _offsets(topics, now: int) -> dict[tuple[str, int], OffsetValue]:
+    return {(t.name, p.partition_index): OffsetValue(
+        p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+        p.committed_metadata or "", now) for t in topics for p in t.partitions}
+
+
+def _per_partition(mod, topic_cls: str, part_cls: str, topics, err):
+    return tuple(make(getattr(mod, topic_cls), name=t.name, partitions=tuple(
+        make(getattr(mod, part_cls), partition_index=p.partition_index, error_code=error_code(err))
+        for p in t.partitions)) for t in topics)
+
+
+async def handle_offset_commit(broker, ctx, request):
+    mod = response_module(ApiKey.OFFSET_COMMIT, ctx.version)
+    err = broker.group_coordinator.commit(
+        request.group_id, request.generation_id_or_member_epoch, request.member_id,
+        getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()))
+    return make(mod.OffsetCommitResponse, throttle_time=0, topics=_per_partition(
+        mod, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition", request.topics, err))
+
+
+async def handle_txn_offset_commit(broker, ctx, request):
+    mod = response_module(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
+    err = broker.group_coordinator.txn_commit(
+        request.group_id, request.producer_id, request.producer_epoch,
+        getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
+        getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()))
+    if err == "invalid_producer_epoch" and ctx.version >= 3:
+        err = "producer_fenced"  # KIP-588
+    return make(mod.TxnOffsetCommitResponse, throttle_time=0, topics=_per_partition(
+        mod, "TxnOffsetCommitResponseTopic", "TxnOffsetCommitResponsePartition", request.topics,
+        err))
+
+
+def _fetch_group(broker, mod, names: tuple[str, str, str], group_id, topics, require_stable):
+    topic_cls, part_cls = names[0], names[1]
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    found = broker.group_coordinator.core.fetch_offsets(group_id, wanted, require_stable)
+    by_topic: dict[str, list] = {}
+    for (topic, p), value, err in found:
+        by_topic.setdefault(topic, []).append(make(
+            getattr(mod, part_cls), partition_index=p,
+            committed_offset=value.offset if value else NO_OFFSET,
+            committed_leader_epoch=value.leader_epoch if value else -1,
+            metadata=value.metadata if value else "", error_code=error_code(err)))
+    return tuple(make(getattr(mod, topic_cls), name=t, partitions=tuple(ps))
+                 for t, ps in by_topic.items())
+
+
+async def handle_offset_fetch(broker, ctx, request):
+    mod = response_module(ApiKey.OFFSET_FETCH, ctx.version)
+    require_stable = bool(getattr(request, "require_stable", False))
+    if ctx.version >= 8:
+        groups = tuple(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=0,
+                            topics=_fetch_group(broker, mod, ("OffsetFetchResponseTopics",
+                                                              "OffsetFetchResponsePartitions", ""),
+                                                g.group_id, g.topics, require_stable))
+                       for g in request.groups)
+        return make(mod.OffsetFetchResponse, throttle_time=0, groups=groups)
+    topics = _fetch_group(broker, mod, ("OffsetFetchResponseTopic",
+                                        "OffsetFetchResponsePartition", ""),
+                          request.group_id, request.topics, require_stable)
+    return make(mod.OffsetFetchResponse, throttle_time=0, topics=topics, error_code=0)
+
+
+async def handle_describe_groups(broker, ctx, request):
+    mod = response_module(ApiKey.DESCRIBE_GROUPS, ctx.version)
+    out = []
+    for group_id in request.groups:
+        g = broker.group_coordinator.core.groups.get(group_id)
+        if g is None:
+            out.append(make(mod.DescribedGroup, error_code=0, group_id=group_id,
+                            group_state=GroupState.DEAD.value, protocol_type="",
+                            protocol_data="", members=(), authorized_operations=-2**31))
+            continue
+        members = tuple(make(mod.DescribedGroupMember, member_id=m.member_id,
+                             group_instance_id=m.group_instance_id, client_id=m.client_id,
+                             client_host=m.client_host, member_metadata=m.metadata(g.protocol),
+                             member_assignment=m.assignment) for m in g.members.values())
+        out.append(make(mod.DescribedGroup, error_code=0, group_id=group_id,
+                        group_state=g.state.value, protocol_type=g.protocol_type or "",
+                        protocol_data=g.protocol or "", members=members,
+                        authorized_operations=-2**31))
+    return make(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(out))
+
+
+async def handle_list_groups(broker, ctx, request):
+    mod = response_module(ApiKey.LIST_GROUPS, ctx.version)
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    groups = tuple(make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
+                        group_state=g.state.value)
+                   for g in broker.group_coordinator.core.groups.values()
+                   if not states or g.state.value.lower() in states)
+    return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
+
+
+async def handle_delete_groups(broker, ctx, request):
+    mod = response_module(ApiKey.DELETE_GROUPS, ctx.version)
+    results = []
+    for group_id in request.groups_names:
+        err, effects = broker.group_coordinator.core.delete_group(group_id, now_ms())
+        if err is None and not broker.group_coordinator.execute(effects):
+            err = "coordinator_not_available"
+        results.append(make(mod.DeletableGroupResult, group_id=group_id,
+                            error_code=error_code(err)))
+    return make(mod.DeleteGroupsResponse, throttle_time=0, results=tuple(results))
