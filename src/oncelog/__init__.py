@@ -3,19 +3,23 @@
 from .client import (
     Admin,
     Consumer,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     NewTopic,
     Producer,
     RecordMetadata,
     TopicPartition,
+    TransactionError,
 )
 
 __all__ = [
     "Admin",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "NewTopic",
     "Producer",
     "RecordMetadata",
     "TopicPartition",
+    "TransactionError",
 ]

@@ -24,7 +24,9 @@ from .consumer import Consumer
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
 from .partitioner import murmur2
 from .producer import Producer
+from .transaction_manager import IllegalStateError, TransactionError
 from .types import (
+    ConsumerGroupMetadata,
     ConsumerRecord,
     NewTopic,
     PartitionInfo,
@@ -36,7 +38,9 @@ from .types import (
 __all__ = [
     "Admin",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
+    "IllegalStateError",
     "KafkaTimeoutError",
     "NewTopic",
     "NoOffsetForPartitionError",
@@ -45,5 +49,6 @@ __all__ = [
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",
+    "TransactionError",
     "murmur2",
 ]

@@ -61,6 +61,7 @@ class ProducerBatch:
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
         self.base_sequence = NO_SEQUENCE
+        self.transactional = False
         self._encoded: bytes | None = None
         self.done = False
 
@@ -89,10 +90,12 @@ class ProducerBatch:
             self.closed = True
         return future
 
-    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int,
+                           transactional: bool = False) -> None:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
+        self.transactional = transactional
         self._encoded = None
 
     def encode(self, compression: Compression) -> bytes:
@@ -100,7 +103,8 @@ class ProducerBatch:
         if self._encoded is None:
             self._encoded = build_batch(
                 self.records, compression=compression, producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
+                producer_epoch=self.producer_epoch, base_sequence=self.base_sequence,
+                is_transactional=self.transactional)
         return self._encoded
 
     def complete(self, base_offset: int, log_append_time: int | None) -> None:

@@ -99,6 +99,10 @@ def _str(value: Any) -> str:
     return str(value)
 
 
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 @dataclass(frozen=True)
 class Key:
     name: str  # Kafka's dotted name
@@ -142,6 +146,8 @@ PRODUCER_KEYS = _table(
     Key("max.request.size", 1048576, _positive_int),
     Key("buffer.memory", 33554432, _positive_int),
     Key("max.block.ms", 60000, _non_negative_int),
+    Key("transactional.id", None, _optional_str),
+    Key("transaction.timeout.ms", 60000, _positive_int),
 )
 
 CONSUMER_KEYS = _table(
@@ -238,6 +244,14 @@ def producer_config(config: Mapping[str, Any] | None, kwargs: Mapping[str, Any])
         conflicts.append("retries must be > 0")
     if values["max_in_flight_requests_per_connection"] > 5:
         conflicts.append("max.in.flight.requests.per.connection must be <= 5")
+    if values["transactional_id"] is not None:
+        # Transactions need idempotence (spec 000, "Transactional Producer").
+        if "enable_idempotence" in given and not values["enable_idempotence"]:
+            raise ValueError("transactional.id requires enable.idempotence=true")
+        if conflicts:
+            raise ValueError("transactional.id conflicts with the configuration: "
+                             + "; ".join(conflicts))
+        values["enable_idempotence"] = True
     if values["enable_idempotence"] and conflicts:
         if "enable_idempotence" in given:
             raise ValueError("enable.idempotence=true conflicts with the configuration: "

@@ -17,14 +17,21 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any, Self
 
-from ..errors import KafkaError, MessageTooLargeError, RetriableError, UnknownTopicOrPartitionError
+from ..errors import (
+    FatalError,
+    KafkaError,
+    MessageTooLargeError,
+    RetriableError,
+    UnknownTopicOrPartitionError,
+)
 from .accumulator import RecordAccumulator, estimate_record_size
 from .config import producer_config
 from .errors import KafkaTimeoutError
 from .network import NetworkClient
 from .partitioner import StickyPartitioner, partition_for_key
 from .sender import Sender
-from .types import RecordMetadata, TopicPartition
+from .transaction_manager import IllegalStateError, TransactionError, TransactionManager
+from .types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +86,46 @@ class Producer:
                                                                             client_id))
         self._partitioner = StickyPartitioner()
         self._closed = False
+        self._txn: TransactionManager | None = None
+        if self.config.transactional_id is not None:
+            self._txn = TransactionManager(self.config, client_id,
+                                           self._sender.set_producer_id, self.flush)
+            self._sender.on_sequence_lost = self._txn.sequence_lost
         self._sender.start()
+
+    # --- transactions (spec 000, "Transactional Producer") ----------------------------------
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalStateError("transactional.id is not set: this producer has no "
+                                    "transactions")
+        return self._txn
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with its coordinator: fences any earlier producer with
+        the same id and aborts (or completes) its unfinished transaction. Call once, first."""
+        self._transactions().init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int] | Any,
+                                    group_metadata: ConsumerGroupMetadata | str,
+                                    timeout: float | None = None) -> None:
+        """Commit consumed offsets (the NEXT offset to read, per partition) as part of the
+        transaction: they become the group's committed offsets only if it commits. Pass the
+        consumer's ``group_metadata()`` so that a zombie instance is fenced (KIP-447)."""
+        self._transactions().send_offsets(offsets, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit. Raises TransactionError (abortable: call abort_transaction)
+        if any record of the transaction failed, or a FatalError if this producer was
+        fenced."""
+        self._transactions().commit(timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: read_committed consumers never see its records."""
+        self._transactions().abort(timeout)
 
     # --- sending ----------------------------------------------------------------------------
 
@@ -104,6 +150,8 @@ class Producer:
             timestamp_ms = int(time.time() * 1000)
         if self._sender.fatal_error is not None:
             return _failed(self._sender.fatal_error)
+        if self._txn is not None:
+            self._txn.check_can_send()  # raises outside a transaction, as the Java client
         size = estimate_record_size(key_bytes, value_bytes, record_headers)
         if size > self.config.max_request_size:
             return _failed(MessageTooLargeError(
@@ -122,6 +170,8 @@ class Producer:
                 raise UnknownTopicOrPartitionError(
                     f"partition {partition} of topic {topic!r} does not exist "
                     f"(it has {len(partitions)})")
+            if self._txn is not None:
+                self._txn.add_partition(TopicPartition(topic, partition), deadline)
             append = self._accumulator.append
             future = append(TopicPartition(topic, partition), key_bytes, value_bytes,
                             record_headers, timestamp_ms, deadline, abort_on_new_batch=sticky)
@@ -130,11 +180,17 @@ class Producer:
                 # (KIP-480), and start the next batch there.
                 self._partitioner.batch_full(topic, partition, partitions)
                 partition = self._partitioner.partition(topic, partitions)
+                if self._txn is not None:
+                    self._txn.add_partition(TopicPartition(topic, partition), deadline)
                 future = append(TopicPartition(topic, partition), key_bytes, value_bytes,
                                 record_headers, timestamp_ms, deadline)
         except KafkaError as exc:
+            if self._txn is not None and isinstance(exc, FatalError | TransactionError):
+                raise
             return _failed(exc)
         assert future is not None
+        if self._txn is not None:
+            self._txn.track(future)
         return future
 
     def _wait_for_partitions(self, topic: str, deadline: float) -> list[int]:
@@ -194,6 +250,8 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        if self._txn is not None:
+            self._txn.close()
         self._sender.initiate_close()
         if not self._sender.join(timeout):
             log.warning("producer %s: closing forcefully after %s s", self.client_id, timeout)

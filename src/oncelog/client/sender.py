@@ -76,6 +76,10 @@ class Sender:
         self.acc = accumulator
         self.net = network
         self.idempotent: bool = config.enable_idempotence
+        # Transactional: the TransactionManager gets the producer id (set_producer_id) and is
+        # told when a sequence is lost (on_sequence_lost): that aborts the transaction.
+        self.transactional: bool = config.transactional_id is not None
+        self.on_sequence_lost: Any = None
         self.acks: int = config.acks
         self.max_in_flight: int = config.max_in_flight_requests_per_connection
         self.delivery_timeout = config.delivery_timeout_ms / 1000
@@ -269,7 +273,16 @@ class Sender:
 
     # --- producer id ------------------------------------------------------------------------
 
+    def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """The transaction manager's producer id and epoch (nothing is in flight when it is
+        called): every partition's sequences restart at 0."""
+        self._partitions.clear()
+        self.producer_epoch = producer_epoch
+        self.producer_id = producer_id
+
     def _maybe_init_producer_id(self, now: float) -> float:
+        if self.transactional:
+            return 1.0  # the transaction manager gets the producer id
         if self._reset_producer_id and self.net.in_flight_total() == 0 \
                 and self._metadata_request is None and self._pid_request is None:
             self._do_reset_producer_id()
@@ -338,7 +351,8 @@ class Sender:
         if not self.idempotent or batch.has_sequence:
             return
         state = self._state(batch.tp)
-        batch.set_producer_state(self.producer_id, self.producer_epoch, state.next_sequence)
+        batch.set_producer_state(self.producer_id, self.producer_epoch, state.next_sequence,
+                                 self.transactional)
         state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
 
     def _send_produce_requests(self, now: float) -> float:
@@ -369,10 +383,11 @@ class Sender:
         for batch in batches:
             batch.attempts += 1
             topics.setdefault(batch.tp.topic, []).append(
-                {"index": batch.tp.partition, "records": batch.encode(self.acc.compression)})
+                {"index": batch.tp.partition,
+                 "records": batch.encode(self.acc.compression)})
             self._state(batch.tp).in_flight.append(batch)
         values = {
-            "transactional_id": None,
+            "transactional_id": self.config.transactional_id,
             "acks": self.acks,
             "timeout": self.config.request_timeout_ms,
             "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()],
@@ -464,7 +479,7 @@ class Sender:
             # An earlier batch of this partition is not written yet (it failed and will be
             # retried), so this one arrived early: retry it after the earlier one.
             retriable = True
-        elif isinstance(error, _SEQUENCE_LOST) and self.idempotent:
+        elif isinstance(error, _SEQUENCE_LOST) and self.idempotent and not self.transactional:
             # The broker rejected the batch because it lost track of our sequences (or never
             # knew this producer id). Nothing was written, so it is safe to resend it under a
             # new producer id (KIP-360); these codes are only fatal for transactional producers.
@@ -483,7 +498,11 @@ class Sender:
         if reset and self.idempotent and batch.has_sequence \
                 and batch.producer_id == self.producer_id:
             # This sequence will never reach the broker: later ones would be out of order.
-            self._reset_producer_id = True
+            if self.transactional:
+                if self.on_sequence_lost is not None:
+                    self.on_sequence_lost(error)  # the transaction aborts, then a new epoch
+            else:
+                self._reset_producer_id = True
         self.acc.release(batch)
         batch.fail(error)
 

@@ -1,0 +1,357 @@
+"""The transactional producer's state machine (spec 000, "Transactional Producer"; the Java
+client's TransactionManager, aiokafka's transaction_manager.py).
+
+States and their legal predecessors live in one table; ``_transition`` is the only place that
+changes the state. The coordinator requests (FindCoordinator, InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) go out on a network client of
+the manager's own, from the caller's thread: the producer's API calls block anyway, and the
+sender thread keeps producing meanwhile.
+
+Errors: a fenced producer (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH from the coordinator,
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ...) is in FatalError for good: every later call raises
+the same error. Anything else that breaks the transaction (a failed send, a group rebalance
+under send_offsets_to_transaction, ...) is abortable: commit raises it, and
+``abort_transaction`` recovers; when the failure lost the partition's sequence numbers, the
+abort also bumps the epoch with InitProducerId carrying the current producer id and epoch
+(KIP-360), so the producer carries on without being fenced.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from ..errors import (
+    AbortableError,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    FatalError,
+    KafkaError,
+    NotCoordinatorError,
+    RetriableError,
+    error_for_code,
+)
+from ..protocol import ApiKey
+from .config import ClientConfig
+from .errors import KafkaTimeoutError
+from .network import NetworkClient
+from .types import ConsumerGroupMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+_COORDINATOR_MOVED = (NotCoordinatorError.code, CoordinatorNotAvailableError.code)
+_BUSY = (CoordinatorLoadInProgressError.code, ConcurrentTransactionsError.code)
+
+
+class TransactionError(AbortableError):
+    """The transaction cannot commit; abort it (and start a new one)."""
+
+
+class IllegalStateError(KafkaError):
+    """A transactional API called in a state that does not allow it (the Java client's
+    IllegalStateException)."""
+
+
+class TxnState(enum.Enum):
+    UNINITIALIZED = "Uninitialized"
+    INITIALIZING = "Initializing"
+    READY = "Ready"
+    IN_TRANSACTION = "InTransaction"
+    COMMITTING = "CommittingTransaction"
+    ABORTING = "AbortingTransaction"
+    ABORTABLE_ERROR = "AbortableError"
+    FATAL_ERROR = "FatalError"
+
+
+T = TxnState
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    T.UNINITIALIZED: frozenset(),
+    T.INITIALIZING: frozenset({T.UNINITIALIZED, T.ABORTING}),
+    T.READY: frozenset({T.INITIALIZING, T.COMMITTING, T.ABORTING}),
+    T.IN_TRANSACTION: frozenset({T.READY}),
+    T.COMMITTING: frozenset({T.IN_TRANSACTION}),
+    T.ABORTING: frozenset({T.IN_TRANSACTION, T.ABORTABLE_ERROR}),
+    T.ABORTABLE_ERROR: frozenset({T.IN_TRANSACTION, T.COMMITTING, T.ABORTABLE_ERROR}),
+    T.FATAL_ERROR: frozenset(TxnState),
+}
+
+
+class TransactionManager:
+    def __init__(self, config: ClientConfig, client_id: str,
+                 set_producer: Callable[[int, int], None],
+                 flush: Callable[[float | None], None]) -> None:
+        self.transactional_id: str = config.transactional_id
+        self.timeout_ms: int = config.transaction_timeout_ms
+        self.config = config
+        self.net = NetworkClient(config, f"{client_id}-txn")
+        self._set_producer = set_producer
+        self._flush = flush
+        self.lock = threading.RLock()
+        self.state = T.UNINITIALIZED
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.error: KafkaError | None = None
+        self.epoch_bump_needed = False
+        self.partitions: set[TopicPartition] = set()
+        self.offsets_added = False
+        self.futures: list[Future] = []
+        self._coordinators: dict[tuple[int, str], int] = {}
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _transition(self, state: TxnState) -> None:
+        if self.state not in VALID_PREVIOUS[state]:
+            raise IllegalStateError(f"transactional producer {self.transactional_id!r}: cannot "
+                                    f"go from {self.state.value} to {state.value}")
+        log.debug("transaction %r: %s -> %s", self.transactional_id, self.state.value,
+                  state.value)
+        self.state = state
+
+    def _fail(self, error: KafkaError) -> KafkaError:
+        """Record ``error``: fatal ones end the producer, others the transaction."""
+        if isinstance(error, FatalError):
+            self.error = error
+            self._transition(T.FATAL_ERROR)
+        elif self.state != T.FATAL_ERROR:
+            self.error = error
+            self._transition(T.ABORTABLE_ERROR)
+        return error
+
+    def _require(self, *states: TxnState) -> None:
+        if self.state == T.FATAL_ERROR and self.error is not None:
+            raise self.error
+        if self.state not in states:
+            if self.state == T.ABORTABLE_ERROR and self.error is not None:
+                raise TransactionError(f"the transaction must be aborted: {self.error}") \
+                    from self.error
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r} is {self.state.value}; this "
+                f"call needs {' or '.join(s.value for s in states)}")
+
+    def sequence_lost(self, error: KafkaError) -> None:
+        """The sender could not write a batch whose sequence numbers are now spent: the
+        transaction must abort, and the epoch be bumped after (KIP-360)."""
+        with self.lock:
+            self.epoch_bump_needed = True
+            if self.state == T.IN_TRANSACTION:
+                self._fail(TransactionError(f"a batch was not written: {error}"))
+
+    # -- coordinator requests ------------------------------------------------------------------
+
+    def _deadline(self, timeout: float | None) -> float:
+        if timeout is None:
+            timeout = self.config.max_block_ms / 1000
+        return time.monotonic() + timeout
+
+    def _coordinator(self, key_type: int, key: str, deadline: float) -> int:
+        node = self._coordinators.get((key_type, key))
+        if node is not None:
+            return node
+        if not self.net.cluster.brokers:
+            self.net.update_metadata([], deadline, allow_auto_topic_creation=False)
+        while True:
+            r = self.net.request_any(ApiKey.FIND_COORDINATOR, {
+                "key": key, "key_type": key_type, "coordinator_keys": [key]}, deadline)
+            found = r.coordinators[0] if hasattr(r, "coordinators") else r
+            code = int(found.error_code)
+            if code == 0:
+                node = int(found.node_id)
+                if node not in self.net.cluster.brokers:
+                    self.net.update_metadata([], deadline, allow_auto_topic_creation=False)
+                self._coordinators[(key_type, key)] = node
+                return node
+            error = error_for_code(code)(f"FindCoordinator {key!r}: {found.error_message}")
+            if not isinstance(error, RetriableError):
+                raise error
+            self._wait(deadline, error)
+
+    def _wait(self, deadline: float, error: KafkaError) -> None:
+        if time.monotonic() + self.config.retry_backoff_ms / 1000 >= deadline:
+            raise KafkaTimeoutError(f"transactional request did not complete in time: {error}")
+        time.sleep(self.config.retry_backoff_ms / 1000)
+
+    def _call(self, api: ApiKey, values: dict[str, Any], deadline: float,
+              error_of: Callable[[Any], int], key_type: int = KEY_TYPE_TRANSACTION,
+              key: str | None = None) -> tuple[Any, int]:
+        """Send to the coordinator, following it when it moves and waiting while it is busy;
+        returns the response and its error code."""
+        key = key or self.transactional_id
+        while True:
+            node = self._coordinator(key_type, key, deadline)
+            try:
+                response = self.net.request_any(api, values, deadline, node_id=node)
+            except RetriableError as exc:
+                self._coordinators.pop((key_type, key), None)
+                self._wait(deadline, exc)
+                continue
+            code = error_of(response)
+            if code in _COORDINATOR_MOVED:
+                self._coordinators.pop((key_type, key), None)
+            if code in _COORDINATOR_MOVED or code in _BUSY:
+                self._wait(deadline, error_for_code(code)(api.name))
+                continue
+            return response, code
+
+    def _init_producer_id(self, deadline: float, producer_id: int, producer_epoch: int) -> None:
+        response, code = self._call(ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": self.transactional_id,
+            "transaction_timeout": self.timeout_ms, "producer_id": producer_id,
+            "producer_epoch": producer_epoch}, deadline, lambda r: int(r.error_code))
+        if code:
+            error = error_for_code(code)(f"InitProducerId {self.transactional_id!r}")
+            raise self._fail(error if isinstance(error, FatalError) else TransactionError(
+                f"InitProducerId failed: {error}"))
+        self.producer_id, self.producer_epoch = int(response.producer_id), \
+            int(response.producer_epoch)
+        self._set_producer(self.producer_id, self.producer_epoch)
+        self.epoch_bump_needed = False
+
+    # -- the API -------------------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None) -> None:
+        with self.lock:
+            self._require(T.UNINITIALIZED)
+            self._transition(T.INITIALIZING)
+            self._init_producer_id(self._deadline(timeout), -1, -1)
+            self._transition(T.READY)
+
+    def begin_transaction(self) -> None:
+        with self.lock:
+            self._require(T.READY)
+            self._transition(T.IN_TRANSACTION)
+            self.partitions = set()
+            self.offsets_added = False
+            self.futures = []
+
+    def check_can_send(self) -> None:
+        with self.lock:
+            self._require(T.IN_TRANSACTION)
+
+    def add_partition(self, tp: TopicPartition, deadline: float) -> None:
+        """spec 000 step 4.1: a partition joins the transaction before its first batch."""
+        with self.lock:
+            self._require(T.IN_TRANSACTION)
+            if tp in self.partitions:
+                return
+            _, code = self._call(ApiKey.ADD_PARTITIONS_TO_TXN, {
+                "v3_and_below_transactional_id": self.transactional_id,
+                "v3_and_below_producer_id": self.producer_id,
+                "v3_and_below_producer_epoch": self.producer_epoch,
+                "v3_and_below_topics": [{"name": tp.topic, "partitions": [tp.partition]}]},
+                deadline, _partition_error)
+            if code:
+                raise self._fail(_txn_error(code, f"AddPartitionsToTxn {tp}"))
+            self.partitions.add(tp)
+
+    def track(self, future: Future) -> None:
+        self.futures.append(future)
+
+    def send_offsets(self, offsets: Mapping[TopicPartition, int] | Iterable[Any],
+                     group: ConsumerGroupMetadata | str, timeout: float | None) -> None:
+        """spec 000 steps 4.3 and 4.4 (with KIP-447's group metadata)."""
+        meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(group)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, offset in _offset_items(offsets):
+            by_topic.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "committed_offset": offset,
+                "committed_leader_epoch": -1, "committed_metadata": ""})
+        with self.lock:
+            self._require(T.IN_TRANSACTION)
+            deadline = self._deadline(timeout)
+            _, code = self._call(ApiKey.ADD_OFFSETS_TO_TXN, {
+                "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch, "group_id": meta.group_id},
+                deadline, lambda r: int(r.error_code))
+            if code:
+                raise self._fail(_txn_error(code, f"AddOffsetsToTxn {meta.group_id!r}"))
+            self.offsets_added = True
+            _, code = self._call(ApiKey.TXN_OFFSET_COMMIT, {
+                "transactional_id": self.transactional_id, "group_id": meta.group_id,
+                "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                "generation_id": meta.generation_id, "member_id": meta.member_id,
+                "group_instance_id": meta.group_instance_id,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
+                deadline, _offset_commit_error, KEY_TYPE_GROUP, meta.group_id)
+            if code:
+                raise self._fail(_txn_error(code, f"TxnOffsetCommit {meta.group_id!r}"))
+
+    def commit(self, timeout: float | None) -> None:
+        with self.lock:
+            self._require(T.IN_TRANSACTION)
+            deadline = self._deadline(timeout)
+            self._flush(max(0.0, deadline - time.monotonic()))
+            failed = next((f.exception() for f in self.futures if f.exception() is not None),
+                          None)
+            if failed is not None:
+                error = failed if isinstance(failed, FatalError) else TransactionError(
+                    f"a record of the transaction was not written: {failed}")
+                raise self._fail(error)
+            self._transition(T.COMMITTING)
+            self._end(True, deadline)
+            self._transition(T.READY)
+
+    def abort(self, timeout: float | None) -> None:
+        with self.lock:
+            self._require(T.IN_TRANSACTION, T.ABORTABLE_ERROR)
+            deadline = self._deadline(timeout)
+            self._transition(T.ABORTING)
+            try:
+                self._flush(max(0.0, deadline - time.monotonic()))
+            except KafkaTimeoutError:
+                pass  # what is still unsent is aborted with the rest
+            self._end(False, deadline)
+            if self.epoch_bump_needed:
+                # KIP-360: a new epoch, the same producer id; sequences restart at 0.
+                self._transition(T.INITIALIZING)
+                self._init_producer_id(deadline, self.producer_id, self.producer_epoch)
+            self._transition(T.READY)
+
+    def _end(self, commit: bool, deadline: float) -> None:
+        if not self.partitions and not self.offsets_added:
+            return  # the coordinator never heard of this transaction
+        _response, code = self._call(ApiKey.END_TXN, {
+            "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch, "committed": commit}, deadline,
+            lambda r: int(r.error_code))
+        if code:
+            raise self._fail(_txn_error(code, "EndTxn"))
+
+    def close(self) -> None:
+        self.net.close()
+
+
+def _txn_error(code: int, what: str) -> KafkaError:
+    error = error_for_code(code)(what)
+    return error if isinstance(error, FatalError) else TransactionError(f"{what}: {error}")
+
+
+def _partition_error(response: Any) -> int:
+    for t in response.results_by_topic_v3_and_below:
+        for p in t.results_by_partition:
+            if int(p.partition_error_code):
+                return int(p.partition_error_code)
+    return 0
+
+
+def _offset_commit_error(response: Any) -> int:
+    for t in response.topics:
+        for p in t.partitions:
+            if int(p.error_code):
+                return int(p.error_code)
+    return 0
+
+
+def _offset_items(offsets: Mapping[TopicPartition, int] | Iterable[Any]
+                  ) -> list[tuple[TopicPartition, int]]:
+    """{TopicPartition: next offset}, or confluent-style objects with .topic/.partition/.offset."""
+    if isinstance(offsets, Mapping):
+        return [(TopicPartition(tp.topic, tp.partition), int(o)) for tp, o in offsets.items()]
+    items: Iterable[Any] = offsets
+    return [(TopicPartition(o.topic, o.partition), int(o.offset)) for o in items]

@@ -1,0 +1,118 @@
+"""Our Producer's transactions against a real broker: init, commit, abort; read_committed
+consumers (ours and confluent-kafka's) see only committed records; a second instance with the
+same transactional id fences the first (spec 001 scenarios 2 and 3); send() outside a
+transaction is refused; send_offsets_to_transaction commits a group's offsets atomically."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import TopicPartition as ConfluentTP
+
+from oncelog import Admin, Consumer, ConsumerGroupMetadata, NewTopic, Producer, TopicPartition
+from oncelog.client import IllegalStateError
+from oncelog.errors import ProducerFencedError
+
+TOPIC = "txn-client"
+
+
+@pytest.fixture
+def bootstrap(embedded_broker):
+    bs = embedded_broker.bootstrap_servers
+    with Admin(bootstrap_servers=bs) as admin:
+        admin.create_topics([NewTopic(TOPIC, num_partitions=2)])
+    return bs
+
+
+def read_committed(bootstrap: str, partitions: int = 2, topic: str = TOPIC) -> list[bytes]:
+    with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as c:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        ends = c.end_offsets(tps)
+        out: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline
+            out.extend(r.value for r in c.poll(timeout=0.5))
+        return sorted(out)
+
+
+def test_commit_and_abort(bootstrap):
+    with Producer(bootstrap_servers=bootstrap, transactional_id="t-commit") as p:
+        p.init_transactions()
+        for n, commit in enumerate((True, False, True)):
+            p.begin_transaction()
+            futures = [p.send(TOPIC, b"%d-%d" % (n, i), partition=i % 2) for i in range(10)]
+            if commit:
+                p.commit_transaction()
+                assert all(f.result().offset >= 0 for f in futures)
+            else:
+                p.abort_transaction()
+    expected = sorted(b"%d-%d" % (n, i) for n in (0, 2) for i in range(10))
+    assert read_committed(bootstrap) == expected
+    c = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": "x",
+                           "isolation.level": "read_committed", "enable.partition.eof": True})
+    try:
+        c.assign([ConfluentTP(TOPIC, p, 0) for p in range(2)])
+        got, eof = [], set()
+        while len(eof) < 2:
+            m = c.poll(5)
+            assert m is not None
+            if m.error():
+                eof.add(m.partition())
+            else:
+                got.append(m.value())
+        assert sorted(got) == expected
+    finally:
+        c.close()
+
+
+def test_send_outside_a_transaction_is_refused(bootstrap):
+    with Producer(bootstrap_servers=bootstrap, transactional_id="t-outside") as p:
+        with pytest.raises(IllegalStateError):
+            p.begin_transaction()  # before init_transactions
+        p.init_transactions()
+        with pytest.raises(IllegalStateError):
+            p.send(TOPIC, b"x")
+        with pytest.raises(IllegalStateError):
+            p.commit_transaction()
+
+
+def test_a_new_instance_fences_the_old_one(bootstrap):
+    zombie = Producer(bootstrap_servers=bootstrap, transactional_id="t-fence")
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send(TOPIC, b"zombie", partition=0).result()
+    with Producer(bootstrap_servers=bootstrap, transactional_id="t-fence") as successor:
+        successor.init_transactions()  # aborts the zombie's transaction
+        successor.begin_transaction()
+        successor.send(TOPIC, b"successor", partition=0)
+        successor.commit_transaction()
+    with pytest.raises(ProducerFencedError):
+        zombie.commit_transaction()
+    with pytest.raises(ProducerFencedError):  # fatal: every later call too
+        zombie.begin_transaction()
+    zombie.close()
+    assert read_committed(bootstrap) == [b"successor"]
+
+
+def test_send_offsets_to_transaction_commits_the_groups_offsets(bootstrap):
+    group = ConsumerGroupMetadata("copier")
+    tp = TopicPartition(TOPIC, 0)
+    with Producer(bootstrap_servers=bootstrap, transactional_id="t-offsets") as p:
+        p.init_transactions()
+        for commit, offset in ((True, 5), (False, 9)):
+            p.begin_transaction()
+            p.send(TOPIC, b"out-%d" % offset, partition=1)
+            p.send_offsets_to_transaction({tp: offset}, group)
+            (p.commit_transaction if commit else p.abort_transaction)()
+    c = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": "copier"})
+    try:
+        (got,) = c.committed([ConfluentTP(TOPIC, 0)], timeout=10)
+        assert got.offset == 5  # the aborted transaction's 9 never became visible
+    finally:
+        c.close()
+    assert read_committed(bootstrap) == [b"out-5"]
