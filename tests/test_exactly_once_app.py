@@ -111,7 +111,7 @@ def _purchase_ids(bootstrap: str, topic: str) -> Counter:
     return Counter(json.loads(v)["purchase"] for v in read_ours(bootstrap, topic, PARTITIONS))
 
 
-@pytest.mark.parametrize("client", ["confluent"])
+@pytest.mark.parametrize("client", ["confluent", "oncelog"])
 def test_app_killed_repeatedly_and_broker_killed_once_processes_each_purchase_once(tmp_path,
                                                                                   client):
     with BrokerProcess(tmp_path / "data", settings=SETTINGS) as broker:

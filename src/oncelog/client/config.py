@@ -103,6 +103,22 @@ def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _assignors(value: Any) -> list[str]:
+    """Kafka's names ("range", "roundrobin"; also the Java class names), a list or a
+    comma-separated string, in order of preference."""
+    names = value.split(",") if isinstance(value, str) else list(value)
+    out = []
+    for name in names:
+        short = str(name).strip().rsplit(".", 1)[-1].lower().removesuffix("assignor")
+        if short not in ("range", "roundrobin"):
+            raise ValueError(f"unsupported partition assignment strategy {name!r} "
+                             "(oncelog has range and roundrobin)")
+        out.append(short)
+    if not out:
+        raise ValueError("at least one partition assignment strategy is needed")
+    return out
+
+
 @dataclass(frozen=True)
 class Key:
     name: str  # Kafka's dotted name
@@ -161,6 +177,14 @@ CONSUMER_KEYS = _table(
     Key("check.crcs", True, _bool),
     Key("max.poll.records", 500, _positive_int),
     Key("default.api.timeout.ms", 60000, _positive_int),
+    Key("group.id", None, _optional_str),
+    Key("group.instance.id", None, _optional_str),
+    Key("enable.auto.commit", True, _bool),
+    Key("auto.commit.interval.ms", 5000, _non_negative_int),
+    Key("session.timeout.ms", 45000, _positive_int),
+    Key("heartbeat.interval.ms", 3000, _positive_int),
+    Key("max.poll.interval.ms", 300000, _positive_int),
+    Key("partition.assignment.strategy", ["range", "roundrobin"], _assignors),
 )
 
 ADMIN_KEYS = _table(

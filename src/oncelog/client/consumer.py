@@ -1,13 +1,13 @@
-"""The Consumer users import: manual assignment, positions, ``poll``.
+"""The Consumer users import: manual assignment or group subscription, positions, ``poll``,
+committed offsets.
 
-    consumer = Consumer(bootstrap_servers=addr, auto_offset_reset="earliest")
-    consumer.assign([TopicPartition("events", 0)])
+    consumer = Consumer(bootstrap_servers=addr, group_id="billing", auto_offset_reset="earliest")
+    consumer.subscribe(["events"])
     for record in consumer.poll(timeout=1.0):
         ...
 
-Everything runs on the caller's thread; one consumer must not be used by two threads at once
-(as in the Java client). Group membership (``subscribe``, committed offsets) comes with the group
-coordinator.
+Everything but the group heartbeats runs on the caller's thread; one consumer must not be used
+by two threads at once (as in the Java client). Group membership: client/group_coordinator.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any, Self
 
 from .config import consumer_config
 from .fetcher import LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, Fetcher
+from .group_coordinator import Callback, GroupCoordinator
 from .network import NetworkClient
 from .subscription_state import EARLIEST, LATEST, SubscriptionState
-from .types import ConsumerRecord, TopicPartition
+from .types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 
 _client_ids = itertools.count(1)
 
@@ -39,18 +40,76 @@ class Consumer:
         self._net = NetworkClient(self.config, self.client_id)
         self._subs = SubscriptionState(self.config.auto_offset_reset)
         self._fetcher = Fetcher(self.config, self._net, self._subs)
+        self._group: GroupCoordinator | None = None
+        if self.config.group_id is not None:
+            self._group = GroupCoordinator(self.config, self.client_id, self._net, self._subs,
+                                           self._partitions_changed)
+        self._subscribed = False
         self._closed = False
+
+    def _partitions_changed(self) -> None:
+        for tp in list(self._fetcher_partitions()):
+            self._fetcher.discard(tp)
+        self._fetcher.metadata_stale = True
+
+    def _fetcher_partitions(self) -> list[TopicPartition]:
+        return self._subs.assigned()
 
     # --- assignment -------------------------------------------------------------------------
 
-    def subscribe(self, topics: Iterable[str], *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "subscribe() needs consumer group membership, which comes with the group "
-            "coordinator (a later issue); use assign([TopicPartition(topic, partition)]) now")
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
+                  on_assign: Callback | None = None, on_revoke: Callback | None = None,
+                  on_lost: Callback | None = None) -> None:
+        """Join the consumer group (``group_id``) and read the partitions it assigns to this
+        member, re-assigned whenever members come and go. ``pattern``: a regular expression
+        of topic names instead. The callbacks get lists of TopicPartitions and run inside
+        ``poll``: ``on_revoke`` before partitions are taken away (commit there), ``on_assign``
+        after new ones arrive, ``on_lost`` when the membership was lost (another member may
+        already have them)."""
+        self._check_open()
+        if self._group is None:
+            raise ValueError("subscribe() needs a group_id")
+        if isinstance(topics, str):
+            topics = [topics]
+        if not topics and not pattern:
+            raise ValueError("subscribe() needs topics or a pattern")
+        self._group.subscribe(topics, pattern, on_assign, on_revoke, on_lost)
+        self._subscribed = True
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """What ``Producer.send_offsets_to_transaction`` needs to fence zombies (KIP-447)."""
+        if self._group is None:
+            raise ValueError("group_metadata() needs a group_id")
+        return self._group.metadata()
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None,
+               asynchronous: bool = False, timeout: float | None = None) -> None:
+        """Commit offsets (the NEXT offset to read per partition; default: the current
+        positions) for the group. Raises CommitFailedError if the group rebalanced meanwhile.
+        ``asynchronous`` is accepted for confluent-kafka's signature; the commit is done when
+        this returns either way."""
+        self._check_open()
+        if self._group is None:
+            raise ValueError("commit() needs a group_id")
+        chosen = {TopicPartition(*tp): int(o) for tp, o in offsets.items()} if offsets \
+            else self._group.positions()
+        if chosen:
+            self._group.commit(chosen, self._deadline(timeout))
+
+    def committed(self, partitions: Iterable[TopicPartition], timeout: float | None = None
+                  ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None where nothing is committed)."""
+        self._check_open()
+        if self._group is None:
+            raise ValueError("committed() needs a group_id")
+        return self._group.committed([TopicPartition(*tp) for tp in partitions],
+                                     self._deadline(timeout))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (replacing any earlier assignment)."""
         self._check_open()
+        if self._subscribed:
+            raise ValueError("assign() and subscribe() cannot be mixed: unsubscribe() first")
         tps = []
         for tp in partitions:
             if not isinstance(tp, tuple) or len(tp) != 2:
@@ -65,6 +124,11 @@ class Consumer:
         return set(self._subs.assigned())
 
     def unsubscribe(self) -> None:
+        if self._subscribed and self._group is not None:
+            self._group.close(self._deadline(None))
+            self._group = GroupCoordinator(self.config, self.client_id, self._net, self._subs,
+                                           self._partitions_changed)
+        self._subscribed = False
         self._subs.assign([])
 
     # --- positions --------------------------------------------------------------------------
@@ -135,11 +199,19 @@ class Consumer:
         position fell out of the log, and the broker's error class for non-retriable errors.
         """
         self._check_open()
-        if not self._subs.assigned():
-            raise RuntimeError("poll(): no partitions assigned (call assign() first)")
+        if not self._subs.assigned() and not self._subscribed:
+            raise RuntimeError("poll(): no partitions assigned (call assign() or subscribe())")
         deadline = time.monotonic() + max(0.0, timeout)
         fetcher = self._fetcher
         while True:
+            if self._subscribed and self._group is not None:
+                self._group.poll(max(deadline, time.monotonic() + 30))
+                if not self._subs.assigned():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return []
+                    self._net.sleep(min(remaining, 0.1))
+                    continue
             fetcher.raise_errors()
             if fetcher.metadata_stale:
                 try:
@@ -169,6 +241,8 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        if self._group is not None and self._subscribed:
+            self._group.close(time.monotonic() + 10)
         self._fetcher.close()
         self._net.close()
 

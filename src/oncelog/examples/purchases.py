@@ -3,10 +3,11 @@
 For every purchase consumed from ``purchases`` the app produces one invoice to ``invoices`` and
 one shipment to ``shipments``, and commits the consumed offset in the same transaction
 (consume-transform-produce, spec 000 "Data Flow"; KIP-447: the consumer's group metadata goes
-with the offsets so that a zombie instance is fenced), with confluent-kafka's transactional API
+with the offsets so that a zombie instance is fenced). Written twice, with the same loop: with
+oncelog's client (``--client oncelog``) and with confluent-kafka's transactional API
 (``--client confluent``).
 
-    python -m oncelog.examples.purchases --bootstrap-server 127.0.0.1:9092 --client confluent
+    python -m oncelog.examples.purchases --bootstrap-server 127.0.0.1:9092 --client oncelog
 
 Each invoice and shipment carries the purchase's id, so a read_committed reader can check that
 every purchase produced exactly one of each. The app runs until it has been idle for
@@ -43,6 +44,53 @@ def purchase(n: int) -> bytes:
 class Restart(Exception):
     """A transaction failed in a way the app recovers from: it was aborted; start over from
     the group's committed offsets with fresh clients."""
+
+
+def run_oncelog(bootstrap: str, transactional_id: str, batch: int, idle_exit: float | None,
+                session_timeout_ms: int, on_commit: Callable[[int], None]) -> int:
+    """Process purchases until idle; returns how many (``on_commit`` hears each transaction's
+    count)."""
+    from oncelog import Consumer, Producer, TopicPartition
+    from oncelog.errors import FatalError, KafkaError
+
+    producer = Producer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
+                        linger_ms=5)
+    consumer = Consumer(bootstrap_servers=bootstrap, group_id=GROUP,
+                        isolation_level="read_committed", enable_auto_commit=False,
+                        auto_offset_reset="earliest", max_poll_records=batch,
+                        session_timeout_ms=session_timeout_ms,
+                        heartbeat_interval_ms=session_timeout_ms // 3)
+    total = 0
+    try:
+        producer.init_transactions()
+        consumer.subscribe([PURCHASES])
+        idle_since = time.monotonic()
+        while idle_exit is None or time.monotonic() - idle_since < idle_exit:
+            records = consumer.poll(timeout=0.5)
+            if not records:
+                continue
+            idle_since = time.monotonic()
+            producer.begin_transaction()
+            try:
+                offsets: dict[Any, int] = {}
+                for r in records:
+                    invoice, shipment = invoice_and_shipment(r.value)
+                    producer.send(INVOICES, invoice, key=r.key)
+                    producer.send(SHIPMENTS, shipment, key=r.key)
+                    offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1
+                producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+                producer.commit_transaction()
+            except FatalError:
+                raise
+            except KafkaError as exc:
+                producer.abort_transaction()
+                raise Restart(exc) from exc
+            total += len(records)
+            on_commit(len(records))
+    finally:
+        consumer.close()
+        producer.close()
+    return total
 
 
 def run_confluent(bootstrap: str, transactional_id: str, batch: int, idle_exit: float | None,
@@ -93,13 +141,13 @@ def run_confluent(bootstrap: str, transactional_id: str, batch: int, idle_exit: 
     return total
 
 
-RUNNERS = {"confluent": run_confluent}
+RUNNERS = {"oncelog": run_oncelog, "confluent": run_confluent}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    ap.add_argument("--client", choices=sorted(RUNNERS), default="confluent")
+    ap.add_argument("--client", choices=sorted(RUNNERS), default="oncelog")
     ap.add_argument("--transactional-id", default="purchases-app-1")
     ap.add_argument("--batch", type=int, default=100, help="purchases per transaction")
     ap.add_argument("--session-timeout-ms", type=int, default=45_000,

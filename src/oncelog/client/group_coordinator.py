@@ -1,0 +1,372 @@
+"""The consumer's side of a consumer group (Kafka's classic protocol; the Java
+ConsumerCoordinator, aiokafka's group_coordinator.py).
+
+Joining and rebalancing run inside ``Consumer.poll`` on the caller's thread, so the rebalance
+callbacks run there too: FindCoordinator, JoinGroup (again with the member id the broker hands
+out, KIP-394), the leader runs the assignor over every member's subscription, SyncGroup, then
+the positions of the new partitions come from the group's committed offsets (OffsetFetch;
+with require_stable for read_committed consumers, so that pending transactional offsets are
+awaited, KIP-447) or auto.offset.reset. Rebalances are eager: every partition is revoked
+(after an auto commit) before the join.
+
+A heartbeat thread with its own connection keeps the membership alive between polls and flags
+a rebalance (REBALANCE_IN_PROGRESS) or a lost membership for the next ``poll``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..errors import (
+    FatalError,
+    IllegalGenerationError,
+    KafkaError,
+    MemberIdRequiredError,
+    RebalanceInProgressError,
+    RetriableError,
+    UnknownMemberIdError,
+    error_for_code,
+)
+from ..protocol import ApiKey
+from .assignors import (
+    ASSIGNORS,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from .config import ClientConfig
+from .errors import KafkaTimeoutError
+from .network import NetworkClient
+from .subscription_state import SubscriptionState
+from .types import ConsumerGroupMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+KEY_TYPE_GROUP = 0
+UNSTABLE_OFFSET_COMMIT = 88
+_REJOIN = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
+Callback = Callable[[list[TopicPartition]], None]
+
+
+class CommitFailedError(FatalError):
+    """The commit cannot succeed: the group rebalanced and this member's partitions may now
+    belong to another (the Java client's CommitFailedException)."""
+
+
+class GroupCoordinator:
+    def __init__(self, config: ClientConfig, client_id: str, net: NetworkClient,
+                 subs: SubscriptionState, on_partitions_changed: Callable[[], None]) -> None:
+        self.config = config
+        self.group_id: str = config.group_id
+        self.instance_id: str | None = config.group_instance_id
+        self.client_id = client_id
+        self.net = net
+        self.subs = subs
+        self._changed = on_partitions_changed
+        self.assignors: list[str] = config.partition_assignment_strategy
+        self.topics: set[str] = set()
+        self.pattern: re.Pattern[str] | None = None
+        self.on_assign: Callback | None = None
+        self.on_revoke: Callback | None = None
+        self.on_lost: Callback | None = None
+        self.member_id = ""
+        self.generation = -1
+        self.coordinator: int | None = None
+        self.rejoin_needed = True
+        self.member_lost = False
+        self.next_auto_commit = 0.0
+        self._hb_stop = threading.Event()
+        self._hb_thread: threading.Thread | None = None
+        self._hb_net = NetworkClient(config, f"{client_id}-heartbeat")
+        self._lock = threading.Lock()
+
+    # -- subscription --------------------------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str] | None, pattern: str | None,
+                  on_assign: Callback | None, on_revoke: Callback | None,
+                  on_lost: Callback | None) -> None:
+        self.topics = set(topics or ())
+        self.pattern = re.compile(pattern) if pattern else None
+        self.on_assign, self.on_revoke, self.on_lost = on_assign, on_revoke, on_lost
+        self.rejoin_needed = True
+
+    def metadata(self) -> ConsumerGroupMetadata:
+        return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id,
+                                     self.instance_id)
+
+    def _subscribed_topics(self, deadline: float) -> list[str]:
+        if self.pattern is None:
+            return sorted(self.topics)
+        cluster = self.net.update_metadata(None, deadline, allow_auto_topic_creation=False)
+        return sorted(t for t in cluster.topics if self.pattern.fullmatch(t)
+                      and not cluster.topics[t].is_internal)
+
+    # -- coordinator ---------------------------------------------------------------------------
+
+    def _ensure_coordinator(self, deadline: float) -> int:
+        while self.coordinator is None:
+            r = self.net.request_any(ApiKey.FIND_COORDINATOR, {
+                "key": self.group_id, "key_type": KEY_TYPE_GROUP,
+                "coordinator_keys": [self.group_id]}, deadline)
+            found = r.coordinators[0] if hasattr(r, "coordinators") else r
+            code = int(found.error_code)
+            if code:
+                error = error_for_code(code)(f"FindCoordinator {self.group_id!r}")
+                if not isinstance(error, RetriableError):
+                    raise error
+                self._sleep(deadline)
+                continue
+            node = int(found.node_id)
+            if node not in self.net.cluster.brokers:
+                self.net.update_metadata([], deadline, allow_auto_topic_creation=False)
+            self.coordinator = node
+        return self.coordinator
+
+    def _sleep(self, deadline: float) -> None:
+        delay = self.config.retry_backoff_ms / 1000
+        if time.monotonic() + delay >= deadline:
+            raise KafkaTimeoutError(f"group {self.group_id!r}: coordinator not ready in time")
+        time.sleep(delay)
+
+    def _request(self, api: ApiKey, values: Any, deadline: float,
+                 timeout_ms: int | None = None) -> Any:
+        node = self._ensure_coordinator(deadline)
+        try:
+            return self.net.request(node, api, values, timeout_ms=timeout_ms)
+        except RetriableError:
+            self.coordinator = None
+            raise
+
+    def _coordinator_moved(self, code: int) -> bool:
+        if code in (14, 15, 16):  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
+            if code != 14:
+                self.coordinator = None
+            return True
+        return False
+
+    # -- poll ----------------------------------------------------------------------------------
+
+    def poll(self, deadline: float) -> None:
+        """Join (or rejoin) if needed and auto-commit when due."""
+        if self.member_lost:
+            self.member_lost = False
+            lost = self.subs.assigned()
+            self._assign([])
+            if lost and self.on_lost is not None:
+                self.on_lost(lost)
+            elif lost and self.on_revoke is not None:
+                self.on_revoke(lost)
+        if self.rejoin_needed:
+            self._rebalance(deadline)
+        if self.config.enable_auto_commit and time.monotonic() >= self.next_auto_commit:
+            self._auto_commit(deadline)
+
+    def _auto_commit(self, deadline: float) -> None:
+        self.next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+        offsets = self.positions()
+        if offsets and self.generation >= 0:
+            try:
+                self.commit(offsets, deadline)
+            except (KafkaError, TimeoutError) as exc:
+                log.info("auto commit of group %r failed: %s", self.group_id, exc)
+
+    def positions(self) -> dict[TopicPartition, int]:
+        return {tp: p for tp in self.subs.assigned()
+                if (p := self.subs.position(tp)) is not None}
+
+    def _rebalance(self, deadline: float) -> None:
+        revoked = self.subs.assigned()
+        if revoked:
+            if self.config.enable_auto_commit and self.generation >= 0:
+                self._auto_commit(deadline)
+            if self.on_revoke is not None:
+                self.on_revoke(revoked)
+            self._assign([])
+        topics = self._subscribed_topics(deadline)
+        subscription = encode_subscription(Subscription(tuple(topics)))
+        while True:
+            self.rejoin_needed = False
+            try:
+                assignment = self._join_and_sync(topics, subscription, deadline)
+            except _REJOIN as exc:
+                if isinstance(exc, UnknownMemberIdError):
+                    self.member_id, self.generation = "", -1
+                log.debug("group %r: rejoining after %s", self.group_id, exc)
+                continue
+            if self.rejoin_needed:
+                continue  # the heartbeat saw another rebalance start meanwhile
+            break
+        self._assign(assignment)
+        self._start_heartbeat()
+        if self.on_assign is not None:
+            self.on_assign(list(assignment))
+
+    def _join_and_sync(self, topics: list[str], subscription: bytes, deadline: float
+                       ) -> list[TopicPartition]:
+        join_timeout = self.config.max_poll_interval_ms + 5000
+        while True:
+            r = self._request(ApiKey.JOIN_GROUP, {
+                "group_id": self.group_id, "session_timeout": self.config.session_timeout_ms,
+                "rebalance_timeout": self.config.max_poll_interval_ms,
+                "member_id": self.member_id, "group_instance_id": self.instance_id,
+                "protocol_type": "consumer", "reason": None,
+                "protocols": [{"name": a, "metadata": subscription} for a in self.assignors]},
+                deadline, timeout_ms=join_timeout)
+            code = int(r.error_code)
+            if code == MemberIdRequiredError.code:
+                self.member_id = r.member_id
+                continue
+            if self._coordinator_moved(code):
+                self._sleep(deadline + join_timeout / 1000)
+                continue
+            if code:
+                raise error_for_code(code)(f"JoinGroup {self.group_id!r}")
+            break
+        self.member_id, self.generation = r.member_id, int(r.generation_id)
+        assignments: list[dict[str, Any]] = []
+        if r.leader == r.member_id:
+            assignments = self._assign_as_leader(r.protocol_name, r.members, deadline)
+        s = self._request(ApiKey.SYNC_GROUP, {
+            "group_id": self.group_id, "generation_id": self.generation,
+            "member_id": self.member_id, "group_instance_id": self.instance_id,
+            "protocol_type": "consumer", "protocol_name": r.protocol_name,
+            "assignments": assignments}, deadline, timeout_ms=join_timeout)
+        code = int(s.error_code)
+        if code:
+            raise error_for_code(code)(f"SyncGroup {self.group_id!r}")
+        return decode_assignment(bytes(s.assignment))
+
+    def _assign_as_leader(self, protocol: str, members: Any, deadline: float
+                          ) -> list[dict[str, Any]]:
+        subscriptions = {m.member_id: decode_subscription(bytes(m.metadata)) for m in members}
+        wanted = sorted({t for s in subscriptions.values() for t in s.topics})
+        cluster = self.net.update_metadata(wanted, deadline, allow_auto_topic_creation=False)
+        counts = {t: len(ps) for t in wanted if (ps := cluster.partitions_for(t))}
+        plan = ASSIGNORS[protocol](subscriptions, counts)
+        log.info("group %r generation %d: %s assigns %s", self.group_id, self.generation,
+                 protocol, {m: len(ps) for m, ps in plan.items()})
+        return [{"member_id": m, "assignment": encode_assignment(ps)} for m, ps in plan.items()]
+
+    def _assign(self, partitions: list[TopicPartition]) -> None:
+        self.subs.assign(list(partitions))
+        self._changed()
+        if not partitions:
+            return
+        committed = self.committed(partitions, time.monotonic() + 60)
+        for tp in partitions:
+            offset = committed.get(tp)
+            if offset is not None:
+                self.subs.seek(tp, offset)
+            else:
+                self.subs.request_reset(tp, self.subs.default_reset)
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def commit(self, offsets: dict[TopicPartition, int], deadline: float) -> None:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "committed_offset": offset,
+                "committed_leader_epoch": -1, "committed_metadata": ""})
+        while True:
+            r = self._request(ApiKey.OFFSET_COMMIT, {
+                "group_id": self.group_id, "generation_id_or_member_epoch": self.generation,
+                "member_id": self.member_id, "group_instance_id": self.instance_id,
+                "retention_time": -1,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
+                deadline)
+            code = next((int(p.error_code) for t in r.topics for p in t.partitions
+                         if int(p.error_code)), 0)
+            if self._coordinator_moved(code):
+                self._sleep(deadline)
+                continue
+            if code in (RebalanceInProgressError.code, IllegalGenerationError.code,
+                        UnknownMemberIdError.code):
+                self.rejoin_needed = True
+                raise CommitFailedError(
+                    f"group {self.group_id!r} rebalanced: {error_for_code(code).__name__}")
+            if code:
+                raise error_for_code(code)(f"OffsetCommit {self.group_id!r}")
+            return
+
+    def committed(self, partitions: list[TopicPartition], deadline: float
+                  ) -> dict[TopicPartition, int | None]:
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        require_stable = self.config.isolation_level == "read_committed"
+        while True:
+            r = self._request(ApiKey.OFFSET_FETCH, {
+                "group_id": self.group_id, "topics": topics, "require_stable": require_stable,
+                "groups": [{"group_id": self.group_id, "topics": topics}]}, deadline)
+            group = r.groups[0] if hasattr(r, "groups") else r
+            code = int(getattr(group, "error_code", 0))
+            parts = [(t.name, p) for t in group.topics for p in t.partitions]
+            code = code or next((int(p.error_code) for _, p in parts if int(p.error_code)), 0)
+            if code == UNSTABLE_OFFSET_COMMIT or self._coordinator_moved(code):
+                self._sleep(deadline)  # a transaction's offsets are pending: wait for its end
+                continue
+            if code:
+                raise error_for_code(code)(f"OffsetFetch {self.group_id!r}")
+            return {TopicPartition(t, int(p.partition_index)):
+                    (int(p.committed_offset) if int(p.committed_offset) >= 0 else None)
+                    for t, p in parts}
+
+    # -- heartbeats ----------------------------------------------------------------------------
+
+    def _start_heartbeat(self) -> None:
+        if self._hb_thread is None:
+            self._hb_thread = threading.Thread(target=self._heartbeat_loop, daemon=True,
+                                               name=f"oncelog-heartbeat-{self.client_id}")
+            self._hb_thread.start()
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.config.heartbeat_interval_ms / 1000
+        while not self._hb_stop.wait(interval):
+            node, generation, member = self.coordinator, self.generation, self.member_id
+            if node is None or generation < 0 or self.rejoin_needed:
+                continue
+            self._hb_net.cluster = self.net.cluster  # addresses of the nodes
+            try:
+                r = self._hb_net.request(node, ApiKey.HEARTBEAT, {
+                    "group_id": self.group_id, "generation_id": generation, "member_id": member,
+                    "group_instance_id": self.instance_id},
+                    timeout_ms=self.config.request_timeout_ms)
+            except KafkaError as exc:
+                log.debug("heartbeat of group %r failed: %s", self.group_id, exc)
+                continue
+            code = int(r.error_code)
+            if code == RebalanceInProgressError.code:
+                self.rejoin_needed = True
+            elif code in (IllegalGenerationError.code, UnknownMemberIdError.code):
+                self.member_id, self.generation = ("", -1) if code == UnknownMemberIdError.code \
+                    else (self.member_id, -1)
+                self.member_lost = True
+                self.rejoin_needed = True
+            elif self._coordinator_moved(code):
+                pass
+
+    def close(self, deadline: float) -> None:
+        self._hb_stop.set()
+        if self._hb_thread is not None:
+            self._hb_thread.join(5)
+        try:
+            if self.config.enable_auto_commit and self.generation >= 0:
+                self._auto_commit(deadline)
+            if self.member_id and self.coordinator is not None:
+                self._request(ApiKey.LEAVE_GROUP, lambda v: {
+                    "group_id": self.group_id, "member_id": self.member_id,
+                    "members": [{"member_id": self.member_id,
+                                 "group_instance_id": self.instance_id, "reason": None}]},
+                    deadline)
+        except (KafkaError, TimeoutError) as exc:
+            log.info("leaving group %r: %s", self.group_id, exc)
+        self._hb_net.close()
