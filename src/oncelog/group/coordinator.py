@@ -218,7 +218,7 @@ class GroupCoordinator:
                 group.static_members[group_instance_id] = new_id  # type: ignore[index]
                 if group.leader == known:
                     group.leader = new_id
-                effects += self._fence_pending(group, known)
+                effects += self._fence_pending(group, known, "fenced_instance_id")
             elif require_known_member_id and not group_instance_id:
                 group.pending_members.add(new_id)  # KIP-394: come back with this id
                 return new_id, JoinResponse("member_id_required", new_id), []
@@ -336,9 +336,11 @@ class GroupCoordinator:
             group.leader = None
         return m
 
-    def _fence_pending(self, group: Group, member_id: str) -> list[Effect]:
-        return [RespondJoin(group.group_id, member_id, JoinResponse("fenced_instance_id")),
-                RespondSync(group.group_id, member_id, SyncResponse("fenced_instance_id"))]
+    def _fence_pending(self, group: Group, member_id: str,
+                       error: str = "unknown_member_id") -> list[Effect]:
+        """Answer a removed member's held JoinGroup / SyncGroup, if any."""
+        return [RespondJoin(group.group_id, member_id, JoinResponse(error, member_id)),
+                RespondSync(group.group_id, member_id, SyncResponse(error))]
 
     # -- SyncGroup ----------------------------------------------------------------------------
 

@@ -1,0 +1,260 @@
+"""Consumer groups with real clients against real brokers: our Consumer's subscribe, rebalance
+callbacks, commit / committed; one group mixing our consumer with confluent-kafka's and
+kafka-python's (Kafka's ConsumerProtocol and the range assignor on all sides); a member killed
+with SIGKILL is replaced after its session timeout; committed offsets survive a broker restart.
+Also the assignors' invariants, as properties."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from broker_process import BrokerProcess
+from confluent_kafka import Consumer as ConfluentConsumer
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka import KafkaConsumer
+
+from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from oncelog.client.assignors import (
+    ASSIGNORS,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+
+SETTINGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
+            "offsets.topic.num.partitions": "3"}
+DEADLINE_S = 30
+
+
+# -- assignors ----------------------------------------------------------------------------
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=5), st.sets(st.sampled_from("abc")),
+                       min_size=1, max_size=6),
+       st.dictionaries(st.sampled_from("abc"), st.integers(1, 12), min_size=1))
+@pytest.mark.parametrize("name", sorted(ASSIGNORS))
+def test_every_subscribed_partition_goes_to_exactly_one_subscriber(name, subs, counts):
+    subscriptions = {m: Subscription(tuple(sorted(t))) for m, t in subs.items()}
+    plan = ASSIGNORS[name](subscriptions, counts)
+    given_out = [tp for ps in plan.values() for tp in ps]
+    assert len(given_out) == len(set(given_out))
+    wanted = {(t, p) for t, n in counts.items() for p in range(n)
+              if any(t in s.topics for s in subscriptions.values())}
+    assert set(given_out) == wanted
+    for m, ps in plan.items():
+        assert all(tp.topic in subscriptions[m].topics for tp in ps)
+    if all(s.topics == tuple("abc") for s in subscriptions.values()):
+        sizes = [len(ps) for ps in plan.values()]
+        if name == "roundrobin":
+            assert max(sizes) - min(sizes) <= 1  # balanced overall
+        else:
+            for t, n in counts.items():  # balanced per topic
+                per = [sum(tp.topic == t for tp in ps) for ps in plan.values()]
+                assert max(per) - min(per) <= 1
+
+
+def test_protocol_encoding_round_trips():
+    sub = Subscription(("a", "b"), b"user")
+    assert decode_subscription(encode_subscription(sub)) == sub
+    tps = [TopicPartition("a", 2), TopicPartition("a", 0), TopicPartition("b", 1)]
+    assert decode_assignment(encode_assignment(tps)) == sorted(tps)
+    assert decode_assignment(b"") == []
+
+
+# -- against a broker -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("groups") / "data", settings=SETTINGS) as b:
+        yield b
+
+
+def make_topic(bootstrap: str, name: str, partitions: int, records: int = 0) -> None:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(name, num_partitions=partitions)])
+    if records:
+        with Producer(bootstrap_servers=bootstrap) as p:
+            for i in range(records):
+                p.send(name, b"%d" % i, partition=i % partitions)
+
+
+def ours(bootstrap: str, group: str, **kw) -> Consumer:
+    return Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                    session_timeout_ms=3000, heartbeat_interval_ms=500, **kw)
+
+
+def poll_until(consumers, done, what="condition"):
+    deadline = time.monotonic() + DEADLINE_S
+    while not done():
+        assert time.monotonic() < deadline, what
+        for c in consumers:
+            c.poll(0.1)
+
+
+class Member(threading.Thread):
+    """One of our consumers on its own thread, polling until stopped (a Consumer, as in the
+    Java client, is used by one thread; its JoinGroup waits for the other members)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.events: list[tuple[str, list[TopicPartition]]] = []
+        self.consumer = ours(bootstrap, group)
+        self.consumer.subscribe([topic], on_assign=lambda ps: self.events.append(
+            ("assign", sorted(ps))), on_revoke=lambda ps: self.events.append(
+            ("revoke", sorted(ps))))
+        self.assignment: set[TopicPartition] = set()
+        self.stop = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.consumer.poll(0.1)
+            self.assignment = self.consumer.assignment()
+        self.consumer.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(30)
+
+
+def wait_for(done, what):
+    deadline = time.monotonic() + DEADLINE_S
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)  # the members poll on their own threads
+
+
+def test_two_consumers_split_the_partitions_and_one_takes_over(broker):
+    bs = broker.bootstrap_servers
+    make_topic(bs, "split", 4)
+    a = Member(bs, "split-g", "split")
+    b = Member(bs, "split-g", "split")
+    wait_for(lambda: len(a.assignment) == 2 and len(b.assignment) == 2, "an even split")
+    assert a.assignment | b.assignment == {TopicPartition("split", p) for p in range(4)}
+    b.close()  # LeaveGroup: a gets everything
+    wait_for(lambda: len(a.assignment) == 4, "a takes over")
+    kinds = [k for k, _ in a.events]
+    assert kinds[0] == "assign" and "revoke" in kinds and kinds[-1] == "assign"
+    assert a.events[-1][1] == sorted(TopicPartition("split", p) for p in range(4))
+    a.close()
+
+
+def test_commit_and_committed_survive_a_consumer_and_a_broker_restart(tmp_path):
+    with BrokerProcess(tmp_path / "data", settings=SETTINGS) as b:
+        bs = b.bootstrap_servers
+        make_topic(bs, "commits", 2, records=20)
+        c = ours(bs, "commit-g", enable_auto_commit=False)
+        c.subscribe(["commits"])
+        got = []
+        poll_until([c], lambda: len(got) >= 20 or bool(got.extend(c.poll(0.2))), "20 records")
+        c.commit({TopicPartition("commits", 0): 4, TopicPartition("commits", 1): 7})
+        c.close()
+        b.restart()
+        c = ours(bs, "commit-g", enable_auto_commit=False)
+        assert c.committed([TopicPartition("commits", 0), TopicPartition("commits", 1)]) == {
+            TopicPartition("commits", 0): 4, TopicPartition("commits", 1): 7}
+        c.subscribe(["commits"])
+        resumed = []
+        poll_until([c], lambda: len(resumed) >= 9 or bool(resumed.extend(c.poll(0.2))),
+                   "the rest")
+        assert sorted((r.partition, r.offset) for r in resumed) == \
+            [(0, o) for o in range(4, 10)] + [(1, o) for o in range(7, 10)]
+        c.close()
+
+
+def test_one_group_mixes_our_confluent_and_kafka_python_consumers(broker):
+    bs = broker.bootstrap_servers
+    make_topic(bs, "mixed", 6, records=60)
+    group = "mixed-g"
+    assigned: dict[str, set[int]] = {"confluent": set(), "kafka-python": set()}
+    stop = threading.Event()
+
+    def run_confluent() -> None:
+        c = ConfluentConsumer({"bootstrap.servers": bs, "group.id": group,
+                               "auto.offset.reset": "earliest",
+                               "partition.assignment.strategy": "range",
+                               "session.timeout.ms": 6000})
+        c.subscribe(["mixed"])
+        while not stop.is_set():
+            c.poll(0.2)
+            assigned["confluent"] = {tp.partition for tp in c.assignment()}
+        c.close()
+
+    def run_kafka_python() -> None:
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        c = KafkaConsumer("mixed", bootstrap_servers=bs, group_id=group,
+                          auto_offset_reset="earliest", session_timeout_ms=6000,
+                          heartbeat_interval_ms=1000,
+                          partition_assignment_strategy=[RangePartitionAssignor])
+        while not stop.is_set():
+            c.poll(timeout_ms=200)
+            assigned["kafka-python"] = {tp.partition for tp in c.assignment()}
+        c.close()
+
+    threads = [threading.Thread(target=run_confluent), threading.Thread(target=run_kafka_python)]
+    for t in threads:
+        t.start()
+    c = ours(bs, group, partition_assignment_strategy="range")
+    c.subscribe(["mixed"])
+    try:
+        deadline = time.monotonic() + DEADLINE_S * 2
+        while True:
+            c.poll(0.2)
+            mine = {tp.partition for tp in c.assignment()}
+            parts = [mine, assigned["confluent"], assigned["kafka-python"]]
+            if all(len(p) == 2 for p in parts) and set().union(*parts) == set(range(6)):
+                break  # range: two each, disjoint, covering all six
+            assert time.monotonic() < deadline, parts
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        c.close()
+
+
+_MEMBER = textwrap.dedent("""
+    import sys, time
+    from oncelog import Consumer
+    c = Consumer(bootstrap_servers=sys.argv[1], group_id="kill-g", session_timeout_ms=2000,
+                 heartbeat_interval_ms=300, auto_offset_reset="earliest")
+    c.subscribe(["killed"])
+    while True:
+        c.poll(0.2)
+        if c.assignment():
+            print("assigned", len(c.assignment()), flush=True)
+""")
+
+
+def test_a_member_killed_with_sigkill_is_replaced_after_its_session_timeout(broker):
+    bs = broker.bootstrap_servers
+    make_topic(bs, "killed", 4)
+    child = subprocess.Popen([sys.executable, "-c", _MEMBER, bs], stdout=subprocess.PIPE,
+                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith(b"assigned")
+        c = ours(bs, "kill-g")
+        c.subscribe(["killed"])
+        poll_until([c], lambda: len(c.assignment()) == 2, "half each")
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        start = time.monotonic()
+        poll_until([c], lambda: len(c.assignment()) == 4, "the survivor takes all")
+        assert time.monotonic() - start < 15  # the 2 s session timeout, not a 5 min default
+        c.close()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
