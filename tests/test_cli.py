@@ -30,7 +30,9 @@ def broker(tmp_path_factory):
 def test_help_everywhere():
     for args in ([], ["broker"], ["topics"], ["topics", "create"], ["topics", "list"],
                  ["topics", "describe"], ["topics", "delete"], ["produce"], ["consume"],
-                 ["dump-log"]):
+                 ["dump-log"], ["transactions"], ["transactions", "list"],
+                 ["transactions", "describe"], ["transactions", "describe-producers"],
+                 ["transactions", "abort"]):
         out = oncelog(*args, "--help").stdout
         assert "usage: oncelog" in out
 

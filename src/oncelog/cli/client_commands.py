@@ -16,6 +16,8 @@ def run(args) -> int:
             return _produce(args)
         if args.command == "consume":
             return _consume(args)
+        if args.command == "transactions":
+            return _transactions(args)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -24,6 +26,69 @@ def run(args) -> int:
               file=sys.stderr)
         return 1
     raise AssertionError(args.command)
+
+
+def _table(header: list[str], rows: list[list[object]]) -> None:
+    print("\t".join(header))
+    for row in rows:
+        print("\t".join(str(v) for v in row))
+
+
+def _transactions(args) -> int:
+    from .. import Admin, TopicPartition
+
+    with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+        action = args.transactions_command
+        if action == "list":
+            _table(["TransactionalId", "ProducerId", "TransactionState"],
+                   [[t.transactional_id, t.producer_id, t.state]
+                    for t in admin.list_transactions(states=args.state)])
+        elif action == "describe":
+            d = admin.describe_transactions([args.transactional_id])[args.transactional_id]
+            now = int(time.time() * 1000)
+            _table(["TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+                    "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
+                    "TransactionDurationMs", "TopicPartitions"],
+                   [[d.transactional_id, d.producer_id, d.producer_epoch, d.state,
+                     d.timeout_ms, d.start_ms if d.start_ms is not None else "None",
+                     now - d.start_ms if d.start_ms is not None else "None",
+                     ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.partitions))]])
+        elif action == "describe-producers":
+            tp = TopicPartition(args.topic, args.partition)
+            _table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                    "LastTimestamp", "CurrentTransactionStartOffset"],
+                   [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+                     p.last_timestamp, p.current_txn_start_offset]
+                    for p in admin.describe_producers([tp])[tp]])
+        elif action == "abort":
+            return _abort(admin, args)
+    return 0
+
+
+def _abort(admin, args) -> int:
+    from .. import TopicPartition
+
+    tp = TopicPartition(args.topic, args.partition)
+    given = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
+    if args.start_offset is not None:
+        # As kafka-transactions.sh: the producer whose open transaction starts there.
+        matches = [p for p in admin.describe_producers([tp])[tp]
+                   if p.current_txn_start_offset == args.start_offset]
+        if not matches:
+            print(f"oncelog transactions: no open transaction starts at offset "
+                  f"{args.start_offset} in {tp.topic}-{tp.partition}", file=sys.stderr)
+            return 1
+        p = matches[0]
+        given = (p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
+    elif None in given:
+        print("oncelog transactions abort: give --start-offset, or --producer-id, "
+              "--producer-epoch and --coordinator-epoch", file=sys.stderr)
+        return 2
+    pid, epoch, coordinator_epoch = given
+    admin.abort_transaction(tp, pid, epoch, coordinator_epoch)
+    print(f"Aborted the transaction of producer {pid} (epoch {epoch}) in "
+          f"{tp.topic}-{tp.partition}.")
+    return 0
 
 
 def _topics(args) -> int:

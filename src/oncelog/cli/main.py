@@ -89,6 +89,34 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--print-key", action="store_true")
     c.add_argument("--print-offset", action="store_true")
 
+    x = sub.add_parser("transactions", help="list, describe or abort transactions",
+                       description="Inspect transactions, as Kafka's kafka-transactions.sh.")
+    xsub = x.add_subparsers(dest="transactions_command", required=True, metavar="ACTION")
+    xl = xsub.add_parser("list", help="list transactional ids and their states")
+    _add_bootstrap(xl)
+    xl.add_argument("--state", action="append", default=[],
+                    help="only these states (Ongoing, PrepareCommit, CompleteAbort ...)")
+    xd = xsub.add_parser("describe", help="describe a transactional id")
+    _add_bootstrap(xd)
+    xd.add_argument("--transactional-id", required=True)
+    xp = xsub.add_parser("describe-producers",
+                         help="producer state of a partition (who holds its LSO back)")
+    _add_bootstrap(xp)
+    xp.add_argument("--topic", required=True)
+    xp.add_argument("--partition", type=int, required=True)
+    xa = xsub.add_parser("abort", help="abort a hanging transaction in a partition",
+                         description="Write an ABORT marker for a producer's open transaction "
+                         "in one partition. Give the producer (--producer-id, "
+                         "--producer-epoch, --coordinator-epoch) or the transaction's first "
+                         "offset (--start-offset), as describe-producers shows them.")
+    _add_bootstrap(xa)
+    xa.add_argument("--topic", required=True)
+    xa.add_argument("--partition", type=int, required=True)
+    xa.add_argument("--start-offset", type=int, default=None)
+    xa.add_argument("--producer-id", type=int, default=None)
+    xa.add_argument("--producer-epoch", type=int, default=None)
+    xa.add_argument("--coordinator-epoch", type=int, default=None)
+
     d = sub.add_parser("dump-log", help="print the batches of a segment file",
                        description="One line per batch, as Kafka's DumpLogSegments prints them.")
     d.add_argument("files", nargs="+", metavar="FILE")

@@ -30,9 +30,12 @@ from .types import (
     ConsumerRecord,
     NewTopic,
     PartitionInfo,
+    ProducerState,
     RecordMetadata,
     TopicDescription,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 
 __all__ = [
@@ -46,9 +49,12 @@ __all__ = [
     "NoOffsetForPartitionError",
     "PartitionInfo",
     "Producer",
+    "ProducerState",
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",
+    "TransactionDescription",
     "TransactionError",
+    "TransactionListing",
     "murmur2",
 ]

@@ -1,4 +1,5 @@
-"""The Admin client: create, delete, list and describe topics. Synchronous, caller's thread.
+"""The Admin client: create, delete, list and describe topics; list, describe and abort
+transactions and describe producers (KIP-664). Synchronous, caller's thread.
 
 Each call retries network failures and NOT_CONTROLLER until default.api.timeout.ms, and raises the ``oncelog.errors`` class of the first
 non-retriable per-topic error (``TopicAlreadyExistsError``, ``InvalidTopicExceptionError``,
@@ -19,12 +20,19 @@ from ..errors import (
     ThrottlingQuotaExceededError,
     error_for_code,
 )
-from ..protocol import ApiKey
+from ..protocol import ApiKey, millis
 from .config import admin_config
 from .errors import KafkaTimeoutError
 from .metadata import metadata_request
 from .network import NetworkClient
-from .types import NewTopic, TopicDescription
+from .types import (
+    NewTopic,
+    ProducerState,
+    TopicDescription,
+    TopicPartition,
+    TransactionDescription,
+    TransactionListing,
+)
 
 _client_ids = itertools.count(1)
 
@@ -183,6 +191,104 @@ class Admin:
                                               if result.error_message else ""))
             out[result.resource_name] = {c.name: c.value for c in result.configs}
         return out
+
+    # --- transactions (KIP-664) --------------------------------------------------------------
+
+    def list_transactions(self, states: Iterable[str] | None = None,
+                          producer_ids: Iterable[int] | None = None,
+                          min_duration_ms: int = -1) -> list[TransactionListing]:
+        """Transactional ids the coordinators hold, optionally only in these states (Kafka's
+        names: Ongoing, PrepareCommit ...), of these producer ids, or open for at least
+        ``min_duration_ms`` (ListTransactions v1)."""
+        deadline = self._deadline()
+        out: list[TransactionListing] = []
+        for node in self._metadata([]).brokers:  # every broker coordinates some ids
+            r = self._net.request_any(ApiKey.LIST_TRANSACTIONS, {
+                "state_filters": list(states or ()), "producer_id_filters": list(producer_ids or ()),
+                "duration_filter": min_duration_ms}, deadline, node_id=node)
+            if int(r.error_code):
+                raise error_for_code(int(r.error_code))("list transactions")
+            out.extend(TransactionListing(t.transactional_id, int(t.producer_id),
+                                          t.transaction_state) for t in r.transaction_states)
+        return sorted(out, key=lambda t: t.transactional_id)
+
+    def describe_transactions(self, transactional_ids: Iterable[str]
+                              ) -> dict[str, TransactionDescription]:
+        """What each transactional id's coordinator holds. Raises
+        TransactionalIdNotFoundError for an id it does not know."""
+        deadline = self._deadline()
+        out = {}
+        for txn_id in transactional_ids:
+            node = self._coordinator(txn_id, deadline)
+            r = self._net.request_any(ApiKey.DESCRIBE_TRANSACTIONS,
+                                      {"transactional_ids": [txn_id]}, deadline, node_id=node)
+            (s,) = r.transaction_states
+            if int(s.error_code):
+                raise error_for_code(int(s.error_code))(f"transactional id {txn_id!r}")
+            start = round(s.transaction_start_time.timestamp() * 1000)
+            out[txn_id] = TransactionDescription(
+                txn_id, s.transaction_state, int(s.producer_id), int(s.producer_epoch),
+                millis(s.transaction_timeout), start if start > 0 else None,
+                frozenset(TopicPartition(t.topic, int(p)) for t in s.topics
+                          for p in t.partitions))
+        return out
+
+    def describe_producers(self, partitions: Iterable[TopicPartition]
+                           ) -> dict[TopicPartition, list[ProducerState]]:
+        """The producer state of each partition, from its leader: who writes there, and where
+        each open transaction starts (to find a hanging one)."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        deadline = self._deadline()
+        cluster = self._metadata(sorted({tp.topic for tp in tps}))
+        out: dict[TopicPartition, list[ProducerState]] = {}
+        for tp in tps:
+            r = self._net.request_any(ApiKey.DESCRIBE_PRODUCERS, {"topics": [
+                {"name": tp.topic, "partition_indexes": [tp.partition]}]}, deadline,
+                node_id=cluster.leader_for(tp))
+            (p,) = r.topics[0].partitions
+            if int(p.error_code):
+                raise error_for_code(int(p.error_code))(
+                    f"{tp.topic}-{tp.partition}: {p.error_message or ''}")
+            out[tp] = [ProducerState(int(s.producer_id), int(s.producer_epoch),
+                                     int(s.last_sequence), int(s.last_timestamp),
+                                     int(s.coordinator_epoch), int(s.current_txn_start_offset))
+                       for s in p.active_producers]
+        return out
+
+    def abort_transaction(self, partition: TopicPartition, producer_id: int,
+                          producer_epoch: int, coordinator_epoch: int) -> None:
+        """Write an ABORT marker for the producer's open transaction in ``partition`` (a
+        hanging transaction the coordinator no longer knows), as Kafka's
+        Admin.abortTransaction does: WriteTxnMarkers straight to the partition leader."""
+        tp = TopicPartition(*partition)
+        deadline = self._deadline()
+        cluster = self._metadata([tp.topic])
+        r = self._net.request_any(ApiKey.WRITE_TXN_MARKERS, {"markers": [{
+            "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "transaction_result": False, "coordinator_epoch": coordinator_epoch,
+            "topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}]}]}, deadline,
+            node_id=cluster.leader_for(tp))
+        code = int(r.markers[0].topics[0].partitions[0].error_code)
+        if code:
+            raise error_for_code(code)(f"abort of producer {producer_id} in "
+                                       f"{tp.topic}-{tp.partition}")
+
+    def _coordinator(self, transactional_id: str, deadline: float) -> int:
+        while True:
+            r = self._net.request_any(ApiKey.FIND_COORDINATOR, {
+                "key": transactional_id, "key_type": 1,
+                "coordinator_keys": [transactional_id]}, deadline)
+            found = r.coordinators[0] if hasattr(r, "coordinators") else r
+            code = int(found.error_code)
+            if code == 0:
+                node = int(found.node_id)
+                if node not in self._net.cluster.brokers:
+                    self._metadata([])
+                return node
+            error = error_for_code(code)(f"FindCoordinator {transactional_id!r}")
+            if not error.retriable or time.monotonic() > deadline:
+                raise error
+            time.sleep(self.config.retry_backoff_ms / 1000)
 
     def _metadata(self, topics: list[str] | None):
         deadline = self._deadline()

@@ -68,3 +68,37 @@ class ConsumerGroupMetadata(NamedTuple):
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """One line of ``Admin.list_transactions``."""
+
+    transactional_id: str
+    producer_id: int
+    state: str  # as Kafka names it: Empty, Ongoing, PrepareCommit, CompleteAbort ...
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """``Admin.describe_transactions``: what the coordinator holds for a transactional id."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int | None  # when the open transaction began; None when none is open
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """``Admin.describe_producers``: a producer id's state in one partition."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1 when it has no open transaction there

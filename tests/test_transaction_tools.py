@@ -1,0 +1,83 @@
+"""Inspecting and repairing transactions: Admin.list_transactions / describe_transactions /
+describe_producers / abort_transaction and ``oncelog transactions ...``, including a hanging
+transaction (data written with no coordinator behind it, so the LSO is stuck) that the abort
+command finds by its start offset and ends, as Kafka's kafka-transactions.sh does."""
+
+from __future__ import annotations
+
+import pytest
+from raw_wire import (
+    RawConnection,
+    idempotent_batch,
+    init_producer_id_request,
+    latest_offset,
+    list_offsets_request,
+    produce,
+)
+from test_cli import broker, oncelog  # noqa: F401 (the fixture)
+
+from oncelog import Admin, NewTopic, Producer, TopicPartition
+from oncelog.errors import TransactionalIdNotFoundError
+
+pytestmark = pytest.mark.slow
+
+
+def lso(conn, topic: str) -> int:
+    r = conn.request(list_offsets_request(topic, 0, -1, isolation_level=1))
+    return r.topics[0].partitions[0].offset
+
+
+def test_admin_sees_an_open_transaction_then_its_end(broker):  # noqa: F811
+    bs = broker.bootstrap_servers
+    with Admin(bootstrap_servers=bs) as admin:
+        admin.create_topics([NewTopic("tools-a", num_partitions=2)])
+        with Producer(bootstrap_servers=bs, transactional_id="tools-1") as p:
+            p.init_transactions()
+            p.begin_transaction()
+            p.send("tools-a", b"x", partition=1).result()
+            listed = {t.transactional_id: t for t in admin.list_transactions()}
+            assert listed["tools-1"].state == "Ongoing"
+            assert [t.transactional_id for t in admin.list_transactions(states=["Ongoing"])] \
+                == ["tools-1"]
+            d = admin.describe_transactions(["tools-1"])["tools-1"]
+            assert (d.state, d.partitions) == ("Ongoing", frozenset({TopicPartition("tools-a",
+                                                                                   1)}))
+            assert d.start_ms is not None and d.timeout_ms == 60_000
+            (state,) = admin.describe_producers([TopicPartition("tools-a", 1)])[
+                TopicPartition("tools-a", 1)]
+            assert (state.producer_id, state.current_txn_start_offset) == (d.producer_id, 0)
+            p.commit_transaction()
+        d = admin.describe_transactions(["tools-1"])["tools-1"]
+        assert d.state == "CompleteCommit" and d.start_ms is None and not d.partitions
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions(["nobody"])
+    out = oncelog("transactions", "list", "--bootstrap-server", bs).stdout
+    assert "tools-1" in out and "CompleteCommit" in out
+    out = oncelog("transactions", "describe", "--transactional-id", "tools-1",
+                  "--bootstrap-server", bs).stdout
+    assert out.splitlines()[0].startswith("TransactionalId\tProducerId")
+
+
+def test_a_hanging_transaction_is_found_and_aborted_by_its_start_offset(broker):  # noqa: F811
+    bs = broker.bootstrap_servers
+    with Admin(bootstrap_servers=bs) as admin:
+        admin.create_topics([NewTopic("tools-h", num_partitions=1)])
+    with RawConnection(bs) as conn:
+        produce(conn, "tools-h", 0, idempotent_batch(conn.request(
+            init_producer_id_request()).producer_id, 0, 0, [b"before"]))
+        pid = conn.request(init_producer_id_request()).producer_id
+        # Transactional data the coordinator never heard of: nothing will ever end it.
+        produce(conn, "tools-h", 0, idempotent_batch(pid, 0, 0, [b"h1", b"h2"],
+                                                     is_transactional=True))
+        assert (lso(conn, "tools-h"), latest_offset(conn, "tools-h")) == (1, 3)
+        out = oncelog("transactions", "describe-producers", "--topic", "tools-h",
+                      "--partition", "0", "--bootstrap-server", bs).stdout
+        rows = [line.split("\t") for line in out.splitlines()[1:]]
+        assert [pid, 0, 1] in [[int(r[0]), int(r[1]), int(r[5])] for r in rows]
+        bad = oncelog("transactions", "abort", "--topic", "tools-h", "--partition", "0",
+                      "--start-offset", "2", "--bootstrap-server", bs, check=False)
+        assert bad.returncode == 1 and "no open transaction starts at offset 2" in bad.stderr
+        out = oncelog("transactions", "abort", "--topic", "tools-h", "--partition", "0",
+                      "--start-offset", "1", "--bootstrap-server", bs).stdout
+        assert f"producer {pid}" in out
+        assert lso(conn, "tools-h") == latest_offset(conn, "tools-h") == 4
