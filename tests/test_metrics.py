@@ -74,3 +74,15 @@ def test_other_paths_and_garbage_do_not_hurt_the_broker(broker):
 
 def test_metrics_are_off_unless_asked_for(embedded_broker):
     assert embedded_broker.server.metrics_port is None
+
+
+def test_active_transactional_ids_and_groups_are_counted(broker):
+    from oncelog import Consumer, Producer
+
+    assert scrape(broker)["oncelog_active_transactional_ids"] == 0
+    with Producer(bootstrap_servers=broker.bootstrap_servers, transactional_id="m1") as p:
+        p.init_transactions()
+    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id="mg") as c:
+        c.commit({("m", 0): 1})
+    m = scrape(broker)
+    assert m["oncelog_active_transactional_ids"] == 1 and m["oncelog_groups"] == 1
