@@ -192,9 +192,15 @@ def test_max_poll_records_bounds_one_poll(embedded_broker):
         assert [r.offset for r in poll_until(c, 6)] == list(range(4, 10))
 
 
-def test_subscribe_is_not_there_yet(any_broker):
-    with consumer(any_broker) as c, pytest.raises(NotImplementedError, match="group coordinator"):
+def test_subscribe_needs_a_group_and_topics_and_does_not_mix_with_assign(any_broker):
+    with consumer(any_broker) as c, pytest.raises(ValueError, match="needs a group_id"):
         c.subscribe(["t"])
+    with Consumer(bootstrap_servers=any_broker, group_id="g") as c:
+        with pytest.raises(ValueError, match="topics or a pattern"):
+            c.subscribe([])
+        c.subscribe(["t"])
+        with pytest.raises(ValueError, match="cannot be mixed"):
+            c.assign([TopicPartition("t", 0)])
 
 
 def test_poll_needs_an_assignment_and_an_open_consumer(any_broker):
