@@ -167,3 +167,20 @@ def test_describe_producers_shows_open_transactions(conn):
              for p in part.active_producers}
     assert state[a] == (0, 1, -1) and state[b] == (0, 1, -1)  # ended by their markers
     assert state[c] == (0, 0, 6)  # still open, from offset 6
+
+
+def test_lag_is_measured_against_the_lso_for_read_committed(embedded_broker, conn):
+    _scenario(conn)  # HW 8, LSO 6 (producer c's transaction is open)
+    lags = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        with Consumer(bootstrap_servers=embedded_broker.bootstrap_servers,
+                      isolation_level=isolation) as consumer:
+            tp = TopicPartition(TOPIC, 0)
+            consumer.assign([tp])
+            consumer.seek(tp, 1)
+            assert consumer.current_lag(tp) is None  # nothing fetched yet
+            while consumer.current_lag(tp) is None:
+                consumer.poll(timeout=0.2)
+            consumer.seek(tp, 1)
+            lags[isolation] = consumer.current_lag(tp)
+    assert lags == {"read_committed": 5, "read_uncommitted": 7}

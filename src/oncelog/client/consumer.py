@@ -171,6 +171,17 @@ class Consumer:
         assert position is not None
         return position
 
+    def current_lag(self, partition: TopicPartition) -> int | None:
+        """Records between the position and the end the last fetch saw: the last stable offset
+        for read_committed (an open transaction holds it back), else the high watermark. None
+        until a fetch of the partition has answered (the Java client's currentLag)."""
+        self._check_open()
+        state = self._subs.state(TopicPartition(*partition))
+        end = state.last_stable_offset if self._fetcher.read_committed else state.high_watermark
+        if end < 0 or state.position is None:
+            return None
+        return max(0, end - state.position)
+
     def beginning_offsets(self, partitions: Iterable[TopicPartition],
                           timeout: float | None = None) -> dict[TopicPartition, int]:
         tps = [TopicPartition(*tp) for tp in partitions]
