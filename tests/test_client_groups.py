@@ -58,7 +58,7 @@ def test_every_subscribed_partition_goes_to_exactly_one_subscriber(name, subs, c
         if name == "roundrobin":
             assert max(sizes) - min(sizes) <= 1  # balanced overall
         else:
-            for t, n in counts.items():  # balanced per topic
+            for t in counts:  # balanced per topic
                 per = [sum(tp.topic == t for tp in ps) for ps in plan.values()]
                 assert max(per) - min(per) <= 1
 
@@ -106,10 +106,10 @@ class Member(threading.Thread):
     """One of our consumers on its own thread, polling until stopped (a Consumer, as in the
     Java client, is used by one thread; its JoinGroup waits for the other members)."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, **config) -> None:
         super().__init__(daemon=True)
         self.events: list[tuple[str, list[TopicPartition]]] = []
-        self.consumer = ours(bootstrap, group)
+        self.consumer = ours(bootstrap, group, **config)
         self.consumer.subscribe([topic], on_assign=lambda ps: self.events.append(
             ("assign", sorted(ps))), on_revoke=lambda ps: self.events.append(
             ("revoke", sorted(ps))))
@@ -258,3 +258,58 @@ def test_a_member_killed_with_sigkill_is_replaced_after_its_session_timeout(brok
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def _sticky_round(subs, counts):
+    return ASSIGNORS["cooperative-sticky"](subs, counts)
+
+
+@given(st.lists(st.text(min_size=1, max_size=4), min_size=1, max_size=6, unique=True),
+       st.integers(1, 30), st.data())
+def test_cooperative_sticky_keeps_what_it_can_and_moves_in_two_rounds(members, n, data):
+    """Round 1 from some prior ownership: nothing is given while another still owns it;
+    round 2 (after the revocations) completes a balanced assignment; partitions that a member
+    kept across both rounds were never taken away."""
+    counts = {"t": n}
+    tps = [TopicPartition("t", p) for p in range(n)]
+    prior = {m: [] for m in members}
+    for tp in tps:
+        prior[data.draw(st.sampled_from(members))].append(tp)
+    subs = {m: Subscription(("t",), owned_partitions=tuple(ps)) for m, ps in prior.items()}
+    first = _sticky_round(subs, counts)
+    for m, ps in first.items():
+        others = {tp for o, qs in prior.items() if o != m for tp in qs}
+        assert not set(ps) & others
+    # each member now owns what it kept (revoking the rest), and the group rebalances again
+    owned = {m: [tp for tp in prior[m] if tp in first[m]] + [tp for tp in first[m]
+                                                              if tp not in prior[m]]
+             for m in members}
+    second = _sticky_round({m: Subscription(("t",), owned_partitions=tuple(ps))
+                            for m, ps in owned.items()}, counts)
+    given_out = [tp for ps in second.values() for tp in ps]
+    assert sorted(given_out) == tps
+    sizes = [len(ps) for ps in second.values()]
+    assert max(sizes) - min(sizes) <= 1
+    for m in members:  # sticky: a member keeps its partitions up to its fair share
+        assert len(set(owned[m]) & set(second[m])) >= min(len(owned[m]), n // len(members))
+
+
+def test_subscription_v1_carries_owned_partitions():
+    sub = Subscription(("a",), None, (TopicPartition("a", 3), TopicPartition("a", 1)))
+    back = decode_subscription(encode_subscription(sub))
+    assert back.topics == ("a",) and sorted(back.owned_partitions) == sorted(sub.owned_partitions)
+
+
+def test_a_cooperative_member_keeps_its_partitions_while_another_joins(broker):
+    bs = broker.bootstrap_servers
+    make_topic(bs, "coop", 4)
+    a = Member(bs, "coop-g", "coop", partition_assignment_strategy="cooperative-sticky")
+    wait_for(lambda: len(a.assignment) == 4, "a has all four")
+    b = Member(bs, "coop-g", "coop", partition_assignment_strategy="cooperative-sticky")
+    wait_for(lambda: len(a.assignment) == 2 and len(b.assignment) == 2, "two each")
+    revoked = [ps for kind, ps in a.events if kind == "revoke"]
+    assert [len(ps) for ps in revoked] == [2]  # only what moved, not all four
+    assert a.events[0] == ("assign", sorted(TopicPartition("coop", p) for p in range(4)))
+    b.close()
+    wait_for(lambda: len(a.assignment) == 4, "a takes back the rest")
+    a.close()

@@ -104,16 +104,18 @@ def _optional_str(value: Any) -> str | None:
 
 
 def _assignors(value: Any) -> list[str]:
-    """Kafka's names ("range", "roundrobin"; also the Java class names), a list or a
-    comma-separated string, in order of preference."""
+    """Kafka's names ("range", "roundrobin", "cooperative-sticky"; also the Java class names),
+    a list or a comma-separated string, in order of preference."""
+    known = {"range": "range", "roundrobin": "roundrobin",
+             "cooperative-sticky": "cooperative-sticky", "cooperativesticky": "cooperative-sticky"}
     names = value.split(",") if isinstance(value, str) else list(value)
     out = []
     for name in names:
         short = str(name).strip().rsplit(".", 1)[-1].lower().removesuffix("assignor")
-        if short not in ("range", "roundrobin"):
+        if short not in known:
             raise ValueError(f"unsupported partition assignment strategy {name!r} "
-                             "(oncelog has range and roundrobin)")
-        out.append(short)
+                             "(oncelog has range, roundrobin and cooperative-sticky)")
+        out.append(known[short])
     if not out:
         raise ValueError("at least one partition assignment strategy is needed")
     return out
@@ -184,7 +186,8 @@ CONSUMER_KEYS = _table(
     Key("session.timeout.ms", 45000, _positive_int),
     Key("heartbeat.interval.ms", 3000, _positive_int),
     Key("max.poll.interval.ms", 300000, _positive_int),
-    Key("partition.assignment.strategy", ["range", "roundrobin"], _assignors),
+    # The Java client's default: range, with cooperative-sticky for an upgrade to it.
+    Key("partition.assignment.strategy", ["range", "cooperative-sticky"], _assignors),
 )
 
 ADMIN_KEYS = _table(

@@ -6,8 +6,12 @@ callbacks run there too: FindCoordinator, JoinGroup (again with the member id th
 out, KIP-394), the leader runs the assignor over every member's subscription, SyncGroup, then
 the positions of the new partitions come from the group's committed offsets (OffsetFetch;
 with require_stable for read_committed consumers, so that pending transactional offsets are
-awaited, KIP-447) or auto.offset.reset. Rebalances are eager: every partition is revoked
-(after an auto commit) before the join.
+awaited, KIP-447) or auto.offset.reset.
+
+Rebalances are eager (every partition revoked, after an auto commit, before the join) unless
+every configured assignor is cooperative (cooperative-sticky, KIP-429): then the member keeps
+its partitions through the join, reports them in its subscription, gives up only those the new
+assignment takes away, and rejoins at once so that they reach their new owner.
 
 A heartbeat thread with its own connection keeps the membership alive between polls and flags
 a rebalance (REBALANCE_IN_PROGRESS) or a lost membership for the next ``poll``.
@@ -35,6 +39,7 @@ from ..errors import (
 from ..protocol import ApiKey
 from .assignors import (
     ASSIGNORS,
+    COOPERATIVE,
     Subscription,
     decode_assignment,
     decode_subscription,
@@ -71,6 +76,7 @@ class GroupCoordinator:
         self.subs = subs
         self._changed = on_partitions_changed
         self.assignors: list[str] = config.partition_assignment_strategy
+        self.cooperative = all(a in COOPERATIVE for a in self.assignors)
         self.topics: set[str] = set()
         self.pattern: re.Pattern[str] | None = None
         self.on_assign: Callback | None = None
@@ -182,15 +188,13 @@ class GroupCoordinator:
                 if (p := self.subs.position(tp)) is not None}
 
     def _rebalance(self, deadline: float) -> None:
-        revoked = self.subs.assigned()
-        if revoked:
-            if self.config.enable_auto_commit and self.generation >= 0:
-                self._auto_commit(deadline)
-            if self.on_revoke is not None:
-                self.on_revoke(revoked)
-            self._assign([])
+        owned = self.subs.assigned()
+        if owned and not self.cooperative:
+            self._revoke(owned, deadline)
+            owned = []
         topics = self._subscribed_topics(deadline)
-        subscription = encode_subscription(Subscription(tuple(topics)))
+        subscription = encode_subscription(Subscription(tuple(topics),
+                                                        owned_partitions=tuple(owned)))
         while True:
             self.rejoin_needed = False
             try:
@@ -203,10 +207,23 @@ class GroupCoordinator:
             if self.rejoin_needed:
                 continue  # the heartbeat saw another rebalance start meanwhile
             break
-        self._assign(assignment)
+        revoked = [tp for tp in owned if tp not in set(assignment)]
+        if revoked:  # cooperative: give these up, and rejoin so that they move on
+            self._revoke(revoked, deadline)
+            self.rejoin_needed = True
+        added = [tp for tp in assignment if tp not in set(owned)]
+        self._assign(assignment, keep=[tp for tp in owned if tp in set(assignment)])
         self._start_heartbeat()
         if self.on_assign is not None:
-            self.on_assign(list(assignment))
+            self.on_assign(added)
+
+    def _revoke(self, partitions: list[TopicPartition], deadline: float) -> None:
+        if self.config.enable_auto_commit and self.generation >= 0:
+            self._auto_commit(deadline)
+        if self.on_revoke is not None:
+            self.on_revoke(list(partitions))
+        self._assign([tp for tp in self.subs.assigned() if tp not in set(partitions)],
+                     keep=self.subs.assigned())
 
     def _join_and_sync(self, topics: list[str], subscription: bytes, deadline: float
                        ) -> list[TopicPartition]:
@@ -254,13 +271,18 @@ class GroupCoordinator:
                  protocol, {m: len(ps) for m, ps in plan.items()})
         return [{"member_id": m, "assignment": encode_assignment(ps)} for m, ps in plan.items()]
 
-    def _assign(self, partitions: list[TopicPartition]) -> None:
+    def _assign(self, partitions: list[TopicPartition],
+                keep: Iterable[TopicPartition] = ()) -> None:
+        """Read ``partitions`` from now on; those in ``keep`` keep their positions, the others
+        start at the group's committed offsets (or auto.offset.reset)."""
+        kept = set(keep)
         self.subs.assign(list(partitions))
         self._changed()
-        if not partitions:
+        new = [tp for tp in partitions if tp not in kept]
+        if not new:
             return
-        committed = self.committed(partitions, time.monotonic() + 60)
-        for tp in partitions:
+        committed = self.committed(new, time.monotonic() + 60)
+        for tp in new:
             offset = committed.get(tp)
             if offset is not None:
                 self.subs.seek(tp, offset)
