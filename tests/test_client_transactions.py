@@ -116,3 +116,36 @@ def test_send_offsets_to_transaction_commits_the_groups_offsets(bootstrap):
     finally:
         c.close()
     assert read_committed(bootstrap) == [b"out-5"]
+
+
+def test_a_downstream_consumer_that_dies_before_committing_reads_again(bootstrap):
+    """spec 001, failure scenario 4: transactions protect what is inside the log; a
+    read_committed consumer that acts on records and dies before committing its offsets reads
+    them again (at least once), so its side effects need their own idempotence."""
+    with Producer(bootstrap_servers=bootstrap, transactional_id="t-downstream") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(3):
+            p.send(TOPIC, b"invoice-%d" % i, partition=0)
+        p.commit_transaction()
+
+    def consume_once(commit: bool) -> list[bytes]:
+        c = Consumer(bootstrap_servers=bootstrap, group_id="mailer", enable_auto_commit=False,
+                     isolation_level="read_committed", auto_offset_reset="earliest",
+                     session_timeout_ms=6000)
+        c.subscribe([TOPIC])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 3:
+            assert time.monotonic() < deadline
+            got.extend(r.value for r in c.poll(0.5))
+        if commit:
+            c.commit()
+        c.close()
+        return got
+
+    first = consume_once(commit=False)  # "sent the e-mails", died before committing
+    again = consume_once(commit=True)
+    assert first == again == [b"invoice-0", b"invoice-1", b"invoice-2"]
+    with Consumer(bootstrap_servers=bootstrap, group_id="mailer") as c:
+        assert c.committed([TopicPartition(TOPIC, 0)]) == {TopicPartition(TOPIC, 0): 4}
