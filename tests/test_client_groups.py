@@ -308,7 +308,7 @@ def test_a_cooperative_member_keeps_its_partitions_while_another_joins(broker):
     b = Member(bs, "coop-g", "coop", partition_assignment_strategy="cooperative-sticky")
     wait_for(lambda: len(a.assignment) == 2 and len(b.assignment) == 2, "two each")
     revoked = [ps for kind, ps in a.events if kind == "revoke"]
-    assert [len(ps) for ps in revoked] == [2]  # only what moved, not all four
+    assert [len(ps) for ps in revoked] == [2], a.events  # only what moved, not all four
     assert a.events[0] == ("assign", sorted(TopicPartition("coop", p) for p in range(4)))
     b.close()
     wait_for(lambda: len(a.assignment) == 4, "a takes back the rest")

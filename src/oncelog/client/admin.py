@@ -219,7 +219,7 @@ class Admin:
         deadline = self._deadline()
         out = {}
         for txn_id in transactional_ids:
-            node = self._coordinator(txn_id, deadline)
+            node = self._net.find_coordinator(1, txn_id, deadline)
             r = self._net.request_any(ApiKey.DESCRIBE_TRANSACTIONS,
                                       {"transactional_ids": [txn_id]}, deadline, node_id=node)
             (s,) = r.transaction_states
@@ -272,23 +272,6 @@ class Admin:
         if code:
             raise error_for_code(code)(f"abort of producer {producer_id} in "
                                        f"{tp.topic}-{tp.partition}")
-
-    def _coordinator(self, transactional_id: str, deadline: float) -> int:
-        while True:
-            r = self._net.request_any(ApiKey.FIND_COORDINATOR, {
-                "key": transactional_id, "key_type": 1,
-                "coordinator_keys": [transactional_id]}, deadline)
-            found = r.coordinators[0] if hasattr(r, "coordinators") else r
-            code = int(found.error_code)
-            if code == 0:
-                node = int(found.node_id)
-                if node not in self._net.cluster.brokers:
-                    self._metadata([])
-                return node
-            error = error_for_code(code)(f"FindCoordinator {transactional_id!r}")
-            if not error.retriable or time.monotonic() > deadline:
-                raise error
-            time.sleep(self.config.retry_backoff_ms / 1000)
 
     def _metadata(self, topics: list[str] | None):
         deadline = self._deadline()

@@ -87,6 +87,7 @@ class GroupCoordinator:
         self.coordinator: int | None = None
         self.rejoin_needed = True
         self.member_lost = False
+        self.joining = False  # the heartbeat thread stays quiet while a join is under way
         self.next_auto_commit = 0.0
         self._hb_stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
@@ -117,22 +118,8 @@ class GroupCoordinator:
     # -- coordinator ---------------------------------------------------------------------------
 
     def _ensure_coordinator(self, deadline: float) -> int:
-        while self.coordinator is None:
-            r = self.net.request_any(ApiKey.FIND_COORDINATOR, {
-                "key": self.group_id, "key_type": KEY_TYPE_GROUP,
-                "coordinator_keys": [self.group_id]}, deadline)
-            found = r.coordinators[0] if hasattr(r, "coordinators") else r
-            code = int(found.error_code)
-            if code:
-                error = error_for_code(code)(f"FindCoordinator {self.group_id!r}")
-                if not isinstance(error, RetriableError):
-                    raise error
-                self._sleep(deadline)
-                continue
-            node = int(found.node_id)
-            if node not in self.net.cluster.brokers:
-                self.net.update_metadata([], deadline, allow_auto_topic_creation=False)
-            self.coordinator = node
+        if self.coordinator is None:
+            self.coordinator = self.net.find_coordinator(KEY_TYPE_GROUP, self.group_id, deadline)
         return self.coordinator
 
     def _sleep(self, deadline: float) -> None:
@@ -195,18 +182,11 @@ class GroupCoordinator:
         topics = self._subscribed_topics(deadline)
         subscription = encode_subscription(Subscription(tuple(topics),
                                                         owned_partitions=tuple(owned)))
-        while True:
-            self.rejoin_needed = False
-            try:
-                assignment = self._join_and_sync(topics, subscription, deadline)
-            except _REJOIN as exc:
-                if isinstance(exc, UnknownMemberIdError):
-                    self.member_id, self.generation = "", -1
-                log.debug("group %r: rejoining after %s", self.group_id, exc)
-                continue
-            if self.rejoin_needed:
-                continue  # the heartbeat saw another rebalance start meanwhile
-            break
+        self.joining = True
+        try:
+            assignment = self._join_until_stable(topics, subscription, deadline)
+        finally:
+            self.joining = False
         revoked = [tp for tp in owned if tp not in set(assignment)]
         if revoked:  # cooperative: give these up, and rejoin so that they move on
             self._revoke(revoked, deadline)
@@ -224,6 +204,21 @@ class GroupCoordinator:
             self.on_revoke(list(partitions))
         self._assign([tp for tp in self.subs.assigned() if tp not in set(partitions)],
                      keep=self.subs.assigned())
+
+    def _join_until_stable(self, topics: list[str], subscription: bytes, deadline: float
+                           ) -> list[TopicPartition]:
+        while True:
+            self.rejoin_needed = False
+            try:
+                assignment = self._join_and_sync(topics, subscription, deadline)
+            except _REJOIN as exc:
+                if isinstance(exc, UnknownMemberIdError):
+                    self.member_id, self.generation = "", -1
+                log.debug("group %r: rejoining after %s", self.group_id, exc)
+                continue
+            if self.rejoin_needed:
+                continue  # the heartbeat saw another rebalance start meanwhile
+            return assignment
 
     def _join_and_sync(self, topics: list[str], subscription: bytes, deadline: float
                        ) -> list[TopicPartition]:
@@ -354,7 +349,7 @@ class GroupCoordinator:
         interval = self.config.heartbeat_interval_ms / 1000
         while not self._hb_stop.wait(interval):
             node, generation, member = self.coordinator, self.generation, self.member_id
-            if node is None or generation < 0 or self.rejoin_needed:
+            if node is None or generation < 0 or self.rejoin_needed or self.joining:
                 continue
             self._hb_net.cluster = self.net.cluster  # addresses of the nodes
             try:
@@ -366,6 +361,8 @@ class GroupCoordinator:
                 log.debug("heartbeat of group %r failed: %s", self.group_id, exc)
                 continue
             code = int(r.error_code)
+            if self.joining or (generation, member) != (self.generation, self.member_id):
+                continue  # an answer about a generation this member has already left
             if code == RebalanceInProgressError.code:
                 self.rejoin_needed = True
             elif code in (IllegalGenerationError.code, UnknownMemberIdError.code):

@@ -152,25 +152,10 @@ class TransactionManager:
 
     def _coordinator(self, key_type: int, key: str, deadline: float) -> int:
         node = self._coordinators.get((key_type, key))
-        if node is not None:
-            return node
-        if not self.net.cluster.brokers:
-            self.net.update_metadata([], deadline, allow_auto_topic_creation=False)
-        while True:
-            r = self.net.request_any(ApiKey.FIND_COORDINATOR, {
-                "key": key, "key_type": key_type, "coordinator_keys": [key]}, deadline)
-            found = r.coordinators[0] if hasattr(r, "coordinators") else r
-            code = int(found.error_code)
-            if code == 0:
-                node = int(found.node_id)
-                if node not in self.net.cluster.brokers:
-                    self.net.update_metadata([], deadline, allow_auto_topic_creation=False)
-                self._coordinators[(key_type, key)] = node
-                return node
-            error = error_for_code(code)(f"FindCoordinator {key!r}: {found.error_message}")
-            if not isinstance(error, RetriableError):
-                raise error
-            self._wait(deadline, error)
+        if node is None:
+            node = self._coordinators[(key_type, key)] = self.net.find_coordinator(
+                key_type, key, deadline)
+        return node
 
     def _wait(self, deadline: float, error: KafkaError) -> None:
         if time.monotonic() + self.config.retry_backoff_ms / 1000 >= deadline:

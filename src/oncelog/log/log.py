@@ -22,6 +22,7 @@ from ..records.batch import (
     CorruptRecordError,
     build_control_batch,
     decode_batch,
+    iter_batches,
     parse_control_record,
     set_base_offset,
     set_log_append_time,
@@ -454,6 +455,19 @@ class PartitionLog:
                 max_pos = end[0] if end is not None else None
             return seg.read(pos, max_bytes, max_pos)
         return b""
+
+    def iter_records(self, chunk_bytes: int = 1 << 20):
+        """(header, records) of every batch from the log start to its end, control batches
+        included: how a coordinator replays its internal topic at startup."""
+        offset = self.log_start_offset
+        while offset < self.log_end_offset:
+            data = self.read(offset, chunk_bytes)
+            if not data:
+                return
+            for pos, h in iter_batches(data):
+                offset = h.next_offset
+                _, records = decode_batch(data, pos, verify_crc=False)
+                yield h, records
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         for seg in self.segments:

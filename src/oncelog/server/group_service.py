@@ -37,7 +37,7 @@ from ..group.log_format import (
     encode_offset,
 )
 from ..log import LogAppendError, LogWriteError
-from ..records import build_batch, decode_batch, iter_batches, split_batches
+from ..records import build_batch, split_batches
 from ..records.batch import CONTROL_COMMIT, parse_control_record
 from .clock import now_ms
 from .topics import CONSUMER_OFFSETS, coordinator_partition
@@ -70,37 +70,27 @@ class GroupService:
         now = now_ms()
         n = len(topic.partitions)
         for p in topic.partitions:
-            plog = p.log
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                data = plog.read(offset, 1 << 20)
-                if not data:
-                    break
-                for pos, h in iter_batches(data):
-                    offset = h.next_offset
-                    _, records = decode_batch(data, pos, verify_crc=False)
-                    if h.is_control:
-                        ctype, _epoch = parse_control_record(records[0])
-                        groups = [g for g in self.core.groups
-                                  if coordinator_partition(g, n) == p.index]
-                        self.core.complete_txn_offsets(groups, h.producer_id,
-                                                       ctype == CONTROL_COMMIT)
-                        continue
-                    pid = h.producer_id if h.is_transactional else None
-                    for r in records:
-                        try:
-                            key = decode_key(r.key or b"")
-                            if isinstance(key, OffsetKey):
-                                self.core.load_offset(
-                                    key, None if r.value is None else decode_offset(r.value),
-                                    pid)
-                            else:
-                                self.core.load_group(
-                                    key, None if r.value is None else decode_group(r.value),
-                                    now)
-                        except GroupLogFormatError as exc:
-                            log.error("skipping a bad record at %s-%d offset %d: %s",
-                                      CONSUMER_OFFSETS, p.index, r.offset, exc)
+            for h, records in p.log.iter_records():
+                if h.is_control:
+                    ctype, _epoch = parse_control_record(records[0])
+                    groups = [g for g in self.core.groups
+                              if coordinator_partition(g, n) == p.index]
+                    self.core.complete_txn_offsets(groups, h.producer_id,
+                                                   ctype == CONTROL_COMMIT)
+                    continue
+                pid = h.producer_id if h.is_transactional else None
+                for r in records:
+                    try:
+                        key = decode_key(r.key or b"")
+                        if isinstance(key, OffsetKey):
+                            self.core.load_offset(
+                                key, None if r.value is None else decode_offset(r.value), pid)
+                        else:
+                            self.core.load_group(
+                                key, None if r.value is None else decode_group(r.value), now)
+                    except GroupLogFormatError as exc:
+                        log.error("skipping a bad record at %s-%d offset %d: %s",
+                                  CONSUMER_OFFSETS, p.index, r.offset, exc)
         log.info("group coordinator loaded %d groups", len(self.core.groups))
 
     def start(self) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..log import LogAppendError, LogWriteError
 from ..protocol import ApiKey, RequestHeader, make, request_module
-from ..records import build_batch, decode_batch, iter_batches, split_batches
+from ..records import build_batch, split_batches
 from ..txn.coordinator import Effect, SendMarkers, TransactionCoordinator, WriteTxnLog
 from ..txn.log_format import (
     TxnLogFormatError,
@@ -83,25 +83,17 @@ class TxnService:
         if topic is None:
             return
         for p in topic.partitions:
-            plog = p.log
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                data = plog.read(offset, 1 << 20)
-                if not data:
-                    break
-                for pos, h in iter_batches(data):
-                    offset = h.next_offset
-                    if h.is_control:
-                        continue
-                    _, records = decode_batch(data, pos, verify_crc=False)
-                    for r in records:
-                        try:
-                            txn_id = decode_key(r.key or b"")
-                            yield txn_id, (None if r.value is None
-                                           else decode_value(txn_id, r.value))
-                        except TxnLogFormatError as exc:
-                            log.error("skipping a bad record at %s-%d offset %d: %s",
-                                      TRANSACTION_STATE, p.index, r.offset, exc)
+            for h, records in p.log.iter_records():
+                if h.is_control:
+                    continue
+                for r in records:
+                    try:
+                        txn_id = decode_key(r.key or b"")
+                        yield txn_id, (None if r.value is None
+                                       else decode_value(txn_id, r.value))
+                    except TxnLogFormatError as exc:
+                        log.error("skipping a bad record at %s-%d offset %d: %s",
+                                  TRANSACTION_STATE, p.index, r.offset, exc)
 
     def load(self) -> None:
         """Replay the transaction log (before the broker takes requests); what it left
