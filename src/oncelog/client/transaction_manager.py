@@ -72,13 +72,16 @@ class TxnState(enum.Enum):
 
 T = TxnState
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
-    T.UNINITIALIZED: frozenset(),
+    # A call that timed out goes back where it came from, so that it can be called again
+    # (InitProducerId, EndTxn: a retry of one the coordinator already did succeeds).
+    T.UNINITIALIZED: frozenset({T.INITIALIZING}),
     T.INITIALIZING: frozenset({T.UNINITIALIZED, T.ABORTING}),
     T.READY: frozenset({T.INITIALIZING, T.COMMITTING, T.ABORTING}),
-    T.IN_TRANSACTION: frozenset({T.READY}),
+    T.IN_TRANSACTION: frozenset({T.READY, T.COMMITTING}),
     T.COMMITTING: frozenset({T.IN_TRANSACTION}),
     T.ABORTING: frozenset({T.IN_TRANSACTION, T.ABORTABLE_ERROR}),
-    T.ABORTABLE_ERROR: frozenset({T.IN_TRANSACTION, T.COMMITTING, T.ABORTABLE_ERROR}),
+    T.ABORTABLE_ERROR: frozenset({T.IN_TRANSACTION, T.COMMITTING, T.ABORTABLE_ERROR,
+                                  T.ABORTING, T.INITIALIZING}),
     T.FATAL_ERROR: frozenset(TxnState),
 }
 
@@ -137,11 +140,12 @@ class TransactionManager:
 
     def sequence_lost(self, error: KafkaError) -> None:
         """The sender could not write a batch whose sequence numbers are now spent: the
-        transaction must abort, and the epoch be bumped after (KIP-360)."""
-        with self.lock:
-            self.epoch_bump_needed = True
-            if self.state == T.IN_TRANSACTION:
-                self._fail(TransactionError(f"a batch was not written: {error}"))
+        transaction must abort (commit sees the batch's failed future), and the epoch be
+        bumped after (KIP-360). Called on the sender thread, which must never wait for
+        ``lock``: the caller's thread may hold it while it waits for the sender (flush)."""
+        log.info("transaction %r: a batch was lost (%s); abort, then a new epoch",
+                 self.transactional_id, error)
+        self.epoch_bump_needed = True
 
     # -- coordinator requests ------------------------------------------------------------------
 
@@ -204,7 +208,11 @@ class TransactionManager:
         with self.lock:
             self._require(T.UNINITIALIZED)
             self._transition(T.INITIALIZING)
-            self._init_producer_id(self._deadline(timeout), -1, -1)
+            try:
+                self._init_producer_id(self._deadline(timeout), -1, -1)
+            except KafkaTimeoutError:
+                self._transition(T.UNINITIALIZED)  # call init_transactions again
+                raise
             self._transition(T.READY)
 
     def begin_transaction(self) -> None:
@@ -271,7 +279,10 @@ class TransactionManager:
         with self.lock:
             self._require(T.IN_TRANSACTION)
             deadline = self._deadline(timeout)
-            self._flush(max(0.0, deadline - time.monotonic()))
+        # Not under the lock: the sender thread finishes the batches meanwhile.
+        self._flush(max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            self._require(T.IN_TRANSACTION)
             failed = next((f.exception() for f in self.futures if f.exception() is not None),
                           None)
             if failed is not None:
@@ -279,23 +290,34 @@ class TransactionManager:
                     f"a record of the transaction was not written: {failed}")
                 raise self._fail(error)
             self._transition(T.COMMITTING)
-            self._end(True, deadline)
+            try:
+                self._end(True, deadline)
+            except KafkaTimeoutError:
+                self._transition(T.IN_TRANSACTION)  # commit_transaction again
+                raise
             self._transition(T.READY)
 
     def abort(self, timeout: float | None) -> None:
         with self.lock:
             self._require(T.IN_TRANSACTION, T.ABORTABLE_ERROR)
             deadline = self._deadline(timeout)
+        try:
+            self._flush(max(0.0, deadline - time.monotonic()))  # not under the lock
+        except KafkaTimeoutError:
+            pass  # what is still unsent is aborted with the rest
+        with self.lock:
+            self._require(T.IN_TRANSACTION, T.ABORTABLE_ERROR)
             self._transition(T.ABORTING)
             try:
-                self._flush(max(0.0, deadline - time.monotonic()))
-            except KafkaTimeoutError:
-                pass  # what is still unsent is aborted with the rest
-            self._end(False, deadline)
-            if self.epoch_bump_needed:
-                # KIP-360: a new epoch, the same producer id; sequences restart at 0.
-                self._transition(T.INITIALIZING)
-                self._init_producer_id(deadline, self.producer_id, self.producer_epoch)
+                self._end(False, deadline)
+                if self.epoch_bump_needed:
+                    # KIP-360: a new epoch, the same producer id; sequences restart at 0.
+                    self._transition(T.INITIALIZING)
+                    self._init_producer_id(deadline, self.producer_id, self.producer_epoch)
+            except KafkaTimeoutError as exc:
+                self.error = exc
+                self._transition(T.ABORTABLE_ERROR)  # abort_transaction again
+                raise
             self._transition(T.READY)
 
     def _end(self, commit: bool, deadline: float) -> None:
