@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 # The last versions of the older protocol (transaction version 0/1).
-_V1_MAX = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4}
+_V1_MAX = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 3}
+# AddPartitionsToTxn v4+ is the brokers' (verification, batched by transactional id).
+_CLIENT_MAX = {ApiKey.ADD_PARTITIONS_TO_TXN: 3}
 _COORDINATOR_MOVED = (NotCoordinatorError.code, CoordinatorNotAvailableError.code)
 _BUSY = (CoordinatorLoadInProgressError.code, ConcurrentTransactionsError.code)
 
@@ -237,7 +239,7 @@ class TransactionManager:
         """Send to the coordinator, following it when it moves and waiting while it is busy;
         returns the response and its error code."""
         key = key or self.transactional_id
-        max_version = None if self.transaction_v2 else _V1_MAX.get(api)
+        max_version = _CLIENT_MAX.get(api) if self.transaction_v2 else _V1_MAX.get(api)
         while True:
             node = self._coordinator(key_type, key, deadline)
             try:
