@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -44,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--set", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
                    help="a broker setting under Kafka's name, e.g. log.segment.bytes=1048576 "
                    "or log.flush.interval.messages=1 (repeatable)")
+    b.add_argument("--security-protocol", choices=["PLAINTEXT", "SASL_PLAINTEXT"], default=None,
+                   help="SASL_PLAINTEXT: clients authenticate (PLAIN, SCRAM-SHA-256/512) and "
+                   "ACLs apply (security.protocol)")
+    b.add_argument("--users", default=None, metavar="FILE",
+                   help="the SASL users, one name:password per line (sasl.users.file)")
 
     t = sub.add_parser("topics", help="create, list, describe or delete topics")
     tsub = t.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
@@ -140,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
             settings = dict(args.set)
             if args.metrics_port is not None:
                 settings["metrics.port"] = str(args.metrics_port)
+            if args.security_protocol is not None:
+                settings["security.protocol"] = args.security_protocol
+            if args.users is not None:
+                settings["sasl.users.file"] = str(Path(args.users).resolve())
             run_broker(args.data_dir, args.host, args.port, settings)
-        except ConfigError as exc:
+        except (ConfigError, ValueError) as exc:
             print(f"oncelog broker: {exc}", file=sys.stderr)
             return 2
         except OSError as exc:

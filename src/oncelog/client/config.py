@@ -95,6 +95,17 @@ def _choice(*choices: str) -> Callable[[Any], str]:
     return convert
 
 
+def _upper_choice(*choices: str) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        text = str(value).strip().upper().replace("_", "-") if "SCRAM" in str(value).upper() \
+            else str(value).strip().upper()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    return convert
+
+
 def _str(value: Any) -> str:
     return str(value)
 
@@ -147,6 +158,11 @@ _COMMON = (
     Key("reconnect.backoff.max.ms", 1000, _non_negative_int),
     Key("socket.connection.setup.timeout.ms", 10000, _positive_int),
     Key("metadata.max.age.ms", 300000, _positive_int),
+    # SASL (the broker's SASL_PLAINTEXT listener): kafka-python's and librdkafka's names.
+    Key("security.protocol", "PLAINTEXT", _upper_choice("PLAINTEXT", "SASL_PLAINTEXT")),
+    Key("sasl.mechanism", "PLAIN", _upper_choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    Key("sasl.plain.username", None, _optional_str),
+    Key("sasl.plain.password", None, _optional_str),
 )
 
 PRODUCER_KEYS = _table(

@@ -30,7 +30,9 @@ from ..errors import (
     KafkaError,
     NetworkExceptionError,
     RequestTimedOutError,
+    SaslAuthenticationFailedError,
     UnsupportedVersionError,
+    error_for_code,
     raise_for_code,
 )
 from ..protocol import ApiKey, ProtocolError, decode_response, encode_request
@@ -84,8 +86,10 @@ class InFlightRequest:
 
 class BrokerConnection:
     def __init__(self, node_id: int, host: str, port: int, *, client_id: str | None,
-                 request_timeout_ms: int, connect_timeout_ms: int) -> None:
+                 request_timeout_ms: int, connect_timeout_ms: int,
+                 sasl: tuple[str, str, str] | None = None) -> None:
         self.node_id = node_id
+        self.sasl = sasl  # (mechanism, username, password) for SASL_PLAINTEXT
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -125,6 +129,8 @@ class BrokerConnection:
         self._buf.clear()
         try:
             self._negotiate_api_versions()
+            if self.sasl is not None:
+                self._authenticate(*self.sasl)
         except BaseException:
             self.close()
             self._completed.clear()  # only the handshake request can be there
@@ -191,6 +197,36 @@ class BrokerConnection:
                              for f in getattr(response, "finalized_features", ())}
             return
         raise UnsupportedVersionError(f"node {self.node_id}: no common ApiVersions version")
+
+    def _blocking(self, api_key: int, values: dict) -> Any:
+        version = self.version_for(api_key)
+        req = self._write(api_key, version, build_request(api_key, version, values),
+                          expect_response=True, context=None)
+        frame = self._read_frame_blocking(req)
+        self._in_flight.popleft()
+        return decode_response(api_key, version, frame)[1]
+
+    def _authenticate(self, mechanism: str, username: str, password: str) -> None:
+        """SASL (KIP-43, KIP-152): SaslHandshake v1, then SaslAuthenticate until done. Raises
+        SaslAuthenticationFailedError (or the handshake's error) with the broker's reason."""
+        from ..security.sasl import AuthenticationFailed, client_for
+
+        response = self._blocking(ApiKey.SASL_HANDSHAKE, {"mechanism": mechanism})
+        if int(response.error_code):
+            raise error_for_code(int(response.error_code))(
+                f"node {self.node_id}: SASL mechanism {mechanism} refused; the broker offers "
+                f"{', '.join(response.mechanisms) or 'none'}")
+        client = client_for(mechanism, username, password)
+        token: bytes | None = client.first()
+        while token is not None:
+            response = self._blocking(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token})
+            if int(response.error_code):
+                raise error_for_code(int(response.error_code))(
+                    f"node {self.node_id}: {response.error_message or 'authentication failed'}")
+            try:
+                token = client.step(bytes(response.auth_bytes))
+            except AuthenticationFailed as exc:
+                raise SaslAuthenticationFailedError(f"node {self.node_id}: {exc}") from None
 
     @staticmethod
     def _fallback_version(sent: int, frame: bytes) -> int:

@@ -14,7 +14,15 @@ import socket
 import time
 from typing import Any
 
-from ..errors import KafkaError, NetworkExceptionError, RetriableError, error_for_code
+from ..errors import (
+    IllegalSaslStateError,
+    KafkaError,
+    NetworkExceptionError,
+    RetriableError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+    error_for_code,
+)
 from ..protocol import ApiKey
 from .config import ClientConfig
 from .connection import BrokerConnection, InFlightRequest, RequestValues
@@ -24,12 +32,23 @@ from .metadata import Cluster, metadata_request
 log = logging.getLogger(__name__)
 
 
+_AUTHENTICATION_ERRORS = (SaslAuthenticationFailedError, UnsupportedSaslMechanismError,
+                          IllegalSaslStateError)
+
+
 class NetworkClient:
     def __init__(self, config: ClientConfig, client_id: str) -> None:
         self.config = config
         self.client_id = client_id
         self.bootstrap = {-(i + 1): addr for i, addr in enumerate(config.bootstrap_servers)}
         self.cluster = Cluster()
+        self._sasl: tuple[str, str, str] | None = None
+        if config.security_protocol == "SASL_PLAINTEXT":
+            if config.sasl_plain_username is None or config.sasl_plain_password is None:
+                raise ValueError("security.protocol=SASL_PLAINTEXT needs sasl.plain.username "
+                                 "and sasl.plain.password")
+            self._sasl = (config.sasl_mechanism, config.sasl_plain_username,
+                          config.sasl_plain_password)
         self._conns: dict[int, BrokerConnection] = {}
         self._reconnect_at: dict[int, float] = {}
         self._failures: dict[int, int] = {}
@@ -68,7 +87,8 @@ class NetworkClient:
             conn = BrokerConnection(
                 node_id, addr[0], addr[1], client_id=self.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
-                connect_timeout_ms=self.config.socket_connection_setup_timeout_ms)
+                connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+                sasl=self._sasl)
             self._conns[node_id] = conn
         try:
             conn.connect()
@@ -79,6 +99,8 @@ class NetworkClient:
                           self.config.reconnect_backoff_max_ms)
             self._reconnect_at[node_id] = time.monotonic() + backoff / 1000
             log.info("%s", exc)
+            if isinstance(exc, _AUTHENTICATION_ERRORS):
+                raise  # wrong credentials: retrying cannot help, tell the caller
             return None
         self._failures.pop(node_id, None)
         self._reconnect_at.pop(node_id, None)

@@ -23,6 +23,7 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -32,7 +33,11 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -99,7 +104,19 @@ _GROUPS: dict[int, tuple[int, int]] = {
 }
 
 
-SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS}
+# Security (server/security_service.py): SASL (KIP-43, KIP-152) and the ACL admin APIs; kio has
+# no v0 of the ACL APIs.
+_SECURITY: dict[int, tuple[int, int]] = {
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+}
+
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS,
+                                                  **_SECURITY}
 
 # KIP-890: the versions that mean "transaction version 2". A broker whose transaction.version
 # feature is below 2 does not offer them, so every client uses the older protocol with it.

@@ -25,6 +25,7 @@ from .config import BrokerConfig
 from .fetch_sessions import FetchSessionCache
 from .group_service import GroupService
 from .producer_ids import ProducerIdManager
+from .security_service import PRE_AUTHENTICATION, Security
 from .topics import TopicManager
 from .txn_service import TxnService
 from .txn_verification import TxnVerifier
@@ -36,14 +37,32 @@ class CloseConnection(Exception):
     """The request cannot be answered; Kafka's answer is to close the connection."""
 
 
+@dataclass
+class Session:
+    """One connection's security state: who it is once SASL says so."""
+
+    principal: str = "User:ANONYMOUS"
+    authenticated: bool = True
+    mechanism: str | None = None
+    sasl: object | None = None  # the SASL server mechanism under way
+    raw_tokens: bool = False  # SaslHandshake v0: the next frames are bare SASL tokens
+    close_after_response: bool = False
+
+
 @dataclass(frozen=True)
 class RequestContext:
     header: RequestHeader
     client_address: str
+    # None: the broker's own in-process requests (markers, verification): always allowed.
+    session: Session | None = None
 
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    @property
+    def host(self) -> str:
+        return self.client_address.rsplit(":", 1)[0]
 
 
 class Broker:
@@ -67,6 +86,7 @@ class Broker:
         self.group_coordinator = GroupService(self)
         self.group_coordinator.load()
         self.txn_verifier = TxnVerifier(self)
+        self.security = Security(self.config, self.data_dir)
         self._maintenance_task: asyncio.Task | None = None
         from .handlers import HANDLERS
 
@@ -91,10 +111,25 @@ class Broker:
 
     # -- request dispatch ---------------------------------------------------------------------
 
-    async def handle_frame(self, frame: bytes, client_address: str) -> list[bytes] | None:
+    def new_session(self) -> Session:
+        return Session(authenticated=not self.security.sasl_enabled)
+
+    def allowed(self, ctx: RequestContext, operation, resource_type, name: str) -> bool:
+        """Whether the request's principal may do ``operation`` on the resource (ACLs)."""
+        if ctx.session is None:
+            return True
+        return self.security.authorizer.authorize(ctx.session.principal, ctx.host, operation,
+                                                  resource_type, name)
+
+    async def handle_frame(self, frame: bytes, client_address: str,
+                           session: Session | None = None) -> list[bytes] | None:
         """Answer one request frame: the response frame as parts to write in order (record sets
         are not copied into one buffer), or None when no response is owed. Raises
         CloseConnection when the only answer is to hang up."""
+        if session is None:
+            session = Session()
+        if session.raw_tokens:
+            return self.security.raw_token(session, frame)
         try:
             header = protocol.parse_request_header(frame)
         except ProtocolError as exc:
@@ -111,6 +146,8 @@ class Broker:
             )
         if supported is None:
             raise CloseConnection(f"unknown api key {api_key}")
+        if not session.authenticated and api_key not in PRE_AUTHENTICATION:
+            raise CloseConnection(f"{protocol.API_NAMES[api_key]} before SASL authentication")
         if not supported[0] <= version <= supported[1]:
             raise CloseConnection(
                 f"unsupported version {version} of {protocol.API_NAMES[api_key]} "
@@ -120,7 +157,7 @@ class Broker:
             request = protocol.decode_request_body(header, frame)
         except ProtocolError as exc:
             raise CloseConnection(str(exc)) from None
-        ctx = RequestContext(header, client_address)
+        ctx = RequestContext(header, client_address, session)
         response = await self.handlers[ApiKey(api_key)](self, ctx, request)
         if response is None:
             return None

@@ -130,6 +130,14 @@ BROKER_DEFAULTS: dict[str, str] = {
     "transaction.partition.verification.enable": "true",
     # KIP-939: let clients take part in two-phase commit (InitProducerId with enable2Pc).
     "transaction.two.phase.commit.enable": "false",
+    # Security (KIP-43/84 SASL, KIP-11 ACLs). PLAINTEXT: no authentication, everything allowed.
+    # SASL_PLAINTEXT needs sasl.users.file (one name:password per line).
+    "security.protocol": "PLAINTEXT",
+    "sasl.users.file": "",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "super.users": "",
+    # Empty: false once SASL is on (as the issue asks), true otherwise.
+    "allow.everyone.if.no.acl.found": "",
     # The group coordinator (Kafka's defaults).
     "offsets.topic.num.partitions": "50",
     "offsets.topic.segment.bytes": str(100 * 1024 * 1024),
@@ -147,8 +155,34 @@ def _transaction_version(v: str) -> int:
     return n
 
 
+def _security_protocol(v: str) -> str:
+    if v not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        raise ConfigError(f"security.protocol must be PLAINTEXT or SASL_PLAINTEXT, not {v!r} "
+                          "(TLS is not supported)")
+    return v
+
+
+def _mechanisms(v: str) -> str:
+    known = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    names = [m.strip() for m in v.split(",") if m.strip()]
+    bad = [m for m in names if m not in known]
+    if bad or not names:
+        raise ConfigError(f"sasl.enabled.mechanisms: {', '.join(bad) or 'none given'}; "
+                          f"known: {', '.join(known)}")
+    return ",".join(names)
+
+
+def _optional_bool(v: str) -> object:
+    return None if v == "" else _bool(v)
+
+
 _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "auto.create.topics.enable": _bool,
+    "security.protocol": _security_protocol,
+    "sasl.users.file": str,
+    "sasl.enabled.mechanisms": _mechanisms,
+    "super.users": str,
+    "allow.everyone.if.no.acl.found": _optional_bool,
     "transaction.version": _transaction_version,
     "transaction.partition.verification.enable": _bool,
     "transaction.two.phase.commit.enable": _bool,

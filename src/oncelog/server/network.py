@@ -38,6 +38,7 @@ class KafkaConnection(asyncio.Protocol):
         self.can_write = asyncio.Event()
         self.can_write.set()
         self.closed = False
+        self.session = self.broker.new_session()
 
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
@@ -99,7 +100,7 @@ class KafkaConnection(asyncio.Protocol):
                     self.reading_paused = False
                     self.transport.resume_reading()
                 try:
-                    response = await self.broker.handle_frame(frame, self.peer)
+                    response = await self.broker.handle_frame(frame, self.peer, self.session)
                 except CloseConnection as exc:
                     log.warning("closing %s: %s", self.peer, exc)
                     self._close()
@@ -112,6 +113,9 @@ class KafkaConnection(asyncio.Protocol):
                     self.transport.writelines(response)  # one writev, record sets uncopied
                     if not self.can_write.is_set():
                         await self.can_write.wait()
+                if self.session.close_after_response:  # e.g. a failed SASL authentication
+                    self._close()
+                    return
         except asyncio.CancelledError:
             pass
 

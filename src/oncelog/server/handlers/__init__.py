@@ -12,6 +12,7 @@ from . import (
     produce,
     producer_id,
     producers,
+    security,
     txn,
     txn_markers,
 )
@@ -61,4 +62,14 @@ _GROUPS: dict = {
 }
 
 
-HANDLERS = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS}
+# Security: SASL and ACLs.
+_SECURITY: dict = {
+    ApiKey.SASL_HANDSHAKE: security.handle_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: security.handle_sasl_authenticate,
+    ApiKey.CREATE_ACLS: security.handle_create_acls,
+    ApiKey.DESCRIBE_ACLS: security.handle_describe_acls,
+    ApiKey.DELETE_ACLS: security.handle_delete_acls,
+}
+
+
+HANDLERS = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS, **_SECURITY}

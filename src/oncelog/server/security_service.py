@@ -1,0 +1,90 @@
+"""The broker's security: SASL authentication per connection and the ACL authorizer.
+
+``security.protocol=SASL_PLAINTEXT`` (``oncelog broker --security-protocol SASL_PLAINTEXT
+--users FILE``): a connection may send ApiVersions, SaslHandshake and SaslAuthenticate, and
+nothing else until it has authenticated (Kafka closes the connection; so do we). SaslHandshake
+v1 is followed by SaslAuthenticate requests; v0 by bare SASL tokens in size-prefixed frames (the
+pre-KIP-152 way, still used by some clients). A failed authentication is answered
+SASL_AUTHENTICATION_FAILED with the reason, then the connection is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from pathlib import Path
+
+from ..protocol import ApiKey
+from ..security.acls import Authorizer
+from ..security.sasl import AuthenticationFailed, server_for
+from ..security.users import load_users, scram_credentials
+
+log = logging.getLogger("oncelog.security")
+
+PRE_AUTHENTICATION = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+_SIZE = struct.Struct(">i")
+
+
+class Security:
+    def __init__(self, config, data_dir: Path) -> None:
+        self.sasl_enabled = config.get("security.protocol") == "SASL_PLAINTEXT"
+        self.mechanisms = [m for m in str(config.get("sasl.enabled.mechanisms")).split(",") if m]
+        self.passwords: dict[str, str] = {}
+        self.scram: dict = {}
+        if self.sasl_enabled:
+            users_file = str(config.get("sasl.users.file"))
+            if not users_file:
+                raise ValueError("security.protocol=SASL_PLAINTEXT needs a users file "
+                                 "(--users FILE, or sasl.users.file)")
+            self.passwords = load_users(users_file)
+            self.scram = scram_credentials(self.passwords)
+        allow = config.get("allow.everyone.if.no.acl.found")
+        super_users = [u.strip() for u in str(config.get("super.users")).split(";") if u.strip()]
+        self.authorizer = Authorizer(data_dir, enabled=self.sasl_enabled,
+                                     super_users=super_users,
+                                     allow_if_no_acl=(not self.sasl_enabled) if allow is None
+                                     else bool(allow))
+
+    # -- the SASL exchange --------------------------------------------------------------------
+
+    def handshake(self, session, mechanism: str, version: int) -> str | None:
+        """SaslHandshake: the error name, or None (the mechanism's exchange may start)."""
+        if not self.sasl_enabled or session.authenticated:
+            session.close_after_response = True
+            return "illegal_sasl_state"
+        if mechanism not in self.mechanisms:
+            session.close_after_response = True
+            return "unsupported_sasl_mechanism"
+        session.mechanism = mechanism
+        session.sasl = server_for(mechanism, self.passwords, self.scram)
+        session.raw_tokens = version == 0
+        return None
+
+    def authenticate(self, session, token: bytes) -> tuple[str | None, str | None, bytes]:
+        """SaslAuthenticate: (error name, message, the server's next token)."""
+        server = session.sasl
+        if server is None or session.authenticated:
+            session.close_after_response = True
+            return "illegal_sasl_state", "SaslAuthenticate before SaslHandshake", b""
+        try:
+            answer = server.step(token)
+        except AuthenticationFailed as exc:
+            session.close_after_response = True
+            session.sasl = None
+            log.info("authentication with %s failed: %s", session.mechanism, exc)
+            return "sasl_authentication_failed", str(exc), b""
+        if server.done:
+            session.authenticated = True
+            session.principal = f"User:{server.username}"
+            session.sasl = None
+            session.raw_tokens = False
+        return None, None, answer
+
+    def raw_token(self, session, frame: bytes) -> list[bytes] | None:
+        """SaslHandshake v0: a bare token in, a bare token out (or the connection closes)."""
+        error, message, answer = self.authenticate(session, frame)
+        if error is not None:
+            from .broker import CloseConnection
+
+            raise CloseConnection(f"SASL authentication failed: {message}")
+        return [_SIZE.pack(len(answer)), answer]
