@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -18,14 +19,90 @@ def run(args) -> int:
             return _consume(args)
         if args.command == "transactions":
             return _transactions(args)
+        if args.command == "acls":
+            return _acls(args)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:
+        print(f"oncelog {args.command}: {exc}", file=sys.stderr)
+        return 2
     except (OSError, TimeoutError) as exc:
         print(f"oncelog {args.command}: cannot reach {args.bootstrap_server}: {exc}",
               file=sys.stderr)
         return 1
     raise AssertionError(args.command)
+
+
+def connect(args) -> dict:
+    """Client settings from the common flags: the bootstrap server and, with --user, SASL."""
+    out: dict = {"bootstrap_servers": args.bootstrap_server}
+    if getattr(args, "user", None):
+        password = args.password if args.password is not None else \
+            os.environ.get("ONCELOG_PASSWORD")
+        if password is None:
+            raise ValueError("--user needs --password (or $ONCELOG_PASSWORD)")
+        out.update(security_protocol="SASL_PLAINTEXT", sasl_mechanism=args.sasl_mechanism,
+                   sasl_plain_username=args.user, sasl_plain_password=password)
+    return out
+
+
+def _acls(args) -> int:
+    from .. import Admin
+    from ..security.acls import (
+        AclBinding,
+        AclFilter,
+        Operation,
+        PatternType,
+        Permission,
+        ResourceType,
+        display,
+        parse_name,
+    )
+
+    resources = [(ResourceType.TOPIC, args.topic), (ResourceType.GROUP, args.group),
+                 (ResourceType.TRANSACTIONAL_ID, args.transactional_id),
+                 (ResourceType.CLUSTER, "kafka-cluster" if args.cluster else None)]
+    given = [(t, n) for t, n in resources if n is not None]
+    pattern = parse_name(PatternType, args.resource_pattern_type)
+    ops = [parse_name(Operation, o) for o in args.operation]
+    with Admin(**connect(args)) as admin:
+        if args.acls_command == "list":
+            rtype, name = given[0] if given else (ResourceType.ANY, None)
+            found = admin.describe_acls(AclFilter(
+                rtype, name, pattern if given else PatternType.ANY, args.principal))
+            _table(["ResourceType", "Name", "PatternType", "Principal", "Host", "Operation",
+                    "Permission"],
+                   [[display(b.resource_type), b.resource_name, display(b.pattern_type),
+                     b.principal, b.host, display(b.operation), display(b.permission)]
+                    for b in found])
+            return 0
+        if len(given) != 1:
+            raise ValueError("give exactly one of --topic, --group, --transactional-id, "
+                             "--cluster")
+        rtype, name = given[0]
+        if not ops:
+            raise ValueError("give at least one --operation")
+        bindings = []
+        for perm, principals, hosts in ((Permission.ALLOW, args.allow_principal,
+                                         args.allow_host),
+                                        (Permission.DENY, args.deny_principal, args.deny_host)):
+            for principal in principals:
+                for host in hosts or ["*"]:
+                    for op in ops:
+                        bindings.append(AclBinding(rtype, name, pattern, principal, host, op,
+                                                   perm))
+        if not bindings:
+            raise ValueError("give --allow-principal or --deny-principal")
+        if args.acls_command == "add":
+            admin.create_acls(bindings)
+            print(f"Added {len(bindings)} ACL(s) for {display(rtype)} {name!r}.")
+        else:
+            gone = admin.delete_acls([AclFilter(b.resource_type, b.resource_name,
+                                                b.pattern_type, b.principal, b.host,
+                                                b.operation, b.permission) for b in bindings])
+            print(f"Removed {len(gone)} ACL(s) for {display(rtype)} {name!r}.")
+    return 0
 
 
 def _table(header: list[str], rows: list[list[object]]) -> None:
@@ -37,7 +114,7 @@ def _table(header: list[str], rows: list[list[object]]) -> None:
 def _transactions(args) -> int:
     from .. import Admin, TopicPartition
 
-    with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+    with Admin(**connect(args)) as admin:
         action = args.transactions_command
         if action == "list":
             _table(["TransactionalId", "ProducerId", "TransactionState"],
@@ -98,7 +175,7 @@ def _abort(admin, args) -> int:
 def _topics(args) -> int:
     from .. import Admin, NewTopic
 
-    with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+    with Admin(**connect(args)) as admin:
         action = args.topics_command
         if action == "create":
             admin.create_topics([NewTopic(args.topic, num_partitions=args.partitions,
@@ -130,7 +207,7 @@ def _produce(args) -> int:
 
     acks = "all" if args.acks in ("all", "-1") else int(args.acks)
     count = 0
-    with Producer(bootstrap_servers=args.bootstrap_server, acks=acks,
+    with Producer(**connect(args), acks=acks,
                   enable_idempotence=acks == "all",
                   compression_type=args.compression_type) as producer:
         futures = []
@@ -157,13 +234,13 @@ def _consume(args) -> int:
     if args.partition is not None:
         partitions = args.partition
     else:
-        with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+        with Admin(**connect(args)) as admin:
             desc = admin.describe_topics([args.topic])[args.topic]
             partitions = [p.partition for p in desc.partitions]
     tps = [TopicPartition(args.topic, p) for p in partitions]
     seen = 0
     out = sys.stdout
-    with Consumer(bootstrap_servers=args.bootstrap_server,
+    with Consumer(**connect(args),
                   isolation_level=args.isolation_level) as consumer:
         consumer.assign(tps)
         if args.offset is not None:

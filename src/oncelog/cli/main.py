@@ -23,6 +23,12 @@ def _key_value(text: str) -> tuple[str, str]:
 def _add_bootstrap(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                    help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})")
+    p.add_argument("--user", default=None,
+                   help="authenticate as this user (SASL_PLAINTEXT; password from --password "
+                   "or $ONCELOG_PASSWORD)")
+    p.add_argument("--password", default=None, help="the user's password")
+    p.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
+                   choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +135,30 @@ def build_parser() -> argparse.ArgumentParser:
     xa.add_argument("--producer-id", type=int, default=None)
     xa.add_argument("--producer-epoch", type=int, default=None)
     xa.add_argument("--coordinator-epoch", type=int, default=None)
+
+    a = sub.add_parser("acls", help="add, list or remove ACLs",
+                       description="Manage ACLs, as Kafka's kafka-acls.sh: e.g. acls add "
+                       "--allow-principal User:alice --operation Write --topic orders")
+    asub = a.add_subparsers(dest="acls_command", required=True, metavar="ACTION")
+    for name, text in (("add", "add ACLs"), ("list", "list ACLs (all, or a resource's)"),
+                       ("remove", "remove ACLs")):
+        ap = asub.add_parser(name, help=text)
+        _add_bootstrap(ap)
+        ap.add_argument("--topic", default=None)
+        ap.add_argument("--group", default=None)
+        ap.add_argument("--transactional-id", default=None)
+        ap.add_argument("--cluster", action="store_true")
+        ap.add_argument("--resource-pattern-type", default="literal",
+                        choices=["literal", "prefixed", "match", "any"])
+        ap.add_argument("--allow-principal", action="append", default=[])
+        ap.add_argument("--deny-principal", action="append", default=[])
+        ap.add_argument("--allow-host", action="append", default=[])
+        ap.add_argument("--deny-host", action="append", default=[])
+        ap.add_argument("--operation", action="append", default=[],
+                        help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, "
+                        "IdempotentWrite, TwoPhaseCommit, All (repeatable)")
+        if name == "list":
+            ap.add_argument("--principal", default=None)
 
     d = sub.add_parser("dump-log", help="print the batches of a segment file",
                        description="One line per batch, as Kafka's DumpLogSegments prints them.")

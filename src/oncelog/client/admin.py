@@ -22,6 +22,14 @@ from ..errors import (
     error_for_code,
 )
 from ..protocol import ApiKey, millis
+from ..security.acls import (
+    AclBinding,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from .config import admin_config
 from .errors import KafkaTimeoutError
 from .metadata import metadata_request
@@ -298,6 +306,49 @@ class Admin:
                 raise error
             time.sleep(self.config.retry_backoff_ms / 1000)
 
+    # --- ACLs (KIP-11; CreateAcls / DescribeAcls / DeleteAcls) ---------------------------------
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Add ACL bindings (``oncelog.security.acls.AclBinding``). Needs Alter on the
+        cluster."""
+        bindings = list(bindings)
+        r = self._net.request_any(ApiKey.CREATE_ACLS, {"creations": [{
+            "resource_type": int(b.resource_type), "resource_name": b.resource_name,
+            "resource_pattern_type": int(b.pattern_type), "principal": b.principal,
+            "host": b.host, "operation": int(b.operation),
+            "permission_type": int(b.permission)} for b in bindings]}, self._deadline())
+        for b, result in zip(bindings, r.results, strict=True):
+            if int(result.error_code):
+                raise error_for_code(int(result.error_code))(
+                    f"{b}: {result.error_message or ''}")
+
+    def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """The bindings that match ``acl_filter`` (all of them by default)."""
+        f = acl_filter or AclFilter()
+        r = self._net.request_any(ApiKey.DESCRIBE_ACLS, _filter_values(f), self._deadline())
+        if int(r.error_code):
+            raise error_for_code(int(r.error_code))(r.error_message or "DescribeAcls")
+        return [AclBinding(ResourceType(int(res.resource_type)), res.resource_name,
+                           PatternType(int(res.pattern_type)), a.principal, a.host,
+                           Operation(int(a.operation)), Permission(int(a.permission_type)))
+                for res in r.resources for a in res.acls]
+
+    def delete_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        """Remove every binding that matches one of the filters; returns the removed ones."""
+        r = self._net.request_any(ApiKey.DELETE_ACLS,
+                                  {"filters": [_filter_values(f) for f in filters]},
+                                  self._deadline())
+        out = []
+        for result in r.filter_results:
+            if int(result.error_code):
+                raise error_for_code(int(result.error_code))(result.error_message or
+                                                             "DeleteAcls")
+            out += [AclBinding(ResourceType(int(m.resource_type)), m.resource_name,
+                               PatternType(int(m.pattern_type)), m.principal, m.host,
+                               Operation(int(m.operation)), Permission(int(m.permission_type)))
+                    for m in result.matching_acls]
+        return out
+
     def _metadata(self, topics: list[str] | None):
         deadline = self._deadline()
         response = self._net.request_any(ApiKey.METADATA,
@@ -321,3 +372,11 @@ class Admin:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _filter_values(f: AclFilter) -> dict[str, Any]:
+    return {"resource_type_filter": int(f.resource_type),
+            "resource_name_filter": f.resource_name,
+            "pattern_type_filter": int(f.pattern_type), "principal_filter": f.principal,
+            "host_filter": f.host, "operation": int(f.operation),
+            "permission_type": int(f.permission)}

@@ -88,7 +88,7 @@ def parse_name(enum_cls, text: str):
 
 def display(member) -> str:
     """Kafka's display name: ``TransactionalId``, ``IdempotentWrite``, ``Prefixed``."""
-    return "".join(part.capitalize() for part in member.name.split("_")).replace("Id", "Id")
+    return "".join(part.capitalize() for part in member.name.split("_"))
 
 
 @dataclass(frozen=True)

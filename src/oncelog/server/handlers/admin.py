@@ -8,6 +8,7 @@ from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
 from ..config import TOPIC_CONFIGS
 from ..topics import TopicError
+from . import acl
 from .util import error_code
 
 _NULL_UUID = uuid.UUID(int=0)
@@ -39,6 +40,9 @@ async def handle_create_topics(broker, ctx, request):
         configs = {c.name: c.value for c in t.configs}
         err, msg, topic = None, None, None
         try:
+            if not (acl.cluster(broker, ctx, acl.Op.CREATE)
+                    or acl.topic(broker, ctx, acl.Op.CREATE, t.name)):
+                raise TopicError("topic_authorization_failed", "Create is not allowed")
             if seen[t.name] > 1:
                 raise TopicError("invalid_request", f"topic {t.name!r} is listed more than once")
             if t.assignments:
@@ -97,6 +101,8 @@ async def handle_delete_topics(broker, ctx, request):
     for name in request.topic_names:
         err, msg = None, None
         try:
+            if not acl.topic(broker, ctx, acl.Op.DELETE, name):
+                raise TopicError("topic_authorization_failed", "Delete is not allowed")
             broker.topics.delete(name)
             broker.fetch_sessions.remove_topic(name)
         except TopicError as exc:

@@ -7,6 +7,7 @@ import uuid
 from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
+from . import acl
 from .util import error_code
 
 _NULL_UUID = uuid.UUID(int=0)
@@ -21,7 +22,9 @@ async def handle_metadata(broker, ctx, request):
     topics_out = []
     # All topics: a null list (v1+), or an empty one in v0.
     if request.topics is None or (ctx.version == 0 and not request.topics):
-        names = sorted(broker.topics.topics)
+        # All topics: those the principal may Describe.
+        names = [n for n in sorted(broker.topics.topics)
+                 if acl.topic(broker, ctx, acl.Op.DESCRIBE, n)]
     else:
         names = []
         for t in request.topics:
@@ -40,7 +43,13 @@ async def handle_metadata(broker, ctx, request):
     for name in names:
         topic = broker.topics.get(name)
         err = None
-        if topic is None:
+        if not acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
+            topic, err = None, "topic_authorization_failed"
+        elif topic is None and name not in INTERNAL_TOPICS and not (
+                acl.cluster(broker, ctx, acl.Op.CREATE)
+                or acl.topic(broker, ctx, acl.Op.CREATE, name)):
+            err = "topic_authorization_failed"  # auto-creation needs Create
+        elif topic is None:
             try:
                 check_topic_name(name)
                 if name in INTERNAL_TOPICS:  # Kafka creates these on first use, whoever asks

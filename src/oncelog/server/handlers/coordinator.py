@@ -11,6 +11,7 @@ from __future__ import annotations
 from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from . import acl
 from .util import error_code
 
 KEY_TYPE_GROUP = 0
@@ -34,15 +35,22 @@ def _find(broker, key_type: int, key: str | None) -> tuple[str | None, str | Non
 async def handle_find_coordinator(broker, ctx, request):
     mod = response_module(ApiKey.FIND_COORDINATOR, ctx.version)
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    def find(key):
+        rtype = acl.R.TRANSACTIONAL_ID if key_type == 1 else acl.R.GROUP
+        if not broker.allowed(ctx, acl.Op.DESCRIBE, rtype, key):
+            return (("transactional_id_authorization_failed" if key_type == 1
+                     else "group_authorization_failed"), "not authorized")
+        return _find(broker, key_type, key)
+
     if ctx.version < 4:
-        err, msg = _find(broker, key_type, request.key)
+        err, msg = find(request.key)
         ok = err is None
         return make(mod.FindCoordinatorResponse, throttle_time=0, error_code=error_code(err),
                     error_message=msg, node_id=broker.node_id if ok else -1,
                     host=broker.host if ok else "", port=broker.port if ok else -1)
     coordinators = []
     for key in request.coordinator_keys:
-        err, msg = _find(broker, key_type, key)
+        err, msg = find(key)
         ok = err is None
         coordinators.append(make(
             mod.Coordinator, key=key, node_id=broker.node_id if ok else -1,

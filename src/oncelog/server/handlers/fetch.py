@@ -12,6 +12,7 @@ import asyncio
 from ...log import OffsetOutOfRangeError
 from ...protocol import ApiKey, make, millis, response_module
 from ..fetch_sessions import FetchSessionError
+from . import acl
 from .util import error_code
 
 READ_COMMITTED = 1
@@ -106,7 +107,10 @@ async def handle_fetch(broker, ctx, request):
                 f.cancel()
         results, total = _collect(broker, session, full, isolation, max_bytes)
     by_topic: dict[str, list] = {}
+    may_read = acl.topics_checker(broker, ctx, acl.Op.READ)
     for topic, index, err, hw, lso, start, data, aborted, sp in results:
+        if not may_read(topic):
+            err, data, aborted, hw, lso, start = "topic_authorization_failed", b"", [], -1, -1, -1
         sp.high_watermark, sp.last_stable_offset, sp.log_start_offset = hw, lso, start
         by_topic.setdefault(topic, []).append(make(
             mod.PartitionData, partition_index=index, error_code=error_code(err),

@@ -10,13 +10,23 @@ from ...protocol import ApiKey, make, millis, response_module
 from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS
 from ..txn_verification import offset_commit_error
+from . import acl
 from .util import error_code
 
 NO_OFFSET = -1
 
 
+def _group_denied(broker, ctx, group_id: str, op=acl.Op.READ) -> bool:
+    return not acl.group(broker, ctx, op, group_id)
+
+
 async def handle_join_group(broker, ctx, request):
     mod = response_module(ApiKey.JOIN_GROUP, ctx.version)
+    if _group_denied(broker, ctx, request.group_id):
+        return make(mod.JoinGroupResponse, throttle_time=0,
+                    error_code=error_code("group_authorization_failed"), generation_id=-1,
+                    protocol_type=None, protocol_name=None, leader="", skip_assignment=False,
+                    member_id="", members=())
     session_ms = millis(request.session_timeout)
     rebalance_ms = millis(getattr(request, "rebalance_timeout", None))
     if rebalance_ms < 0:
@@ -37,6 +47,10 @@ async def handle_join_group(broker, ctx, request):
 
 async def handle_sync_group(broker, ctx, request):
     mod = response_module(ApiKey.SYNC_GROUP, ctx.version)
+    if _group_denied(broker, ctx, request.group_id):
+        return make(mod.SyncGroupResponse, throttle_time=0,
+                    error_code=error_code("group_authorization_failed"), protocol_type=None,
+                    protocol_name=None, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments} \
         if request.assignments else None
     resp = await broker.group_coordinator.sync(
@@ -49,9 +63,10 @@ async def handle_sync_group(broker, ctx, request):
 
 async def handle_heartbeat(broker, ctx, request):
     mod = response_module(ApiKey.HEARTBEAT, ctx.version)
-    err = broker.group_coordinator.core.heartbeat(
-        request.group_id, request.generation_id, request.member_id,
-        getattr(request, "group_instance_id", None), now_ms())
+    err = "group_authorization_failed" if _group_denied(broker, ctx, request.group_id) else \
+        broker.group_coordinator.core.heartbeat(
+            request.group_id, request.generation_id, request.member_id,
+            getattr(request, "group_instance_id", None), now_ms())
     return make(mod.HeartbeatResponse, throttle_time=0, error_code=error_code(err))
 
 
@@ -84,7 +99,7 @@ def _per_partition(mod, topic_cls: str, part_cls: str, topics, err):
 
 async def handle_offset_commit(broker, ctx, request):
     mod = response_module(ApiKey.OFFSET_COMMIT, ctx.version)
-    err = broker.group_coordinator.commit(
+    err = _offsets_denied(broker, ctx, request) or broker.group_coordinator.commit(
         request.group_id, request.generation_id_or_member_epoch, request.member_id,
         getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()))
     return make(mod.OffsetCommitResponse, throttle_time=0, topics=_per_partition(
@@ -110,9 +125,24 @@ async def _verify_offsets(broker, request, new_client: bool):
     return (offset_commit_error(err) if err else None), guard, True
 
 
+def _offsets_denied(broker, ctx, request) -> str | None:
+    """Committing offsets needs Read on the group and on each topic (spec 000)."""
+    if _group_denied(broker, ctx, request.group_id):
+        return "group_authorization_failed"
+    if any(not acl.topic(broker, ctx, acl.Op.READ, t.name) for t in request.topics):
+        return "topic_authorization_failed"
+    return None
+
+
 async def handle_txn_offset_commit(broker, ctx, request):
     mod = response_module(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
-    err, guard, verify = await _verify_offsets(broker, request, ctx.version >= 5)
+    err = _offsets_denied(broker, ctx, request)
+    if err is None and not acl.transactional_id(broker, ctx, acl.Op.WRITE,
+                                                request.transactional_id):
+        err = "transactional_id_authorization_failed"
+    guard, verify = None, False
+    if err is None:
+        err, guard, verify = await _verify_offsets(broker, request, ctx.version >= 5)
     if err is None:
         err = broker.group_coordinator.txn_commit(
             request.group_id, request.producer_id, request.producer_epoch,
@@ -144,13 +174,19 @@ def _fetch_group(broker, mod, names: tuple[str, str, str], group_id, topics, req
 async def handle_offset_fetch(broker, ctx, request):
     mod = response_module(ApiKey.OFFSET_FETCH, ctx.version)
     require_stable = bool(getattr(request, "require_stable", False))
+    denied = error_code("group_authorization_failed")
     if ctx.version >= 8:
-        groups = tuple(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=0,
-                            topics=_fetch_group(broker, mod, ("OffsetFetchResponseTopics",
-                                                              "OffsetFetchResponsePartitions", ""),
-                                                g.group_id, g.topics, require_stable))
-                       for g in request.groups)
+        groups = tuple(
+            make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=denied, topics=())
+            if _group_denied(broker, ctx, g.group_id, acl.Op.DESCRIBE) else
+            make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=0,
+                 topics=_fetch_group(broker, mod, ("OffsetFetchResponseTopics",
+                                                   "OffsetFetchResponsePartitions", ""),
+                                     g.group_id, g.topics, require_stable))
+            for g in request.groups)
         return make(mod.OffsetFetchResponse, throttle_time=0, groups=groups)
+    if _group_denied(broker, ctx, request.group_id, acl.Op.DESCRIBE):
+        return make(mod.OffsetFetchResponse, throttle_time=0, topics=(), error_code=denied)
     topics = _fetch_group(broker, mod, ("OffsetFetchResponseTopic",
                                         "OffsetFetchResponsePartition", ""),
                           request.group_id, request.topics, require_stable)
@@ -184,7 +220,8 @@ async def handle_list_groups(broker, ctx, request):
     groups = tuple(make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
                         group_state=g.state.value)
                    for g in broker.group_coordinator.core.groups.values()
-                   if not states or g.state.value.lower() in states)
+                   if (not states or g.state.value.lower() in states)
+                   and not _group_denied(broker, ctx, g.group_id, acl.Op.DESCRIBE))
     return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
 
 
@@ -192,6 +229,10 @@ async def handle_delete_groups(broker, ctx, request):
     mod = response_module(ApiKey.DELETE_GROUPS, ctx.version)
     results = []
     for group_id in request.groups_names:
+        if _group_denied(broker, ctx, group_id, acl.Op.DELETE):
+            results.append(make(mod.DeletableGroupResult, group_id=group_id,
+                                error_code=error_code("group_authorization_failed")))
+            continue
         err, effects = broker.group_coordinator.core.delete_group(group_id, now_ms())
         if err is None and not broker.group_coordinator.execute(effects):
             err = "coordinator_not_available"

@@ -4,6 +4,7 @@ read_committed), max timestamp (-3), or the first offset at or after a timestamp
 from __future__ import annotations
 
 from ...protocol import ApiKey, make, response_module
+from . import acl
 from .util import error_code
 
 LATEST = -1
@@ -18,10 +19,13 @@ async def handle_list_offsets(broker, ctx, request):
     topics_out = []
     for t in request.topics:
         parts_out = []
+        allowed = acl.topic(broker, ctx, acl.Op.DESCRIBE, t.name)
         for p in t.partitions:
             partition = broker.topics.partition(t.name, p.partition_index)
             err, ts, offset = None, -1, -1
-            if partition is None:
+            if not allowed:
+                err = "topic_authorization_failed"
+            elif partition is None:
                 err = "unknown_topic_or_partition"
             else:
                 plog = partition.log

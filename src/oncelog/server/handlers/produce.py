@@ -18,6 +18,7 @@ from ...records import CorruptRecordError, split_batches
 from ..clock import now_ms
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from ..txn_verification import produce_error
+from . import acl
 from .util import error_code
 
 log = logging.getLogger("oncelog.broker.produce")
@@ -97,6 +98,26 @@ async def _verify(broker, transactional_id: str | None, prepared: dict, new_clie
     return True, guards, failed
 
 
+def _denied(broker, ctx, request, txn_id) -> tuple[str, str] | None:
+    """Spec 000: transactional data needs Write on the TransactionalId; idempotent data
+    IdempotentWrite on the cluster (implied by Write on a topic, KIP-679)."""
+    if txn_id is not None:
+        if not acl.transactional_id(broker, ctx, acl.Op.WRITE, txn_id):
+            return ("transactional_id_authorization_failed",
+                    f"not authorized to write for transactional id {txn_id}")
+    elif not acl.cluster(broker, ctx, acl.Op.IDEMPOTENT_WRITE) and any(
+            _has_producer_id(pd.records) for td in request.topic_data
+            for pd in td.partition_data):
+        return "cluster_authorization_failed", "not authorized for idempotent writes"
+    return None
+
+
+def _has_producer_id(records) -> bool:
+    # The producer id sits at bytes 43-50 of a v2 batch (after base offset, length, leader
+    # epoch, magic, crc, attributes, last offset delta and the two timestamps).
+    return bool(records) and len(records) >= 51 and records[43:51] != b"\xff" * 8
+
+
 async def handle_produce(broker, ctx, request):
     acks = request.acks
     mod = response_module(ApiKey.PRODUCE, ctx.version)
@@ -104,19 +125,25 @@ async def handle_produce(broker, ctx, request):
     results: dict[tuple[str, int], tuple] = {}
     prepared: dict[tuple[str, int], tuple] = {}
     records_of: dict[tuple[str, int], object] = {}
+    txn_id = getattr(request, "transactional_id", None)
+    denied = _denied(broker, ctx, request, txn_id)
+    may_write = acl.topics_checker(broker, ctx, acl.Op.WRITE)
     for td in request.topic_data:
         for pd in td.partition_data:
             tp = (td.name, pd.index)
             if acks not in (-1, 0, 1):
                 results[tp] = ("invalid_required_acks", f"acks must be -1, 0 or 1, not {acks}")
                 continue
+            if denied or not may_write(td.name):
+                results[tp] = denied or ("topic_authorization_failed",
+                                         f"not authorized to write to {td.name}")
+                continue
             try:
                 prepared[tp] = _prepare(broker, td.name, pd.index, pd.records)
                 records_of[tp] = pd.records
             except _Reject as exc:
                 results[tp] = (exc.error_name, str(exc))
-    verify, guards, failed = await _verify(broker, getattr(request, "transactional_id", None),
-                                           prepared, new_client)
+    verify, guards, failed = await _verify(broker, txn_id, prepared, new_client)
     results.update(failed)
     now = now_ms()
     for tp, (partition, batches) in prepared.items():

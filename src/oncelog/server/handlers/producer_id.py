@@ -9,6 +9,7 @@ non-transactional producers: its old sequence state is simply abandoned.
 from __future__ import annotations
 
 from ...protocol import ApiKey, make, response_module
+from . import acl
 from .txn import handle_init_producer_id_transactional
 from .util import error_code
 
@@ -17,6 +18,10 @@ async def handle_init_producer_id(broker, ctx, request):
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
     if request.transactional_id is not None:
         return await handle_init_producer_id_transactional(broker, ctx, request)
+    if not acl.cluster(broker, ctx, acl.Op.IDEMPOTENT_WRITE):
+        return make(mod.InitProducerIdResponse, throttle_time=0,
+                    error_code=error_code("cluster_authorization_failed"), producer_id=-1,
+                    producer_epoch=-1)
     try:
         pid = broker.producer_ids.next_producer_id()
     except OSError:

@@ -5,6 +5,7 @@ its last marker and the first offset of its open transaction (-1 when none is op
 from __future__ import annotations
 
 from ...protocol import ApiKey, make, response_module
+from . import acl
 from .util import error_code
 
 
@@ -14,7 +15,8 @@ async def handle_describe_producers(broker, ctx, request):
     for t in request.topics:
         parts = []
         for index in t.partition_indexes:
-            partition = broker.topics.partition(t.name, index)
+            partition = broker.topics.partition(t.name, index) \
+                if acl.topic(broker, ctx, acl.Op.READ, t.name) else None
             if partition is None:
                 parts.append(make(mod.PartitionResponse, partition_index=index,
                                   error_code=error_code("unknown_topic_or_partition"),

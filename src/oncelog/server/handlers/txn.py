@@ -14,6 +14,7 @@ from ...txn.coordinator import Outcome
 from ...txn.state import TransactionState
 from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS, coordinator_partition
+from . import acl
 from .util import error_code
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -39,7 +40,12 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
     enable_2pc = bool(getattr(request, "enable2_pc", False))
     keep_prepared = bool(getattr(request, "keep_prepared_txn", False))
-    if (enable_2pc or keep_prepared) and broker.transaction_version < 2:
+    txn_id = request.transactional_id
+    if not acl.transactional_id(broker, ctx, acl.Op.WRITE, txn_id) or (
+            enable_2pc and not acl.transactional_id(broker, ctx, acl.Op.TWO_PHASE_COMMIT, txn_id)):
+        # Spec 000: Write on the TransactionalId; KIP-939: and TwoPhaseCommit for enable2Pc.
+        outcome = Outcome("transactional_id_authorization_failed")
+    elif (enable_2pc or keep_prepared) and broker.transaction_version < 2:
         outcome = Outcome("unsupported_version")  # KIP-939 builds on transaction version 2
     else:
         outcome = broker.txn_coordinator.core.init_producer_id(
@@ -94,15 +100,27 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
     mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
     if ctx.version <= 3:
         wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-        errors = add_partitions(broker, request.v3_and_below_transactional_id,
-                                request.v3_and_below_producer_id,
-                                request.v3_and_below_producer_epoch, wanted, version=ctx.version,
-                                txn_version=min(broker.transaction_version, 1))
+        txn_id = request.v3_and_below_transactional_id
+        denied = {tp for tp in wanted if not acl.topic(broker, ctx, acl.Op.WRITE, tp[0])}
+        if not acl.transactional_id(broker, ctx, acl.Op.WRITE, txn_id):
+            errors = {tp: "transactional_id_authorization_failed" for tp in wanted}
+        elif denied:  # as Kafka: the denied ones fail, the others are not attempted
+            errors = {tp: "topic_authorization_failed" if tp in denied
+                      else "operation_not_attempted" for tp in wanted}
+        else:
+            errors = add_partitions(broker, txn_id, request.v3_and_below_producer_id,
+                                    request.v3_and_below_producer_epoch, wanted,
+                                    version=ctx.version,
+                                    txn_version=min(broker.transaction_version, 1))
         return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
                     results_by_topic_v3_and_below=_topic_results(mod, errors))
     # v4+: the partition leaders' request (KIP-890), batched by transactional id. verifyOnly:
     # an older client's transaction must be ongoing and hold the partition; otherwise the
-    # leader adds the partition for a client of transaction version 2.
+    # leader adds the partition for a client of transaction version 2. Brokers only.
+    if not acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION):
+        return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
+                    error_code=error_code("cluster_authorization_failed"),
+                    results_by_transaction=())
     results = []
     for txn in request.transactions:
         wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
@@ -118,6 +136,12 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
 
 async def handle_add_offsets_to_txn(broker, ctx, request):
     mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version)
+    if not acl.transactional_id(broker, ctx, acl.Op.WRITE, request.transactional_id):
+        return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
+                    error_code=error_code("transactional_id_authorization_failed"))
+    if not acl.group(broker, ctx, acl.Op.READ, request.group_id):
+        return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
+                    error_code=error_code("group_authorization_failed"))
     topic = broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms())
     tp = (CONSUMER_OFFSETS, coordinator_partition(request.group_id, len(topic.partitions)))
     outcome = broker.txn_coordinator.core.add_partitions(
@@ -132,6 +156,10 @@ async def handle_end_txn(broker, ctx, request):
     # EndTxn v5+ is a client of transaction version 2 (the broker offers it only at level 2);
     # an older one is recorded as version 1 once the broker writes flexible records (KIP-890).
     txn_version = 2 if ctx.version >= 5 else min(broker.transaction_version, 1)
+    if not acl.transactional_id(broker, ctx, acl.Op.WRITE, request.transactional_id):
+        return make(mod.EndTxnResponse, throttle_time=0,
+                    error_code=error_code("transactional_id_authorization_failed"),
+                    producer_id=-1, producer_epoch=-1)
     outcome = broker.txn_coordinator.core.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch,
         bool(request.committed), now_ms(), version=ctx.version, txn_version=txn_version)
@@ -147,8 +175,10 @@ async def handle_describe_transactions(broker, ctx, request):
     core = broker.txn_coordinator.core
     states = []
     for txn_id in request.transactional_ids:
-        m = core.describe(txn_id) if core.loaded else None
+        allowed = acl.transactional_id(broker, ctx, acl.Op.DESCRIBE, txn_id)
+        m = core.describe(txn_id) if core.loaded and allowed else None
         err = None if m is not None else (
+            "transactional_id_authorization_failed" if not allowed else
             "transactional_id_not_found" if core.loaded else "coordinator_load_in_progress")
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(m.partitions if m else ()):
@@ -187,4 +217,6 @@ async def handle_list_transactions(broker, ctx, request):
                                               transactional_id=m.transactional_id,
                                               producer_id=m.producer_id,
                                               transaction_state=m.state.display)
-                                         for m in found))
+                                         for m in found
+                                         if acl.transactional_id(broker, ctx, acl.Op.DESCRIBE,
+                                                                 m.transactional_id)))

@@ -19,6 +19,7 @@ from ...log import LogAppendError, LogWriteError
 from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS
+from . import acl
 from .util import error_code
 
 log = logging.getLogger("oncelog.broker.markers")
@@ -51,12 +52,16 @@ async def handle_write_txn_markers(broker, ctx, request):
     mod = response_module(ApiKey.WRITE_TXN_MARKERS, ctx.version)
     now = now_ms()
     results = []
+    # Spec 000: only brokers (ClusterAction on the cluster) may write markers.
+    allowed = acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION)
     for marker in request.markers:
         topics_out = []
         for t in marker.topics:
             parts = tuple(
                 make(mod.WritableTxnMarkerPartitionResult, partition_index=index,
-                     error_code=error_code(_write_marker(broker, t.name, index, marker, now)))
+                     error_code=error_code(
+                         _write_marker(broker, t.name, index, marker, now) if allowed
+                         else "cluster_authorization_failed"))
                 for index in t.partition_indexes)
             topics_out.append(make(mod.WritableTxnMarkerTopicResult, name=t.name,
                                    partitions=parts))
