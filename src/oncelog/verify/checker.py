@@ -124,9 +124,9 @@ def check(history: Iterable[Op]) -> Verdict:
                 verdict.add("non_monotonic", f"reader {op.reader} read {op.topic}-"
                             f"{op.partition} offset {op.offset} after offset {prev}")
             last[key] = op.offset
-    for value, where in positions.items():
-        if len(where) > 1:
-            at = ", ".join(f"{t}-{p}@{o}" for t, p, o in sorted(where))
+    for value, found in positions.items():
+        if len(found) > 1:
+            at = ", ".join(f"{t}-{p}@{o}" for t, p, o in sorted(found))
             verdict.add("duplicate", f"{value!r} read at {at}")
 
     # -- what was read that must not be visible --------------------------------------------
@@ -149,8 +149,8 @@ def check(history: Iterable[Op]) -> Verdict:
 
     # -- what must be visible, all or nothing ---------------------------------------------------
     read_values = set(positions)
-    for key, txn_writes in by_txn.items():
-        t = txns.get(key)
+    for txn_key, txn_writes in by_txn.items():
+        t = txns.get(txn_key)
         if t is None or t.outcome == "aborted":
             continue
         expected = [w for w in txn_writes
@@ -165,7 +165,7 @@ def check(history: Iterable[Op]) -> Verdict:
                             f"send {w.send}) to {w.topic}-{w.partition} never read")
         if seen and missing:
             verdict.add("torn_transaction",
-                        f"{key[0]} txn {key[1]} ({t.outcome}): {len(seen)} of {len(expected)} "
+                        f"{txn_key[0]} txn {txn_key[1]} ({t.outcome}): {len(seen)} of {len(expected)} "
                         f"records read, missing e.g. {missing[0].value!r} "
                         f"({missing[0].topic}-{missing[0].partition})")
     return verdict
