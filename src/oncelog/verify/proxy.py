@@ -77,14 +77,14 @@ class Faults:
     def parse(cls, names: str | list[str], probability: float = 0.1, **kw: Any) -> Faults:
         """``"delay,reorder,duplicate"`` -> each with ``probability``; unknown names raise."""
         items = names.split(",") if isinstance(names, str) else list(names)
-        chosen: dict[str, float] = {}
-        for name in (n.strip() for n in items):
-            if not name:
-                continue
-            if name not in FAULT_KINDS:
-                raise ValueError(f"unknown proxy fault {name!r} (known: {', '.join(FAULT_KINDS)})")
-            chosen[name] = probability
-        return cls(**chosen, **kw)
+        chosen = {n.strip() for n in items if n.strip()}
+        for name in chosen - set(FAULT_KINDS):
+            raise ValueError(f"unknown proxy fault {name!r} (known: {', '.join(FAULT_KINDS)})")
+        faults = cls(**kw)
+        faults.delay = probability if "delay" in chosen else 0.0
+        faults.reorder = probability if "reorder" in chosen else 0.0
+        faults.duplicate = probability if "duplicate" in chosen else 0.0
+        return faults
 
     @property
     def any(self) -> bool:
