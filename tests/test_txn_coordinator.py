@@ -71,7 +71,9 @@ class Harness:
 def test_valid_previous_table_matches_kafkas():
     assert VALID_PREVIOUS[S.PREPARE_COMMIT] == {S.ONGOING}
     assert VALID_PREVIOUS[S.COMPLETE_ABORT] == {S.PREPARE_ABORT}
-    assert VALID_PREVIOUS[S.PREPARE_ABORT] == {S.ONGOING, S.PREPARE_EPOCH_FENCE}
+    # Kafka 4 (KIP-890 transaction version 2): an abort with nothing open bumps the epoch too.
+    assert VALID_PREVIOUS[S.PREPARE_ABORT] == {S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY,
+                                               S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
     m = TransactionMetadata("x", 1, 0, 1000, S.EMPTY)
     with pytest.raises(IllegalTransitionError):
         m.transition_to(S.PREPARE_COMMIT, 1)

@@ -62,6 +62,10 @@ def _transactions(args) -> int:
                     for p in admin.describe_producers([tp])[tp]])
         elif action == "abort":
             return _abort(admin, args)
+        elif action == "force-terminate":
+            admin.force_terminate_transaction(args.transactional_id)
+            print(f"Terminated the transaction of {args.transactional_id!r} (aborted; its "
+                  "producer is fenced).")
     return 0
 
 

@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bootstrap(xp)
     xp.add_argument("--topic", required=True)
     xp.add_argument("--partition", type=int, required=True)
+    xf = xsub.add_parser("force-terminate",
+                         help="abort a transactional id's open (even prepared) transaction",
+                         description="KIP-939's --forceTerminateTransaction: abort the open "
+                         "transaction of a transactional id, even a prepared two-phase-commit "
+                         "one, and fence its producer.")
+    _add_bootstrap(xf)
+    xf.add_argument("--transactional-id", required=True)
     xa = xsub.add_parser("abort", help="abort a hanging transaction in a partition",
                          description="Write an ABORT marker for a producer's open transaction "
                          "in one partition. Give the producer (--producer-id, "

@@ -24,7 +24,7 @@ from .consumer import Consumer
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
 from .partitioner import murmur2
 from .producer import Producer
-from .transaction_manager import IllegalStateError, TransactionError
+from .transaction_manager import IllegalStateError, PreparedTxnState, TransactionError
 from .types import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -48,6 +48,7 @@ __all__ = [
     "NewTopic",
     "NoOffsetForPartitionError",
     "PartitionInfo",
+    "PreparedTxnState",
     "Producer",
     "ProducerState",
     "RecordMetadata",

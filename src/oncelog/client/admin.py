@@ -17,6 +17,7 @@ from typing import Any, Self
 from ..errors import (
     KafkaError,
     NotControllerError,
+    RetriableError,
     ThrottlingQuotaExceededError,
     error_for_code,
 )
@@ -272,6 +273,30 @@ class Admin:
         if code:
             raise error_for_code(code)(f"abort of producer {producer_id} in "
                                        f"{tp.topic}-{tp.partition}")
+
+    def force_terminate_transaction(self, transactional_id: str,
+                                    timeout: float | None = None) -> None:
+        """Abort the transactional id's open transaction, prepared or not (KIP-939's
+        forceTerminateTransaction, for a two-phase-commit participant that will not come back):
+        an InitProducerId without keepPreparedTxn, as a new producer instance would send. Its
+        current producer is fenced."""
+        deadline = time.monotonic() + (timeout if timeout is not None
+                                       else self.config.default_api_timeout_ms / 1000)
+        while True:
+            node = self._net.find_coordinator(1, transactional_id, deadline)
+            r = self._net.request_any(ApiKey.INIT_PRODUCER_ID, {
+                "transactional_id": transactional_id,
+                "transaction_timeout": self.config.default_api_timeout_ms,
+                "producer_id": -1, "producer_epoch": -1, "enable2_pc": False,
+                "keep_prepared_txn": False}, deadline, node_id=node)
+            code = int(r.error_code)
+            if not code:
+                return
+            error = error_for_code(code)(f"force-terminate of {transactional_id!r}")
+            # The coordinator aborts and answers CONCURRENT_TRANSACTIONS until it is done.
+            if not isinstance(error, RetriableError) or time.monotonic() >= deadline:
+                raise error
+            time.sleep(self.config.retry_backoff_ms / 1000)
 
     def _metadata(self, topics: list[str] | None):
         deadline = self._deadline()

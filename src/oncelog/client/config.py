@@ -166,6 +166,9 @@ PRODUCER_KEYS = _table(
     Key("max.block.ms", 60000, _non_negative_int),
     Key("transactional.id", None, _optional_str),
     Key("transaction.timeout.ms", 60000, _positive_int),
+    # KIP-939: take part in two-phase commit (the broker must allow it); such transactions
+    # never time out, so transaction.timeout.ms may not be set with it.
+    Key("transaction.two.phase.commit.enable", False, _bool),
 )
 
 CONSUMER_KEYS = _table(
@@ -279,6 +282,13 @@ def producer_config(config: Mapping[str, Any] | None, kwargs: Mapping[str, Any])
             raise ValueError("transactional.id conflicts with the configuration: "
                              + "; ".join(conflicts))
         values["enable_idempotence"] = True
+    if values["transaction_two_phase_commit_enable"]:
+        if values["transactional_id"] is None:
+            raise ValueError("transaction.two.phase.commit.enable requires transactional.id")
+        if "transaction_timeout_ms" in given:
+            raise ValueError("transaction.timeout.ms cannot be set with "
+                             "transaction.two.phase.commit.enable=true: such transactions "
+                             "never time out (KIP-939)")
     if values["enable_idempotence"] and conflicts:
         if "enable_idempotence" in given:
             raise ValueError("enable.idempotence=true conflicts with the configuration: "

@@ -92,6 +92,7 @@ class BrokerConnection:
         self.request_timeout = request_timeout_ms / 1000
         self.connect_timeout = connect_timeout_ms / 1000
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self.features: dict[str, int] = {}
         self._sock: socket.socket | None = None
         self._buf = bytearray()
         self._in_flight: deque[InFlightRequest] = deque()
@@ -185,6 +186,9 @@ class BrokerConnection:
             raise_for_code(int(response.error_code), f"ApiVersions v{version}")
             self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
                                  for k in response.api_keys}
+            # KIP-584 finalized feature levels (v3+), e.g. KIP-890's transaction.version.
+            self.features = {f.name: int(f.max_version_level)
+                             for f in getattr(response, "finalized_features", ())}
             return
         raise UnsupportedVersionError(f"node {self.node_id}: no common ApiVersions version")
 
@@ -203,9 +207,12 @@ class BrokerConnection:
         theirs = {int(k.api_key): int(k.max_version) for k in response.api_keys}
         return max(0, min(sent - 1, theirs.get(ApiKey.API_VERSIONS, 0)))
 
-    def version_for(self, api_key: int) -> int:
-        """The highest version both we (protocol.apis) and the broker support."""
+    def version_for(self, api_key: int, max_version: int | None = None) -> int:
+        """The highest version both we (protocol.apis) and the broker support (and at most
+        ``max_version``)."""
         ours = SUPPORTED_VERSIONS.get(api_key)
+        if ours is not None and max_version is not None:
+            ours = (ours[0], min(ours[1], max_version))
         theirs = self.api_versions.get(int(api_key))
         if ours is None or theirs is None:
             raise UnsupportedVersionError(
@@ -220,7 +227,8 @@ class BrokerConnection:
     # --- requests ---------------------------------------------------------------------------
 
     def send(self, api_key: int, values: RequestValues, *, expect_response: bool = True,
-             context: Any = None, timeout_ms: int | None = None) -> InFlightRequest:
+             context: Any = None, timeout_ms: int | None = None,
+             max_version: int | None = None) -> InFlightRequest:
         """Write a request; its outcome arrives later through ``receive``/``take_completed``.
 
         ``values`` describes the request body independently of the version (see messages.py),
@@ -230,7 +238,7 @@ class BrokerConnection:
         """
         if self._sock is None:
             raise NetworkExceptionError(f"node {self.node_id}: not connected")
-        version = self.version_for(api_key)
+        version = self.version_for(api_key, max_version)
         body = values(version) if callable(values) else values
         request = build_request(api_key, version, body)
         return self._write(api_key, version, request, expect_response, context, timeout_ms)

@@ -146,14 +146,22 @@ class NetworkClient:
 
     def send(self, node_id: int, api_key: int, values: RequestValues, *,
              expect_response: bool = True, context: Any = None,
-             timeout_ms: int | None = None) -> InFlightRequest | None:
+             timeout_ms: int | None = None, max_version: int | None = None
+             ) -> InFlightRequest | None:
         """Send to ``node_id``; None if the node cannot be reached right now."""
         conn = self.connection(node_id)
         if conn is None:
             return None
         req = conn.send(api_key, values, expect_response=expect_response, context=context,
-                        timeout_ms=timeout_ms)
+                        timeout_ms=timeout_ms, max_version=max_version)
         return req
+
+    def broker_versions(self, node_id: int) -> tuple[dict[int, tuple[int, int]], dict[str, int]]:
+        """What a connected node offers: its API version ranges and finalized features."""
+        conn = self._conns.get(node_id)
+        if conn is None:
+            return {}, {}
+        return conn.api_versions, conn.features
 
     def poll(self, timeout: float) -> list[InFlightRequest]:
         """Wait up to ``timeout`` seconds for responses; return every finished request."""
@@ -221,9 +229,9 @@ class NetworkClient:
     # --- synchronous helpers (consumer and admin, on the caller's thread) -------------------
 
     def request(self, node_id: int, api_key: int, values: RequestValues,
-                timeout_ms: int | None = None) -> Any:
+                timeout_ms: int | None = None, max_version: int | None = None) -> Any:
         """Send and wait. Raises NetworkExceptionError if the node is unreachable."""
-        req = self.send(node_id, api_key, values, timeout_ms=timeout_ms)
+        req = self.send(node_id, api_key, values, timeout_ms=timeout_ms, max_version=max_version)
         if req is None:
             raise NetworkExceptionError(f"node {node_id} is not reachable")
         while not req.done:
@@ -232,7 +240,7 @@ class NetworkClient:
         return req.result()
 
     def request_any(self, api_key: int, values: RequestValues, deadline: float,
-                    node_id: int | None = None) -> Any:
+                    node_id: int | None = None, max_version: int | None = None) -> Any:
         """Send to ``node_id`` (else the least loaded node), retrying retriable failures.
 
         Retries network errors (with retry.backoff.ms) until ``deadline`` (monotonic seconds),
@@ -251,7 +259,8 @@ class NetworkClient:
                 try:
                     return self.request(target, api_key, values,
                                         timeout_ms=min(remaining_ms,
-                                                       self.config.request_timeout_ms))
+                                                       self.config.request_timeout_ms),
+                                        max_version=max_version)
                 except RetriableError as exc:
                     last = exc
             attempt += 1

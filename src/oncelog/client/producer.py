@@ -30,7 +30,12 @@ from .errors import KafkaTimeoutError
 from .network import NetworkClient
 from .partitioner import StickyPartitioner, partition_for_key
 from .sender import Sender
-from .transaction_manager import IllegalStateError, TransactionError, TransactionManager
+from .transaction_manager import (
+    IllegalStateError,
+    PreparedTxnState,
+    TransactionError,
+    TransactionManager,
+)
 from .types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -89,7 +94,8 @@ class Producer:
         self._txn: TransactionManager | None = None
         if self.config.transactional_id is not None:
             self._txn = TransactionManager(self.config, client_id,
-                                           self._sender.set_producer_id, self.flush)
+                                           self._sender.set_producer_id, self.flush,
+                                           self._sender.set_transaction_v2)
             self._sender.on_sequence_lost = self._txn.sequence_lost
         self._sender.start()
 
@@ -101,10 +107,28 @@ class Producer:
                                     "transactions")
         return self._txn
 
-    def init_transactions(self, timeout: float | None = None) -> None:
+    def init_transactions(self, timeout: float | None = None,
+                          keep_prepared_txn: bool = False) -> None:
         """Register the transactional id with its coordinator: fences any earlier producer with
-        the same id and aborts (or completes) its unfinished transaction. Call once, first."""
-        self._transactions().init_transactions(timeout)
+        the same id and aborts (or completes) its unfinished transaction. Call once, first.
+
+        ``keep_prepared_txn`` (two-phase commit, KIP-939): keep the unfinished transaction
+        instead, prepared; then only commit_transaction, abort_transaction or
+        complete_transaction may follow."""
+        self._transactions().init_transactions(timeout, keep_prepared_txn)
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        """Two-phase commit, phase one (KIP-939; needs
+        ``transaction_two_phase_commit_enable=True``): flush the transaction and return its
+        PreparedTxnState (``str()`` it into your database). The transaction stays open, never
+        times out, and takes no more records: commit, abort or complete it."""
+        return self._transactions().prepare(timeout)
+
+    def complete_transaction(self, prepared_txn_state: PreparedTxnState,
+                             timeout: float | None = None) -> None:
+        """Two-phase commit recovery: commit the prepared transaction if it is the one
+        ``prepared_txn_state`` names (as your database recorded it), abort it otherwise."""
+        self._transactions().complete(prepared_txn_state, timeout)
 
     def begin_transaction(self) -> None:
         self._transactions().begin_transaction()

@@ -85,6 +85,9 @@ class Sender:
         self.delivery_timeout = config.delivery_timeout_ms / 1000
         self.producer_id = -1
         self.producer_epoch = -1
+        # Produce v12+ means KIP-890 transaction version 2 (the leader adds the partition to
+        # the transaction): only when the transaction manager uses that protocol.
+        self.produce_max_version: int | None = 11
         self.fatal_error: KafkaError | None = None
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         self._reset_producer_id = False
@@ -273,6 +276,11 @@ class Sender:
 
     # --- producer id ------------------------------------------------------------------------
 
+    def set_transaction_v2(self, on: bool) -> None:
+        """KIP-890: Produce v12+ only for a transaction manager that uses transaction
+        version 2 (the partition leader then adds the partition itself)."""
+        self.produce_max_version = None if on else 11
+
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """The transaction manager's producer id and epoch (nothing is in flight when it is
         called): every partition's sequences restart at 0."""
@@ -394,7 +402,8 @@ class Sender:
         }
         try:
             req = self.net.send(node, ApiKey.PRODUCE, values, expect_response=self.acks != 0,
-                                context={b.tp: b for b in batches})
+                                context={b.tp: b for b in batches},
+                                max_version=self.produce_max_version)
         except KafkaError as exc:  # no usable Produce version: nothing was sent
             req = None
             for batch in batches:

@@ -14,6 +14,18 @@ under send_offsets_to_transaction, ...) is abortable: commit raises it, and
 ``abort_transaction`` recovers; when the failure lost the partition's sequence numbers, the
 abort also bumps the epoch with InitProducerId carrying the current producer id and epoch
 (KIP-360), so the producer carries on without being fenced.
+
+Transaction version 2 (KIP-890), used whenever the coordinator's broker finalizes the
+``transaction.version`` feature at 2: no AddPartitionsToTxn / AddOffsetsToTxn (Produce v12 and
+TxnOffsetCommit v5 let the brokers add the partitions), and every EndTxn answers with the
+producer id and epoch of the next transaction (an epoch bump per transaction; sequences
+restart at 0). InitProducerId is called only at start.
+
+Two-phase commit (KIP-939, ``transaction.two.phase.commit.enable``): ``prepare`` flushes the
+transaction and returns its PreparedTxnState (producer id and epoch); from then on only commit,
+abort or ``complete`` are allowed. After a restart, ``init_transactions(keep_prepared_txn=True)``
+keeps a prepared transaction open (the previous incarnations are fenced), and ``complete``
+commits it if it is the one the caller's store recorded, and aborts it otherwise.
 """
 
 from __future__ import annotations
@@ -32,9 +44,11 @@ from ..errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FatalError,
+    InvalidTxnStateError,
     KafkaError,
     NotCoordinatorError,
     RetriableError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from ..protocol import ApiKey
@@ -46,6 +60,10 @@ from .types import ConsumerGroupMetadata, TopicPartition
 log = logging.getLogger(__name__)
 
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+# The last versions of the older protocol (transaction version 0/1).
+_V1_MAX = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 3}
+# AddPartitionsToTxn v4+ is the brokers' (verification, batched by transactional id).
+_CLIENT_MAX = {ApiKey.ADD_PARTITIONS_TO_TXN: 3}
 _COORDINATOR_MOVED = (NotCoordinatorError.code, CoordinatorNotAvailableError.code)
 _BUSY = (CoordinatorLoadInProgressError.code, ConcurrentTransactionsError.code)
 
@@ -59,11 +77,51 @@ class IllegalStateError(KafkaError):
     IllegalStateException)."""
 
 
+class PreparedTxnState:
+    """A prepared transaction's identity (KIP-939): its producer id and epoch, written to a
+    database as ``str(state)`` and read back with ``PreparedTxnState(text)``. The empty state
+    (no transaction) is ``PreparedTxnState()``, whose text is ``""``."""
+
+    __slots__ = ("producer_epoch", "producer_id")
+
+    def __init__(self, serialized: str | None = None, *, producer_id: int = -1,
+                 producer_epoch: int = -1) -> None:
+        if serialized:
+            pid, sep, epoch = serialized.strip().partition(":")
+            try:
+                producer_id, producer_epoch = int(pid), int(epoch)
+            except ValueError:
+                raise ValueError(f"not a PreparedTxnState: {serialized!r} (expected "
+                                 "'producer_id:epoch')") from None
+            if not sep or producer_id < 0 or not 0 <= producer_epoch <= 32767:
+                raise ValueError(f"not a PreparedTxnState: {serialized!r}")
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
+    @property
+    def has_transaction(self) -> bool:
+        return self.producer_id >= 0
+
+    def __str__(self) -> str:
+        return f"{self.producer_id}:{self.producer_epoch}" if self.has_transaction else ""
+
+    def __repr__(self) -> str:
+        return f"PreparedTxnState({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PreparedTxnState) and \
+            (self.producer_id, self.producer_epoch) == (other.producer_id, other.producer_epoch)
+
+    def __hash__(self) -> int:
+        return hash((self.producer_id, self.producer_epoch))
+
+
 class TxnState(enum.Enum):
     UNINITIALIZED = "Uninitialized"
     INITIALIZING = "Initializing"
     READY = "Ready"
     IN_TRANSACTION = "InTransaction"
+    PREPARED = "PreparedTransaction"
     COMMITTING = "CommittingTransaction"
     ABORTING = "AbortingTransaction"
     ABORTABLE_ERROR = "AbortableError"
@@ -78,10 +136,12 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     T.INITIALIZING: frozenset({T.UNINITIALIZED, T.ABORTING}),
     T.READY: frozenset({T.INITIALIZING, T.COMMITTING, T.ABORTING}),
     T.IN_TRANSACTION: frozenset({T.READY, T.COMMITTING}),
-    T.COMMITTING: frozenset({T.IN_TRANSACTION}),
-    T.ABORTING: frozenset({T.IN_TRANSACTION, T.ABORTABLE_ERROR}),
+    # KIP-939: prepared by prepare(), or kept by init_transactions(keep_prepared_txn=True).
+    T.PREPARED: frozenset({T.IN_TRANSACTION, T.INITIALIZING, T.COMMITTING, T.ABORTING}),
+    T.COMMITTING: frozenset({T.IN_TRANSACTION, T.PREPARED}),
+    T.ABORTING: frozenset({T.IN_TRANSACTION, T.ABORTABLE_ERROR, T.PREPARED}),
     T.ABORTABLE_ERROR: frozenset({T.IN_TRANSACTION, T.COMMITTING, T.ABORTABLE_ERROR,
-                                  T.ABORTING, T.INITIALIZING}),
+                                  T.ABORTING, T.INITIALIZING, T.PREPARED}),
     T.FATAL_ERROR: frozenset(TxnState),
 }
 
@@ -89,7 +149,8 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
 class TransactionManager:
     def __init__(self, config: ClientConfig, client_id: str,
                  set_producer: Callable[[int, int], None],
-                 flush: Callable[[float | None], None]) -> None:
+                 flush: Callable[[float | None], None],
+                 set_transaction_v2: Callable[[bool], None] = lambda _on: None) -> None:
         self.transactional_id: str = config.transactional_id
         self.timeout_ms: int = config.transaction_timeout_ms
         self.config = config
@@ -106,6 +167,12 @@ class TransactionManager:
         self.offsets_added = False
         self.futures: list[Future] = []
         self._coordinators: dict[tuple[int, str], int] = {}
+        self._set_transaction_v2 = set_transaction_v2
+        self.transaction_v2 = False  # KIP-890: decided at init_transactions
+        self.two_phase: bool = config.transaction_two_phase_commit_enable
+        self.prepared: PreparedTxnState | None = None
+        self._nothing_kept = False  # init_transactions(keep_prepared_txn=True) found nothing
+        self._kept = False  # ... or kept a transaction of an earlier incarnation
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -172,10 +239,12 @@ class TransactionManager:
         """Send to the coordinator, following it when it moves and waiting while it is busy;
         returns the response and its error code."""
         key = key or self.transactional_id
+        max_version = _CLIENT_MAX.get(api) if self.transaction_v2 else _V1_MAX.get(api)
         while True:
             node = self._coordinator(key_type, key, deadline)
             try:
-                response = self.net.request_any(api, values, deadline, node_id=node)
+                response = self.net.request_any(api, values, deadline, node_id=node,
+                                                max_version=max_version)
             except RetriableError as exc:
                 self._coordinators.pop((key_type, key), None)
                 self._wait(deadline, exc)
@@ -188,11 +257,23 @@ class TransactionManager:
                 continue
             return response, code
 
-    def _init_producer_id(self, deadline: float, producer_id: int, producer_epoch: int) -> None:
+    def _init_producer_id(self, deadline: float, producer_id: int, producer_epoch: int,
+                          keep_prepared_txn: bool = False) -> PreparedTxnState:
+        """InitProducerId; returns the kept transaction's state (KIP-939; empty if none)."""
+        if self.two_phase or keep_prepared_txn:
+            node = self._coordinator(KEY_TYPE_TRANSACTION, self.transactional_id, deadline)
+            self.net.request_any(ApiKey.API_VERSIONS, {}, deadline, node_id=node)
+            versions, _features = self.net.broker_versions(node)
+            if versions.get(ApiKey.INIT_PRODUCER_ID, (0, 0))[1] < 6:
+                raise self._fail(UnsupportedVersionError(
+                    "the transaction coordinator does not support two-phase commit "
+                    "(InitProducerId v6, KIP-939)"))
         response, code = self._call(ApiKey.INIT_PRODUCER_ID, {
             "transactional_id": self.transactional_id,
-            "transaction_timeout": self.timeout_ms, "producer_id": producer_id,
-            "producer_epoch": producer_epoch}, deadline, lambda r: int(r.error_code))
+            "transaction_timeout": -1 if self.two_phase else self.timeout_ms,
+            "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "enable2_pc": self.two_phase, "keep_prepared_txn": keep_prepared_txn},
+            deadline, lambda r: int(r.error_code))
         if code:
             error = error_for_code(code)(f"InitProducerId {self.transactional_id!r}")
             raise self._fail(error if isinstance(error, FatalError) else TransactionError(
@@ -201,23 +282,45 @@ class TransactionManager:
             int(response.producer_epoch)
         self._set_producer(self.producer_id, self.producer_epoch)
         self.epoch_bump_needed = False
+        self._choose_protocol()
+        return PreparedTxnState(producer_id=int(getattr(response, "ongoing_txn_producer_id", -1)),
+                                producer_epoch=int(getattr(response, "ongoing_txn_producer_epoch",
+                                                           -1)))
+
+    def _choose_protocol(self) -> None:
+        """KIP-890: transaction version 2 when the coordinator's broker finalizes it and offers
+        its request versions (EndTxn v5, Produce v12)."""
+        node = self._coordinators.get((KEY_TYPE_TRANSACTION, self.transactional_id))
+        versions, features = self.net.broker_versions(node) if node is not None else ({}, {})
+        self.transaction_v2 = (features.get("transaction.version", 0) >= 2
+                               and versions.get(ApiKey.END_TXN, (0, 0))[1] >= 5
+                               and versions.get(ApiKey.PRODUCE, (0, 0))[1] >= 12)
+        self._set_transaction_v2(self.transaction_v2)
 
     # -- the API -------------------------------------------------------------------------------
 
-    def init_transactions(self, timeout: float | None) -> None:
+    def init_transactions(self, timeout: float | None, keep_prepared_txn: bool = False) -> None:
         with self.lock:
             self._require(T.UNINITIALIZED)
             self._transition(T.INITIALIZING)
             try:
-                self._init_producer_id(self._deadline(timeout), -1, -1)
+                kept = self._init_producer_id(self._deadline(timeout), -1, -1,
+                                              keep_prepared_txn=keep_prepared_txn)
             except KafkaTimeoutError:
                 self._transition(T.UNINITIALIZED)  # call init_transactions again
                 raise
-            self._transition(T.READY)
+            if keep_prepared_txn and kept.has_transaction:
+                self.prepared = kept
+                self._kept = True
+                self._transition(T.PREPARED)  # only commit, abort or complete from here
+            else:
+                self._nothing_kept = keep_prepared_txn
+                self._transition(T.READY)
 
     def begin_transaction(self) -> None:
         with self.lock:
             self._require(T.READY)
+            self._nothing_kept = False
             self._transition(T.IN_TRANSACTION)
             self.partitions = set()
             self.offsets_added = False
@@ -232,6 +335,9 @@ class TransactionManager:
         with self.lock:
             self._require(T.IN_TRANSACTION)
             if tp in self.partitions:
+                return
+            if self.transaction_v2:
+                self.partitions.add(tp)  # the partition leader adds it (Produce v12)
                 return
             _, code = self._call(ApiKey.ADD_PARTITIONS_TO_TXN, {
                 "v3_and_below_transactional_id": self.transactional_id,
@@ -258,12 +364,13 @@ class TransactionManager:
         with self.lock:
             self._require(T.IN_TRANSACTION)
             deadline = self._deadline(timeout)
-            _, code = self._call(ApiKey.ADD_OFFSETS_TO_TXN, {
-                "transactional_id": self.transactional_id, "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch, "group_id": meta.group_id},
-                deadline, lambda r: int(r.error_code))
-            if code:
-                raise self._fail(_txn_error(code, f"AddOffsetsToTxn {meta.group_id!r}"))
+            if not self.transaction_v2:  # else the group coordinator adds it (TxnOffsetCommit v5)
+                _, code = self._call(ApiKey.ADD_OFFSETS_TO_TXN, {
+                    "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                    "producer_epoch": self.producer_epoch, "group_id": meta.group_id},
+                    deadline, lambda r: int(r.error_code))
+                if code:
+                    raise self._fail(_txn_error(code, f"AddOffsetsToTxn {meta.group_id!r}"))
             self.offsets_added = True
             _, code = self._call(ApiKey.TXN_OFFSET_COMMIT, {
                 "transactional_id": self.transactional_id, "group_id": meta.group_id,
@@ -277,58 +384,113 @@ class TransactionManager:
 
     def commit(self, timeout: float | None) -> None:
         with self.lock:
-            self._require(T.IN_TRANSACTION)
+            self._require(T.IN_TRANSACTION, T.PREPARED)
             deadline = self._deadline(timeout)
-        # Not under the lock: the sender thread finishes the batches meanwhile.
-        self._flush(max(0.0, deadline - time.monotonic()))
+            before = self.state
+        if before == T.IN_TRANSACTION:
+            # Not under the lock: the sender thread finishes the batches meanwhile.
+            self._flush(max(0.0, deadline - time.monotonic()))
         with self.lock:
-            self._require(T.IN_TRANSACTION)
-            failed = next((f.exception() for f in self.futures if f.exception() is not None),
-                          None)
-            if failed is not None:
-                error = failed if isinstance(failed, FatalError) else TransactionError(
-                    f"a record of the transaction was not written: {failed}")
-                raise self._fail(error)
+            self._require(before)
+            if before == T.IN_TRANSACTION:
+                self._check_sent()
             self._transition(T.COMMITTING)
             try:
                 self._end(True, deadline)
             except KafkaTimeoutError:
-                self._transition(T.IN_TRANSACTION)  # commit_transaction again
+                self._transition(before)  # commit_transaction again
                 raise
+            self.prepared = None
+            self._kept = False
             self._transition(T.READY)
+
+    def _check_sent(self) -> None:
+        failed = next((f.exception() for f in self.futures if f.exception() is not None), None)
+        if failed is not None:
+            error = failed if isinstance(failed, FatalError) else TransactionError(
+                f"a record of the transaction was not written: {failed}")
+            raise self._fail(error)
+
+    def prepare(self, timeout: float | None) -> PreparedTxnState:
+        """KIP-939 phase one: flush every record of the transaction; it is then prepared (it
+        can neither take more records nor time out) and only commit, abort or complete may
+        follow. Returns its identity for the caller's own store."""
+        with self.lock:
+            if not self.two_phase:
+                raise InvalidTxnStateError(
+                    "prepare_transaction needs transaction.two.phase.commit.enable=true")
+            self._require(T.IN_TRANSACTION)
+            deadline = self._deadline(timeout)
+        self._flush(max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            self._require(T.IN_TRANSACTION)
+            self._check_sent()
+            self.prepared = PreparedTxnState(producer_id=self.producer_id,
+                                             producer_epoch=self.producer_epoch)
+            self._transition(T.PREPARED)
+            return self.prepared
+
+    def complete(self, state: PreparedTxnState, timeout: float | None) -> None:
+        """KIP-939 recovery: commit the prepared transaction if ``state`` is its identity,
+        abort it otherwise. A no-op when init_transactions(keep_prepared_txn=True) found no
+        transaction to keep (it was completed before)."""
+        with self.lock:
+            if self.state == T.READY and self._nothing_kept:
+                return
+            if self.state != T.PREPARED:
+                if self.state == T.FATAL_ERROR and self.error is not None:
+                    raise self.error
+                raise InvalidTxnStateError(
+                    f"complete_transaction needs a prepared transaction; the producer is "
+                    f"{self.state.value}")
+            commit = state == self.prepared
+        if commit:
+            self.commit(timeout)
+        else:
+            self.abort(timeout)
 
     def abort(self, timeout: float | None) -> None:
         with self.lock:
-            self._require(T.IN_TRANSACTION, T.ABORTABLE_ERROR)
+            self._require(T.IN_TRANSACTION, T.ABORTABLE_ERROR, T.PREPARED)
             deadline = self._deadline(timeout)
+            before = self.state
         try:
             self._flush(max(0.0, deadline - time.monotonic()))  # not under the lock
         except KafkaTimeoutError:
             pass  # what is still unsent is aborted with the rest
         with self.lock:
-            self._require(T.IN_TRANSACTION, T.ABORTABLE_ERROR)
+            self._require(before)
             self._transition(T.ABORTING)
             try:
                 self._end(False, deadline)
-                if self.epoch_bump_needed:
+                if self.epoch_bump_needed and not self.transaction_v2:
                     # KIP-360: a new epoch, the same producer id; sequences restart at 0.
+                    # (Transaction version 2 bumped it with the abort itself.)
                     self._transition(T.INITIALIZING)
                     self._init_producer_id(deadline, self.producer_id, self.producer_epoch)
             except KafkaTimeoutError as exc:
                 self.error = exc
                 self._transition(T.ABORTABLE_ERROR)  # abort_transaction again
                 raise
+            self.epoch_bump_needed = False
+            self.prepared = None
+            self._kept = False
             self._transition(T.READY)
 
     def _end(self, commit: bool, deadline: float) -> None:
-        if not self.partitions and not self.offsets_added:
+        if not self.partitions and not self.offsets_added and not self._kept:
             return  # the coordinator never heard of this transaction
-        _response, code = self._call(ApiKey.END_TXN, {
+        response, code = self._call(ApiKey.END_TXN, {
             "transactional_id": self.transactional_id, "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch, "committed": commit}, deadline,
             lambda r: int(r.error_code))
         if code:
             raise self._fail(_txn_error(code, "EndTxn"))
+        if self.transaction_v2 and int(getattr(response, "producer_id", -1)) >= 0:
+            # KIP-890: the next transaction's producer id and epoch (sequences restart at 0).
+            self.producer_id = int(response.producer_id)
+            self.producer_epoch = int(response.producer_epoch)
+            self._set_producer(self.producer_id, self.producer_epoch)
 
     def close(self) -> None:
         self.net.close()

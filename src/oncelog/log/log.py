@@ -29,7 +29,13 @@ from ..records.batch import (
     split_batches,
 )
 from .preallocator import Preallocator
-from .producer_state import BatchMetadata, CompletedTxn, ProducerStateError, ProducerStateManager
+from .producer_state import (
+    BatchMetadata,
+    CompletedTxn,
+    ProducerStateError,
+    ProducerStateManager,
+    VerificationGuard,
+)
 from .segment import LogSegment, LogWriteError, segment_name
 from .txn_index import AbortedTxn
 
@@ -244,12 +250,22 @@ class PartitionLog:
     # -- appending ----------------------------------------------------------------------------
 
     def append(self, data: bytearray, batches: list[tuple[int, BatchHeader]],
-               now_ms: int) -> AppendResult:
+               now_ms: int, *, verification: VerificationGuard | None = None,
+               require_verification: bool = False, new_client: bool = False) -> AppendResult:
         """Append validated batches (``data`` is the request's record set, rewritten in place).
 
         Producer state is checked first: a retried batch that duplicates one of the producer's
         last five is answered with its original offsets and nothing is written.
+        ``require_verification`` (KIP-890): a transactional batch that opens the producer's
+        transaction here needs ``verification``, the guard of a successful check with the
+        coordinator that no marker has dropped since.
         """
+        if require_verification:
+            for _pos, h in batches:
+                try:
+                    self.producer_state.check_verified(h, verification)
+                except ProducerStateError as exc:
+                    raise LogAppendError(exc.error_name, str(exc)) from None
         for _pos, h in batches:
             if h.size > self.config.max_message_bytes:
                 raise LogAppendError(
@@ -258,7 +274,7 @@ class PartitionLog:
                     f"{self.config.max_message_bytes}",
                 )
         if len(batches) == 1:
-            dup = self._check_producer(batches[0][1])
+            dup = self._check_producer(batches[0][1], new_client)
             if dup is not None:
                 return AppendResult(dup.first_offset, dup.last_offset, -1,
                                     self.log_start_offset, duplicate=True)
@@ -338,9 +354,9 @@ class PartitionLog:
             if target > seg.allocated:
                 self.preallocator.request(seg, target)
 
-    def _check_producer(self, h: BatchHeader) -> BatchMetadata | None:
+    def _check_producer(self, h: BatchHeader, new_client: bool = False) -> BatchMetadata | None:
         try:
-            return self.producer_state.check_batch(h)
+            return self.producer_state.check_batch(h, new_client)
         except ProducerStateError as exc:
             raise LogAppendError(exc.error_name, str(exc)) from None
 

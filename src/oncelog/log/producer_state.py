@@ -94,11 +94,53 @@ class CompletedTxn:
     is_aborted: bool
 
 
+class VerificationGuard:
+    """KIP-890: the token of one verification of a producer's transaction on this partition
+    (the coordinator was asked whether the transaction is ongoing and holds the partition).
+    A marker written meanwhile drops it, and a batch that carries a dropped guard is refused:
+    that closes the race between the coordinator's answer and the append."""
+
+    __slots__ = ("producer_epoch",)
+
+    def __init__(self, producer_epoch: int) -> None:
+        self.producer_epoch = producer_epoch
+
+
 class ProducerStateManager:
     """The producer-id → state map of one partition."""
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
+        self.verifications: dict[int, VerificationGuard] = {}
+
+    # -- verification (KIP-890) ----------------------------------------------------------------
+
+    def needs_verification(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a transactional batch must be checked with the coordinator first: no
+        transaction of this producer and epoch is open here yet."""
+        e = self.producers.get(producer_id)
+        return e is None or e.current_txn_first_offset < 0 or e.producer_epoch != producer_epoch
+
+    def start_verification(self, producer_id: int, producer_epoch: int) -> VerificationGuard:
+        """The guard of a verification about to be asked for (shared by requests pipelined
+        while one is under way)."""
+        guard = self.verifications.get(producer_id)
+        if guard is None or guard.producer_epoch != producer_epoch:
+            guard = self.verifications[producer_id] = VerificationGuard(producer_epoch)
+        return guard
+
+    def check_verified(self, header: BatchHeader, guard: VerificationGuard | None) -> None:
+        if not header.is_transactional or header.producer_id < 0:
+            return
+        pid, epoch = header.producer_id, header.producer_epoch
+        if not self.needs_verification(pid, epoch):
+            return
+        if guard is None or self.verifications.get(pid) is not guard \
+                or guard.producer_epoch != epoch:
+            raise ProducerStateError(
+                "invalid_txn_state",
+                f"producer {pid} epoch {epoch} has no verified ongoing transaction on this "
+                "partition (it ended, or was never added)")
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -141,6 +183,7 @@ class ProducerStateManager:
             if prev is not None:
                 entry.current_txn_first_offset = prev.current_txn_first_offset
             self.producers[pid] = entry
+        self.verifications.pop(pid, None)
         first = entry.current_txn_first_offset
         if first < 0:
             first = header.base_offset  # nothing of this producer's in the transaction here
@@ -151,11 +194,14 @@ class ProducerStateManager:
 
     # -- validation (before append) ---------------------------------------------------------
 
-    def check_batch(self, header: BatchHeader) -> BatchMetadata | None:
+    def check_batch(self, header: BatchHeader, new_client: bool = False
+                    ) -> BatchMetadata | None:
         """Validate a batch about to be appended.
 
         Returns the original batch's metadata if this is a duplicate (answer with it, append
         nothing), None if the batch may be appended, and raises ProducerStateError otherwise.
+        ``new_client``: the producer uses KIP-890's protocol (Produce v12+), for which a first
+        batch that does not start at sequence 0 is OUT_OF_ORDER_SEQUENCE_NUMBER.
         """
         pid = header.producer_id
         if pid < 0 or header.is_control:
@@ -179,7 +225,7 @@ class ProducerStateManager:
             # expired and we can no longer tell a retry from new data (spec, "PID Expiration").
             if first_seq != 0:
                 raise ProducerStateError(
-                    "unknown_producer_id",
+                    "out_of_order_sequence_number" if new_client else "unknown_producer_id",
                     f"producer {pid} is unknown to this partition and sent sequence {first_seq}",
                 )
             return None
@@ -198,6 +244,12 @@ class ProducerStateManager:
         duplicate = entry.find_duplicate(first_seq, header.last_sequence)
         if duplicate is not None:
             return duplicate
+        if not entry.batches and first_seq != 0 and new_client:
+            # The epoch was set by a marker (transaction version 2 bumps it on every
+            # transaction): the producer's sequences start again at 0.
+            raise ProducerStateError(
+                "out_of_order_sequence_number",
+                f"producer {pid} epoch {epoch} must start at sequence 0, got {first_seq}")
         if entry.batches and not in_sequence(entry.last_seq, first_seq):
             raise ProducerStateError(
                 "out_of_order_sequence_number",

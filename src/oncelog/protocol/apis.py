@@ -47,19 +47,20 @@ API_NAMES = {k.value: k.name for k in ApiKey}
 # their union, SUPPORTED_VERSIONS.
 #
 # The log and the wire (foundation):
-#  - Produce 3-11: v12 promises KIP-890 implicit AddPartitions, a later issue.
+#  - Produce 3-12: v12 is KIP-890's transaction version 2 (the leader adds the partition to the
+#    transaction itself; non-zero first sequence of an unknown producer: OUT_OF_ORDER_SEQUENCE).
 #  - Fetch 4-12: v13+ names topics by id only.
 #  - ListOffsets 1-7: -1 latest, -2 earliest, -3 max timestamp, or a timestamp lookup.
 #  - Metadata 0-12, DeleteTopics 1-5 (v6 deletes by topic id), the others their kio range.
 _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 5),
-    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.INIT_PRODUCER_ID: (0, 6),  # v5 TRANSACTION_ABORTABLE, v6 two-phase commit (KIP-939)
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.FIND_COORDINATOR: (0, 4),  # v5+ adds share groups (KIP-932)
@@ -68,13 +69,14 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
 }
 
 
-# The transaction coordinator (txn/) and the markers it writes (KIP-98, KIP-360):
-# v4+ of AddPartitionsToTxn (broker verification), v4+ of AddOffsetsToTxn/EndTxn and
-# TxnOffsetCommit v4+ (transaction version 2) are KIP-890, a later issue.
+# The transaction coordinator (txn/) and the markers it writes (KIP-98, KIP-360, KIP-890):
+# AddPartitionsToTxn v4+ is the brokers' (batched, verifyOnly), v5 and AddOffsetsToTxn v4 /
+# EndTxn v4 add TRANSACTION_ABORTABLE, EndTxn v5 is transaction version 2 (an epoch bump per
+# transaction, the new id and epoch in the answer).
 _TRANSACTIONS: dict[int, tuple[int, int]] = {
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
@@ -90,7 +92,7 @@ _GROUPS: dict[int, tuple[int, int]] = {
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 8),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v5: transaction version 2 (the partition is added)
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
@@ -98,3 +100,23 @@ _GROUPS: dict[int, tuple[int, int]] = {
 
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS}
+
+# KIP-890: the versions that mean "transaction version 2". A broker whose transaction.version
+# feature is below 2 does not offer them, so every client uses the older protocol with it.
+TRANSACTION_V2_VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 12,
+    ApiKey.END_TXN: 5,
+    ApiKey.TXN_OFFSET_COMMIT: 5,
+}
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+
+
+def supported_versions(transaction_version: int = 2) -> dict[int, tuple[int, int]]:
+    """The versions a broker with this transaction.version feature level offers."""
+    if transaction_version >= 2:
+        return dict(SUPPORTED_VERSIONS)
+    out = dict(SUPPORTED_VERSIONS)
+    for key, first_v2 in TRANSACTION_V2_VERSIONS.items():
+        lo, hi = out[key]
+        out[key] = (lo, min(hi, first_v2 - 1))
+    return out

@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from .. import protocol
 from ..log.preallocator import Preallocator
 from ..protocol import ApiKey, ProtocolError, RequestHeader
-from ..protocol.apis import SUPPORTED_VERSIONS
+from ..protocol.apis import TRANSACTION_VERSION_FEATURE, supported_versions
 from .clock import now_ms
 from .config import BrokerConfig
 from .fetch_sessions import FetchSessionCache
@@ -27,6 +27,7 @@ from .group_service import GroupService
 from .producer_ids import ProducerIdManager
 from .topics import TopicManager
 from .txn_service import TxnService
+from .txn_verification import TxnVerifier
 
 log = logging.getLogger("oncelog.broker")
 
@@ -55,6 +56,8 @@ class Broker:
         self.host = host
         self.port = port  # the advertised port; set by the server once bound
         self.cluster_id = self._load_cluster_id()
+        self.transaction_version = self.config.int("transaction.version")
+        self.supported_versions = supported_versions(self.transaction_version)
         self.preallocator = Preallocator()
         self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator)
         self.producer_ids = ProducerIdManager(self.data_dir)
@@ -63,6 +66,7 @@ class Broker:
         self.txn_coordinator.load()
         self.group_coordinator = GroupService(self)
         self.group_coordinator.load()
+        self.txn_verifier = TxnVerifier(self)
         self._maintenance_task: asyncio.Task | None = None
         from .handlers import HANDLERS
 
@@ -96,7 +100,7 @@ class Broker:
         except ProtocolError as exc:
             raise CloseConnection(f"unparseable request header: {exc}") from None
         api_key, version = header.api_key, header.api_version
-        supported = SUPPORTED_VERSIONS.get(api_key)
+        supported = self.supported_versions.get(api_key)
         if api_key == ApiKey.API_VERSIONS and (supported is None or
                                                not supported[0] <= version <= supported[1]):
             # KIP-511: an ApiVersions request of a version we lack is answered in v0 with
@@ -126,10 +130,24 @@ class Broker:
         mod = protocol.response_module(ApiKey.API_VERSIONS, version)
         keys = tuple(
             protocol.make(mod.ApiVersion, api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+            for k, (lo, hi) in sorted(self.supported_versions.items())
         )
+        features = {}
+        if version >= 3:
+            # KIP-584 features; KIP-890's transaction.version, finalized at this broker's level.
+            features = {
+                "supported_features": (protocol.make(
+                    mod.SupportedFeatureKey, name=TRANSACTION_VERSION_FEATURE, min_version=0,
+                    max_version=2),),
+                "finalized_features_epoch": 0,
+                "finalized_features": (protocol.make(
+                    mod.FinalizedFeatureKey, name=TRANSACTION_VERSION_FEATURE,
+                    max_version_level=self.transaction_version,
+                    min_version_level=self.transaction_version),)
+                if self.transaction_version > 0 else (),
+            }
         return protocol.make(mod.ApiVersionsResponse, error_code=error, api_keys=keys,
-                             throttle_time=0)
+                             throttle_time=0, **features)
 
     # -- maintenance --------------------------------------------------------------------------
 
@@ -155,6 +173,7 @@ class Broker:
         """Clean shutdown: every log flushed, producer state snapshotted, marked clean."""
         if self._maintenance_task is not None:
             self._maintenance_task.cancel()
+        self.txn_verifier.close()
         self.txn_coordinator.close()
         self.group_coordinator.close()
         self.topics.close(now_ms())

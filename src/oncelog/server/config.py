@@ -122,6 +122,14 @@ BROKER_DEFAULTS: dict[str, str] = {
     "transactional.id.expiration.ms": "604800000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
     "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
+    # KIP-890: the transaction.version feature level this broker finalizes (2: an epoch bump
+    # on every transaction and partitions added by the leaders, for clients that use it;
+    # 1: flexible transaction log records; 0: Kafka's original protocol and records).
+    "transaction.version": "2",
+    # KIP-890 part 1: ask the coordinator before writing an older client's transactional batch.
+    "transaction.partition.verification.enable": "true",
+    # KIP-939: let clients take part in two-phase commit (InitProducerId with enable2Pc).
+    "transaction.two.phase.commit.enable": "false",
     # The group coordinator (Kafka's defaults).
     "offsets.topic.num.partitions": "50",
     "offsets.topic.segment.bytes": str(100 * 1024 * 1024),
@@ -132,8 +140,18 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.max.size": str(2**31 - 1),
 }
 
+def _transaction_version(v: str) -> int:
+    n = int(v)
+    if n not in (0, 1, 2):
+        raise ConfigError(f"transaction.version must be 0, 1 or 2, not {v!r}")
+    return n
+
+
 _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "auto.create.topics.enable": _bool,
+    "transaction.version": _transaction_version,
+    "transaction.partition.verification.enable": _bool,
+    "transaction.two.phase.commit.enable": _bool,
 }
 # Kafka's coarser aliases, normalised to their millisecond keys.
 _ALIASES = {
@@ -175,6 +193,11 @@ class BrokerConfig:
 
     def get(self, key: str) -> object:
         return self._parse(key, self.values[key])
+
+    def flag(self, key: str) -> bool:
+        value = self.get(key)
+        assert isinstance(value, bool)
+        return value
 
     def int(self, key: str) -> int:
         value = self.get(key)

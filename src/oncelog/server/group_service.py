@@ -124,11 +124,15 @@ class GroupService:
                 ok = self.append(e) is None and ok
         return ok
 
+    def offsets_partition(self, group_id: str):
+        return self._partition(group_id)
+
     def _partition(self, group_id: str):
         topic = self.broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms())
         return topic.partitions[coordinator_partition(group_id, len(topic.partitions))]
 
-    def append(self, e: WriteRecords, producer: tuple[int, int] | None = None) -> str | None:
+    def append(self, e: WriteRecords, producer: tuple[int, int] | None = None, *,
+               verification=None, require_verification: bool = False) -> str | None:
         """Append the records (as the producer's transactional batch when given); the error
         name, or None."""
         now = now_ms()
@@ -146,7 +150,9 @@ class GroupService:
             data = bytearray(build_batch(records, producer_id=producer[0],
                                          producer_epoch=producer[1], is_transactional=True))
         try:
-            self._partition(e.group_id).log.append(data, split_batches(data), now)
+            self._partition(e.group_id).log.append(
+                data, split_batches(data), now, verification=verification,
+                require_verification=require_verification)
         except LogAppendError as exc:
             return exc.error_name
         except LogWriteError as exc:
@@ -201,15 +207,18 @@ class GroupService:
 
     def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
                    generation: int, member_id: str, group_instance_id: str | None,
-                   offsets: dict[TP, OffsetValue]) -> str | None:
+                   offsets: dict[TP, OffsetValue], *, verification=None,
+                   require_verification: bool = False) -> str | None:
         error = self.core.validate_commit(group_id, generation, member_id, group_instance_id,
                                           transactional=True)
         if error:
             return error
         error = self.append(self.core.commit_records(group_id, offsets),
-                            producer=(producer_id, producer_epoch))
+                            producer=(producer_id, producer_epoch), verification=verification,
+                            require_verification=require_verification)
         if error:
-            return error if error in ("invalid_producer_epoch",) else "coordinator_not_available"
+            return error if error in ("invalid_producer_epoch", "invalid_txn_state") \
+                else "coordinator_not_available"
         self.core.add_pending_txn_offsets(group_id, producer_id, offsets)
         return None
 

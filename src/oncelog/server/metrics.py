@@ -53,7 +53,8 @@ def partition_samples(broker) -> Iterable[Sample]:
 def collect(broker) -> list[Sample]:
     samples = list(partition_samples(broker))
     for component in (getattr(broker, "txn_coordinator", None),
-                      getattr(broker, "group_coordinator", None)):
+                      getattr(broker, "group_coordinator", None),
+                      getattr(broker, "txn_verifier", None)):
         more = getattr(component, "metric_samples", None)
         if more is not None:
             samples.extend(more())

@@ -55,7 +55,11 @@ class TxnService:
             allocate_producer_id=broker.producer_ids.next_producer_id,
             max_timeout_ms=cfg.int("transaction.max.timeout.ms"),
             expiration_ms=cfg.int("transactional.id.expiration.ms"),
-            coordinator_epoch=self._bump_coordinator_epoch(Path(broker.data_dir)))
+            coordinator_epoch=self._bump_coordinator_epoch(Path(broker.data_dir)),
+            two_phase_commit_enabled=cfg.flag("transaction.two.phase.commit.enable"))
+        # KIP-915/KIP-890: flexible records (with the previous/next producer ids) from
+        # transaction.version 1 on; Kafka's original version 0 below.
+        self.log_value_version = 1 if cfg.int("transaction.version") >= 1 else 0
         self.abort_interval_ms = cfg.int(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms")
         self.expire_interval_ms = cfg.int(
@@ -162,7 +166,7 @@ class TxnService:
         topic = self.broker.topics.ensure_internal(TRANSACTION_STATE, now_ms())
         index = coordinator_partition(e.transactional_id, len(topic.partitions))
         now = now_ms()
-        value = None if e.metadata is None else encode_value(e.metadata)
+        value = None if e.metadata is None else encode_value(e.metadata, self.log_value_version)
         data = bytearray(build_batch([(encode_key(e.transactional_id), value, (), now)]))
         try:
             topic.partitions[index].log.append(data, split_batches(data), now)
@@ -211,3 +215,8 @@ class TxnService:
         yield Sample("oncelog_active_transactional_ids",
                      "transactional ids the transaction coordinator holds",
                      len(self.core.transactions))
+        # KIP-939: kafka.server:type=transaction-coordinator-metrics,
+        # name=active-transaction-open-time-max
+        yield Sample("oncelog_active_transaction_open_time_max_ms",
+                     "how long the oldest open transaction has been open (ms)",
+                     self.core.longest_open_ms(now_ms()))

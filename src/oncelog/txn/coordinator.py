@@ -1,5 +1,14 @@
 """The transaction coordinator, sans IO (spec 000, "Transaction Coordinator", Data Flow steps
-2, 4.1, 4.3, 5.1-5.3; KIP-360 for InitProducerId with the current producer id and epoch).
+2, 4.1, 4.3, 5.1-5.3; KIP-360 for InitProducerId with the current producer id and epoch;
+KIP-890 transaction version 2: an epoch bump on every commit and abort, partitions added by the
+partition leaders, verification for older clients; KIP-939: two-phase commit).
+
+Transaction version 2 (a client that ends its transaction with EndTxn v5+): EndTxn writes
+PrepareCommit / PrepareAbort with the epoch + 1, the markers carry it, and the answer gives the
+client the producer id and epoch of its next transaction -- a new producer id once the epoch
+would reach its maximum. ``last_producer_*`` keeps what the client held, so that a retried
+EndTxn is answered instead of fenced; ``next_producer_*`` what it holds next when that differs
+from the markers' id and epoch (an overflow, or a kept two-phase-commit transaction).
 
 It takes requests and the current time and returns an ``Outcome``: an error name or the
 answer, and the effects to carry out, in order. Effects are ``WriteTxnLog`` (append this record
@@ -14,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .state import TransactionMetadata, TransactionState
+from .state import MAX_PRODUCER_EPOCH, TWO_PHASE_TIMEOUT, TransactionMetadata, TransactionState
 
 S = TransactionState
 NO_PRODUCER_ID = -1
@@ -49,6 +58,9 @@ class Outcome:
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = -1
     effects: list[Effect] = field(default_factory=list)
+    # InitProducerId v6 (KIP-939): the kept transaction's producer id and epoch, or -1.
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = -1
 
 
 def _fenced(api: str, version: int) -> str:
@@ -58,8 +70,10 @@ def _fenced(api: str, version: int) -> str:
 
 class TransactionCoordinator:
     def __init__(self, *, allocate_producer_id: Callable[[], int], max_timeout_ms: int,
-                 expiration_ms: int, coordinator_epoch: int = 0) -> None:
+                 expiration_ms: int, coordinator_epoch: int = 0,
+                 two_phase_commit_enabled: bool = False) -> None:
         self.allocate_producer_id = allocate_producer_id
+        self.two_phase_commit_enabled = two_phase_commit_enabled
         self.max_timeout_ms = max_timeout_ms
         self.expiration_ms = expiration_ms
         self.coordinator_epoch = coordinator_epoch
@@ -111,8 +125,12 @@ class TransactionCoordinator:
         if m is None or m.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return []
         final = S.COMPLETE_COMMIT if m.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
+        # Transaction version 2: from now on the client's next id and epoch are the current.
+        pid, epoch = m.client_identity
         return [self._stage(m.transition_to(final, now_ms, partitions=frozenset(),
-                                            txn_start_ms=-1))]
+                                            txn_start_ms=-1, producer_id=pid,
+                                            producer_epoch=epoch, next_producer_id=-1,
+                                            next_producer_epoch=-1))]
 
     # -- checks shared by the requests --------------------------------------------------------
 
@@ -139,8 +157,14 @@ class TransactionCoordinator:
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int, now_ms: int, *,
                          producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
-                         version: int = 4) -> Outcome:
-        if not 0 < timeout_ms <= self.max_timeout_ms:
+                         version: int = 4, enable_2pc: bool = False,
+                         keep_prepared_txn: bool = False) -> Outcome:
+        if enable_2pc:
+            if not self.two_phase_commit_enabled:
+                # KIP-939: transaction.two.phase.commit.enable is off on this broker.
+                return Outcome("transactional_id_authorization_failed")
+            timeout_ms = TWO_PHASE_TIMEOUT  # never times out; the request's value is ignored
+        elif not 0 < timeout_ms <= self.max_timeout_ms:
             return Outcome("invalid_transaction_timeout")
         busy = self._busy(transactional_id)
         if busy:
@@ -156,10 +180,21 @@ class TransactionCoordinator:
             if (producer_id, producer_epoch) == (m.last_producer_id, m.last_producer_epoch) \
                     and m.state == S.EMPTY:
                 return Outcome(None, m.producer_id, m.producer_epoch)
-            if (producer_id, producer_epoch) != (m.producer_id, m.producer_epoch):
+            if (producer_id, producer_epoch) != m.client_identity:
                 return Outcome(_fenced("init_producer_id", version))
         if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
             return Outcome("concurrent_transactions")  # the client retries once completed
+        if m.state == S.ONGOING and keep_prepared_txn:
+            # KIP-939: a restarted participant keeps its prepared transaction (its id and epoch
+            # stay, for the markers) and gets an id and epoch of its own, newer than any of
+            # the earlier incarnations', which are fenced from now on.
+            next_pid, next_epoch = self._bumped(*m.client_identity)
+            new = m.transition_to(S.ONGOING, now_ms, next_producer_id=next_pid,
+                                  next_producer_epoch=next_epoch,
+                                  txn_timeout_ms=timeout_ms if enable_2pc else m.txn_timeout_ms)
+            return Outcome(None, next_pid, next_epoch, [self._stage(new)],
+                           ongoing_producer_id=m.producer_id,
+                           ongoing_producer_epoch=m.producer_epoch)
         if m.state == S.ONGOING:
             # Fence the previous instance: bump the epoch and abort its transaction with it,
             # so that every partition learns the new epoch from the ABORT marker. The caller
@@ -173,22 +208,40 @@ class TransactionCoordinator:
         new = m.transition_to(S.EMPTY, now_ms, producer_id=new_pid, producer_epoch=new_epoch,
                               txn_timeout_ms=timeout_ms, partitions=frozenset(),
                               txn_start_ms=-1, last_producer_id=m.producer_id,
-                              last_producer_epoch=m.producer_epoch)
+                              last_producer_epoch=m.producer_epoch, next_producer_id=-1,
+                              next_producer_epoch=-1)
         return Outcome(None, new_pid, new_epoch, [self._stage(new)])
+
+    def _bumped(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
+        """The id and epoch after ``producer_epoch`` + 1, or a new id (epoch 0) when that
+        would reach the maximum epoch (kept for the markers of the last transaction)."""
+        if producer_epoch + 1 < MAX_PRODUCER_EPOCH:
+            return producer_id, producer_epoch + 1
+        return self.allocate_producer_id(), 0
 
     def _fence_and_abort(self, m: TransactionMetadata, now_ms: int) -> WriteTxnLog:
         fenced = m.transition_to(S.PREPARE_EPOCH_FENCE, now_ms)
         epoch = m.producer_epoch if m.epoch_exhausted else m.producer_epoch + 1
-        return self._stage(fenced.transition_to(S.PREPARE_ABORT, now_ms, producer_epoch=epoch))
+        # No earlier request may be taken for a retry once the coordinator itself aborted.
+        return self._stage(fenced.transition_to(S.PREPARE_ABORT, now_ms, producer_epoch=epoch,
+                                                next_producer_id=-1, next_producer_epoch=-1,
+                                                last_producer_id=-1, last_producer_epoch=-1))
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn (steps 4.1, 4.3) ------------------------------
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: Iterable[tuple[str, int]], now_ms: int, *,
-                       version: int = 3, api: str = "add_partitions") -> Outcome:
+                       version: int = 3, api: str = "add_partitions",
+                       txn_version: int | None = None) -> Outcome:
+        """Add partitions: asked by the client (transaction version 0/1), or by the partition
+        leader on the client's first write to a partition (``txn_version`` 2, KIP-890)."""
         error, m = self._current(api, version, transactional_id, producer_id, producer_epoch)
         if error or m is None:
             return Outcome(error)
+        if m.next_producer_id >= 0 and m.state == S.ONGOING:
+            # A kept two-phase-commit transaction takes nothing more (KIP-939: only commit or
+            # abort); its earlier incarnations are fenced.
+            return Outcome(_fenced(api, version))
         if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return Outcome("concurrent_transactions")
         if m.state not in (S.EMPTY, S.ONGOING, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
@@ -197,14 +250,31 @@ class TransactionCoordinator:
         if m.state == S.ONGOING and wanted <= m.partitions:
             return Outcome(None, m.producer_id, m.producer_epoch)
         start = m.txn_start_ms if m.state == S.ONGOING else now_ms
+        changes = {} if txn_version is None else {"client_txn_version": txn_version}
         new = m.transition_to(S.ONGOING, now_ms, partitions=m.partitions | wanted,
-                              txn_start_ms=start)
+                              txn_start_ms=start, **changes)
         return Outcome(None, m.producer_id, m.producer_epoch, [self._stage(new)])
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[tuple[str, int]], *, version: int = 4
+                          ) -> dict[tuple[str, int], str | None]:
+        """KIP-890 part 1 (AddPartitionsToTxn v4+ with verifyOnly): is the transaction ongoing
+        with this producer id and epoch, and does it include each partition? Changes nothing."""
+        wanted = list(partitions)
+        error, m = self._current("add_partitions", version, transactional_id, producer_id,
+                                 producer_epoch)
+        if error or m is None:
+            return {tp: error for tp in wanted}
+        return {tp: None if m.state == S.ONGOING and tp in m.partitions else "invalid_txn_state"
+                for tp in wanted}
 
     # -- EndTxn (step 5.1) ----------------------------------------------------------------------
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                commit: bool, now_ms: int, *, version: int = 3) -> Outcome:
+                commit: bool, now_ms: int, *, version: int = 3, txn_version: int = 0) -> Outcome:
+        if txn_version >= 2:
+            return self._end_txn_v2(transactional_id, producer_id, producer_epoch, commit,
+                                    now_ms, version)
         error, m = self._current("end_txn", version, transactional_id, producer_id,
                                  producer_epoch)
         if error or m is None:
@@ -217,8 +287,51 @@ class TransactionCoordinator:
             return Outcome("concurrent_transactions")  # a retry while markers are written
         if m.state != S.ONGOING:
             return Outcome("invalid_txn_state")
-        new = m.transition_to(preparing, now_ms)
+        new = m.transition_to(preparing, now_ms, client_txn_version=txn_version)
         return Outcome(None, m.producer_id, m.producer_epoch, [self._stage(new)])
+
+    def _end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                    commit: bool, now_ms: int, version: int) -> Outcome:
+        """KIP-890 part 2: every commit and abort bumps the epoch."""
+        busy = self._busy(transactional_id)
+        if busy:
+            return Outcome(busy)
+        m = self.transactions.get(transactional_id)
+        if m is None:
+            return Outcome("invalid_producer_id_mapping")
+        same_way = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        preparing = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        caller = (producer_id, producer_epoch)
+        if caller == (m.last_producer_id, m.last_producer_epoch) and m.client_txn_version >= 2:
+            # A retry of the EndTxn that bumped: done, or still writing markers.
+            if m.state == same_way:
+                return Outcome(None, *m.client_identity)
+            if m.state == preparing:
+                return Outcome("concurrent_transactions")
+        client_pid, client_epoch = m.client_identity
+        if producer_id != client_pid:
+            known = producer_id in (m.producer_id, m.last_producer_id)
+            return Outcome(_fenced("end_txn", version) if known
+                           else "invalid_producer_id_mapping")
+        if producer_epoch != client_epoch:
+            return Outcome(_fenced("end_txn", version))
+        if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
+            return Outcome("concurrent_transactions")
+        if m.state != S.ONGOING and (commit or m.state not in (S.EMPTY, S.COMPLETE_COMMIT,
+                                                                S.COMPLETE_ABORT)):
+            return Outcome("invalid_txn_state")
+        # The markers carry the transaction's own epoch + 1; the client goes on with its
+        # own id and epoch + 1, or a new id once that epoch would be the maximum.
+        marker_epoch = m.producer_epoch + 1
+        next_pid, next_epoch = self._bumped(client_pid, client_epoch)
+        if (next_pid, next_epoch) == (m.producer_id, marker_epoch):
+            next_pid, next_epoch = -1, -1
+        partitions = m.partitions if m.state == S.ONGOING else frozenset()
+        new = m.transition_to(preparing, now_ms, producer_epoch=marker_epoch,
+                              partitions=partitions, last_producer_id=client_pid,
+                              last_producer_epoch=client_epoch, next_producer_id=next_pid,
+                              next_producer_epoch=next_epoch, client_txn_version=2)
+        return Outcome(None, *new.client_identity, effects=[self._stage(new)])
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -226,7 +339,7 @@ class TransactionCoordinator:
         """Transactions open past their timeout are aborted with a bumped epoch, so that the
         producer that let them run is fenced (a zombie, as spec 001 scenario 3 describes)."""
         return [self._fence_and_abort(m, now_ms) for txn_id, m in list(self.transactions.items())
-                if m.state == S.ONGOING and txn_id not in self.pending
+                if m.state == S.ONGOING and txn_id not in self.pending and not m.two_phase
                 and now_ms - m.txn_start_ms > m.txn_timeout_ms]
 
     def expire(self, now_ms: int) -> list[Effect]:
@@ -242,6 +355,12 @@ class TransactionCoordinator:
         return out
 
     # -- views --------------------------------------------------------------------------------
+
+    def longest_open_ms(self, now_ms: int) -> int:
+        """KIP-939's active-transaction-open-time-max: how long the oldest open transaction
+        has been open (0 when none is)."""
+        return max((now_ms - m.txn_start_ms for m in self.transactions.values()
+                    if m.state == S.ONGOING and m.txn_start_ms >= 0), default=0)
 
     def describe(self, transactional_id: str) -> TransactionMetadata | None:
         return self.transactions.get(transactional_id)

@@ -9,6 +9,17 @@ value (a tombstone) forgets an expired id.
              transaction_last_update_timestamp_ms int64, transaction_start_timestamp_ms int64
 
 Strings are int16-length-prefixed UTF-8, arrays int32-count-prefixed (-1: null).
+
+Value version 1 (KIP-915/KIP-890, written once the broker's transaction.version is 1 or more)
+is the same list in the flexible encoding (compact strings and arrays, unsigned-varint lengths
++ 1, tagged fields after each struct), with tagged fields after the last one:
+
+    tag 0  PrevProducerId int64            (Kafka)  the id the client held before the bump
+    tag 1  NextProducerId int64            (Kafka)  the id the client uses next
+    tag 2  ClientTransactionVersion int16  (Kafka)
+    tag 3  NextProducerEpoch int16         (KIP-939)
+    tag 4  PrevProducerEpoch int16         (oncelog's own: Kafka derives it; a reader that
+                                            does not know it skips it)
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from .state import TransactionMetadata, TransactionState
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
+FLEXIBLE_VALUE_VERSION = 1
 _H = struct.Struct(">h")
 _I = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqhib")
@@ -59,7 +71,9 @@ def decode_key(data: bytes) -> str:
     return txn_id
 
 
-def encode_value(m: TransactionMetadata) -> bytes:
+def encode_value(m: TransactionMetadata, version: int = VALUE_VERSION) -> bytes:
+    if version == FLEXIBLE_VALUE_VERSION:
+        return _encode_value_v1(m)
     out = bytearray(_VALUE_HEAD.pack(VALUE_VERSION, m.producer_id, m.producer_epoch,
                                      m.txn_timeout_ms, m.state.id))
     by_topic: dict[str, list[int]] = {}
@@ -74,6 +88,8 @@ def encode_value(m: TransactionMetadata) -> bytes:
 
 
 def decode_value(transactional_id: str, data: bytes) -> TransactionMetadata:
+    if len(data) >= 2 and _H.unpack_from(data, 0)[0] == FLEXIBLE_VALUE_VERSION:
+        return _decode_value_v1(transactional_id, data)
     try:
         version, pid, epoch, timeout, state_id = _VALUE_HEAD.unpack_from(data, 0)
         if version != VALUE_VERSION:
@@ -98,3 +114,112 @@ def decode_value(transactional_id: str, data: bytes) -> TransactionMetadata:
         raise TxnLogFormatError("trailing bytes in transaction log value")
     return TransactionMetadata(transactional_id, pid, epoch, timeout, state,
                                frozenset(partitions), start, last_update)
+
+
+# -- version 1: the flexible encoding ------------------------------------------------------------
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise TxnLogFormatError("bad varint")
+        b = buf[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return n, pos
+        shift += 7
+
+
+def _compact_string(s: str) -> bytes:
+    data = s.encode()
+    return _uvarint(len(data) + 1) + data
+
+
+def _read_compact_string(buf: bytes, pos: int) -> tuple[str, int]:
+    n, pos = _read_uvarint(buf, pos)
+    if n == 0 or pos + n - 1 > len(buf):
+        raise TxnLogFormatError("bad compact string")
+    return buf[pos:pos + n - 1].decode(), pos + n - 1
+
+
+_Q = struct.Struct(">q")
+_TAGGED_INT64 = {0: "last_producer_id", 1: "next_producer_id"}
+_TAGGED_INT16 = {2: "client_txn_version", 3: "next_producer_epoch", 4: "last_producer_epoch"}
+_TAG_DEFAULTS = {"last_producer_id": -1, "next_producer_id": -1, "client_txn_version": 0,
+                 "next_producer_epoch": -1, "last_producer_epoch": -1}
+
+
+def _encode_value_v1(m: TransactionMetadata) -> bytes:
+    out = bytearray(_VALUE_HEAD.pack(FLEXIBLE_VALUE_VERSION, m.producer_id, m.producer_epoch,
+                                     m.txn_timeout_ms, m.state.id))
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(m.partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    out += _uvarint(len(by_topic) + 1)
+    for topic, parts in by_topic.items():
+        out += _compact_string(topic) + _uvarint(len(parts) + 1)
+        out += b"".join(_I.pack(p) for p in parts)
+        out += _uvarint(0)  # the struct's tagged fields: none
+    out += _VALUE_TAIL.pack(m.txn_last_update_ms, m.txn_start_ms)
+    tags: list[tuple[int, bytes]] = []
+    for tag, name in sorted({**_TAGGED_INT64, **_TAGGED_INT16}.items()):
+        value = getattr(m, name)
+        if value != _TAG_DEFAULTS[name]:
+            packed = _Q.pack(value) if tag in _TAGGED_INT64 else _H.pack(value)
+            tags.append((tag, packed))
+    out += _uvarint(len(tags))
+    for tag, packed in tags:
+        out += _uvarint(tag) + _uvarint(len(packed)) + packed
+    return bytes(out)
+
+
+def _decode_value_v1(transactional_id: str, data: bytes) -> TransactionMetadata:
+    try:
+        _version, pid, epoch, timeout, state_id = _VALUE_HEAD.unpack_from(data, 0)
+        pos = _VALUE_HEAD.size
+        n, pos = _read_uvarint(data, pos)
+        partitions: set[tuple[str, int]] = set()
+        for _ in range(max(n - 1, 0)):
+            topic, pos = _read_compact_string(data, pos)
+            count, pos = _read_uvarint(data, pos)
+            for _p in range(max(count - 1, 0)):
+                partitions.add((topic, _I.unpack_from(data, pos)[0]))
+                pos += 4
+            pos = _skip_tags(data, pos, {})
+        last_update, start = _VALUE_TAIL.unpack_from(data, pos)
+        pos += _VALUE_TAIL.size
+        fields: dict[str, int] = dict(_TAG_DEFAULTS)
+        pos = _skip_tags(data, pos, fields)
+        state = TransactionState.from_id(state_id)
+    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+        raise TxnLogFormatError(f"bad transaction log value: {exc}") from exc
+    if pos != len(data):
+        raise TxnLogFormatError("trailing bytes in transaction log value")
+    return TransactionMetadata(transactional_id, pid, epoch, timeout, state,
+                               frozenset(partitions), start, last_update, **fields)
+
+
+def _skip_tags(data: bytes, pos: int, fields: dict[str, int]) -> int:
+    """Read a tagged-field section: the known tags into ``fields``, the others skipped."""
+    count, pos = _read_uvarint(data, pos)
+    for _ in range(count):
+        tag, pos = _read_uvarint(data, pos)
+        size, pos = _read_uvarint(data, pos)
+        if pos + size > len(data):
+            raise TxnLogFormatError("tagged field runs past the record")
+        if tag in _TAGGED_INT64 and size == 8:
+            fields[_TAGGED_INT64[tag]] = _Q.unpack_from(data, pos)[0]
+        elif tag in _TAGGED_INT16 and size == 2:
+            fields[_TAGGED_INT16[tag]] = _H.unpack_from(data, pos)[0]
+        pos += size
+    return pos

@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, field, replace
 
 MAX_PRODUCER_EPOCH = 32767  # int16; at MAX - 1 a bump would exhaust it: a new id is taken
+TWO_PHASE_TIMEOUT = -1  # KIP-939: the stored timeout of a transaction that never times out
 
 
 class TransactionState(enum.Enum):
@@ -58,7 +59,9 @@ VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # KIP-890 transaction version 2: an abort with nothing open still bumps the epoch.
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT,
+                                S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -83,10 +86,20 @@ class TransactionMetadata:
     partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     txn_start_ms: int = -1
     txn_last_update_ms: int = -1
-    # The producer id and epoch before the last bump: a retried InitProducerId (KIP-360)
-    # that carries them is answered with the current ones instead of being fenced.
+    # The producer id and epoch the client held before the last bump: a retried
+    # InitProducerId (KIP-360) or EndTxn (KIP-890 transaction version 2) that carries them is
+    # answered with the current ones instead of being fenced (Kafka's PrevProducerId).
     last_producer_id: int = -1
     last_producer_epoch: int = -1
+    # The identity the client uses next when it differs from (producer_id, producer_epoch):
+    # after an epoch overflow while a transaction completes (KIP-890), and for a prepared
+    # two-phase-commit transaction kept across a restart (KIP-939: the transaction's own id
+    # and epoch stay in producer_id / producer_epoch, the new incarnation's are these).
+    next_producer_id: int = -1
+    next_producer_epoch: int = -1
+    # The transaction version the client ended its last transaction with (KIP-890: 2 means
+    # an epoch bump on every commit and abort).
+    client_txn_version: int = 0
 
     def transition_to(self, state: TransactionState, now_ms: int, **changes) -> TransactionMetadata:
         if self.state not in VALID_PREVIOUS[state]:
@@ -98,3 +111,16 @@ class TransactionMetadata:
     @property
     def epoch_exhausted(self) -> bool:
         return self.producer_epoch >= MAX_PRODUCER_EPOCH - 1
+
+    @property
+    def two_phase(self) -> bool:
+        """A two-phase-commit participant's transaction (KIP-939): it never times out; its
+        timeout is stored as -1."""
+        return self.txn_timeout_ms == TWO_PHASE_TIMEOUT
+
+    @property
+    def client_identity(self) -> tuple[int, int]:
+        """The producer id and epoch the client must present now."""
+        if self.next_producer_id >= 0:
+            return self.next_producer_id, self.next_producer_epoch
+        return self.producer_id, self.producer_epoch

@@ -8,6 +8,8 @@ from ...group.coordinator import GroupState
 from ...group.log_format import OffsetValue
 from ...protocol import ApiKey, make, millis, response_module
 from ..clock import now_ms
+from ..topics import CONSUMER_OFFSETS
+from ..txn_verification import offset_commit_error
 from .util import error_code
 
 NO_OFFSET = -1
@@ -89,12 +91,34 @@ async def handle_offset_commit(broker, ctx, request):
         mod, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition", request.topics, err))
 
 
+async def _verify_offsets(broker, request, new_client: bool):
+    """KIP-890: the group's ``__consumer_offsets`` partition joins the transaction through the
+    coordinator (TxnOffsetCommit v5), or is verified to be in it (older clients).
+    Returns (error, guard, whether the append must carry the verification)."""
+    verifier = broker.txn_verifier
+    if not verifier.applies(new_client):
+        return None, None, False
+    partition = broker.group_coordinator.offsets_partition(request.group_id)
+    state = partition.log.producer_state
+    pid, epoch = request.producer_id, request.producer_epoch
+    if not state.needs_verification(pid, epoch):
+        return None, None, True
+    guard = state.start_verification(pid, epoch)
+    answers = await verifier.check(request.transactional_id, pid, epoch,
+                                   [(CONSUMER_OFFSETS, partition.index)], add=new_client)
+    err = next(iter(answers.values()), None)
+    return (offset_commit_error(err) if err else None), guard, True
+
+
 async def handle_txn_offset_commit(broker, ctx, request):
     mod = response_module(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
-    err = broker.group_coordinator.txn_commit(
-        request.group_id, request.producer_id, request.producer_epoch,
-        getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
-        getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()))
+    err, guard, verify = await _verify_offsets(broker, request, ctx.version >= 5)
+    if err is None:
+        err = broker.group_coordinator.txn_commit(
+            request.group_id, request.producer_id, request.producer_epoch,
+            getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
+            getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()),
+            verification=guard, require_verification=verify)
     if err == "invalid_producer_epoch" and ctx.version >= 3:
         err = "producer_fenced"  # KIP-588
     return make(mod.TxnOffsetCommitResponse, throttle_time=0, topics=_per_partition(

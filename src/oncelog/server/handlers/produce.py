@@ -1,8 +1,10 @@
 """Produce: spec 000, "Client-Broker request handling" (the ProduceRequest steps).
 
 Per partition: validate every batch (magic 2, CRC32C, record count), refuse what a client may
-not write (control batches, internal topics),
-then let the log check the producer state and append. The batch bytes are stored as received;
+not write (control batches, internal topics); where a transactional batch would open its
+producer's transaction, ask the transaction coordinator first (KIP-890: verify for older
+clients, add the partition for Produce v12+; server/txn_verification.py); then let the log
+check the producer state and append. The batch bytes are stored as received;
 only the base offset (and, for LogAppendTime topics, the timestamp) is rewritten.
 """
 
@@ -15,6 +17,7 @@ from ...protocol import ApiKey, make, response_module
 from ...records import CorruptRecordError, split_batches
 from ..clock import now_ms
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
+from ..txn_verification import produce_error
 from .util import error_code
 
 log = logging.getLogger("oncelog.broker.produce")
@@ -26,7 +29,8 @@ class _Reject(Exception):
         self.error_name = error_name
 
 
-def _append(broker, topic: str, index: int, records, now: int):
+def _prepare(broker, topic: str, index: int, records):
+    """Validate one partition's record set: (partition, batches), or raise _Reject."""
     partition = broker.topics.partition(topic, index)
     if partition is None:
         try:
@@ -50,45 +54,95 @@ def _append(broker, topic: str, index: int, records, now: int):
     if len(batches) > 1 and any(h.producer_id >= 0 for _, h in batches):
         raise _Reject("invalid_record",
                       "an idempotent producer must send one batch per partition per request")
+    return partition, batches
+
+
+def _append(partition, records, batches, now: int, *, guard, verify: bool, new_client: bool):
     try:
-        result = partition.log.append(bytearray(records), batches, now)
+        result = partition.log.append(bytearray(records), batches, now, verification=guard,
+                                      require_verification=verify, new_client=new_client)
     except LogAppendError as exc:
         raise _Reject(exc.error_name, str(exc)) from None
     except LogWriteError as exc:
-        log.error("append to %s-%d failed: %s", topic, index, exc)
+        log.error("append to %s-%d failed: %s", partition.topic, partition.index, exc)
         raise _Reject("kafka_storage_error", f"the log could not be written: {exc}") from None
     if not result.duplicate:
         partition.notify_append()
     return result
 
 
+async def _verify(broker, transactional_id: str | None, prepared: dict, new_client: bool):
+    """KIP-890: ask the coordinator about the partitions where this request's transactional
+    batches would open the producer's transaction. Returns (whether appends must carry a
+    verification, {tp: guard}, {tp: (error, message)})."""
+    verifier = broker.txn_verifier
+    if transactional_id is None or not verifier.applies(new_client):
+        return False, {}, {}
+    guards, producer = {}, None
+    for tp, (partition, batches) in prepared.items():
+        h = batches[0][1]
+        if not h.is_transactional:
+            continue
+        producer = (h.producer_id, h.producer_epoch)
+        state = partition.log.producer_state
+        if state.needs_verification(*producer):
+            guards[tp] = state.start_verification(*producer)
+    failed = {}
+    if guards and producer is not None:
+        answers = await verifier.check(transactional_id, producer[0], producer[1], list(guards),
+                                       add=new_client)
+        for tp, err in answers.items():
+            if err is not None:
+                failed[tp] = produce_error(err, new_client)
+    return True, guards, failed
+
+
 async def handle_produce(broker, ctx, request):
     acks = request.acks
     mod = response_module(ApiKey.PRODUCE, ctx.version)
+    new_client = ctx.version >= 12  # KIP-890 transaction version 2
+    results: dict[tuple[str, int], tuple] = {}
+    prepared: dict[tuple[str, int], tuple] = {}
+    records_of: dict[tuple[str, int], object] = {}
+    for td in request.topic_data:
+        for pd in td.partition_data:
+            tp = (td.name, pd.index)
+            if acks not in (-1, 0, 1):
+                results[tp] = ("invalid_required_acks", f"acks must be -1, 0 or 1, not {acks}")
+                continue
+            try:
+                prepared[tp] = _prepare(broker, td.name, pd.index, pd.records)
+                records_of[tp] = pd.records
+            except _Reject as exc:
+                results[tp] = (exc.error_name, str(exc))
+    verify, guards, failed = await _verify(broker, getattr(request, "transactional_id", None),
+                                           prepared, new_client)
+    results.update(failed)
     now = now_ms()
+    for tp, (partition, batches) in prepared.items():
+        if tp in failed:
+            continue
+        try:
+            results[tp] = _append(partition, records_of[tp], batches, now, guard=guards.get(tp),
+                                  verify=verify, new_client=new_client)
+        except _Reject as exc:
+            results[tp] = (exc.error_name, str(exc))
+    if acks == 0:
+        return None  # acks=0: the client expects no response at all
     topics_out = []
     for td in request.topic_data:
         parts_out = []
         for pd in td.partition_data:
-            err, msg = None, None
-            base_offset, append_time, start = -1, -1, -1
-            if acks not in (-1, 0, 1):
-                err, msg = "invalid_required_acks", f"acks must be -1, 0 or 1, not {acks}"
-            else:
-                try:
-                    result = _append(broker, td.name, pd.index, pd.records, now)
-                    base_offset = result.base_offset
-                    append_time = result.log_append_time
-                    start = result.log_start_offset
-                except _Reject as exc:
-                    err, msg = exc.error_name, str(exc)
+            r = results[(td.name, pd.index)]
+            err, msg = (r[0], r[1]) if isinstance(r, tuple) else (None, None)
+            ok = not isinstance(r, tuple)
             parts_out.append(make(
                 mod.PartitionProduceResponse, index=pd.index, error_code=error_code(err),
-                base_offset=base_offset, log_append_time=append_time, log_start_offset=start,
+                base_offset=r.base_offset if ok else -1,
+                log_append_time=r.log_append_time if ok else -1,
+                log_start_offset=r.log_start_offset if ok else -1,
                 record_errors=(), error_message=msg,
             ))
         topics_out.append(make(mod.TopicProduceResponse, name=td.name,
                                partition_responses=tuple(parts_out)))
-    if acks == 0:
-        return None  # acks=0: the client expects no response at all
     return make(mod.ProduceResponse, responses=tuple(topics_out), throttle_time=0)

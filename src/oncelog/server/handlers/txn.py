@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 
 from ...protocol import ApiKey, make, millis, response_module
+from ...txn.coordinator import Outcome
 from ...txn.state import TransactionState
 from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS, coordinator_partition
@@ -36,41 +37,83 @@ def _run(broker, outcome) -> str | None:
 
 async def handle_init_producer_id_transactional(broker, ctx, request):
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
-    outcome = broker.txn_coordinator.core.init_producer_id(
-        request.transactional_id, millis(request.transaction_timeout), now_ms(),
-        producer_id=getattr(request, "producer_id", -1),
-        producer_epoch=getattr(request, "producer_epoch", -1), version=ctx.version)
+    enable_2pc = bool(getattr(request, "enable2_pc", False))
+    keep_prepared = bool(getattr(request, "keep_prepared_txn", False))
+    if (enable_2pc or keep_prepared) and broker.transaction_version < 2:
+        outcome = Outcome("unsupported_version")  # KIP-939 builds on transaction version 2
+    else:
+        outcome = broker.txn_coordinator.core.init_producer_id(
+            request.transactional_id, millis(request.transaction_timeout), now_ms(),
+            producer_id=getattr(request, "producer_id", -1),
+            producer_epoch=getattr(request, "producer_epoch", -1), version=ctx.version,
+            enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared)
     err = _run(broker, outcome)
     ok = err is None
     return make(mod.InitProducerIdResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
-                producer_epoch=outcome.producer_epoch if ok else -1)
+                producer_epoch=outcome.producer_epoch if ok else -1,
+                ongoing_txn_producer_id=outcome.ongoing_producer_id if ok else -1,
+                ongoing_txn_producer_epoch=outcome.ongoing_producer_epoch if ok else -1)
 
 
-async def handle_add_partitions_to_txn(broker, ctx, request):
-    mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
-    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if broker.topics.partition(*tp) is None
-               or broker.topics.get(tp[0]).is_internal}
+def _unknown(broker, wanted: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    return {tp for tp in wanted if broker.topics.partition(*tp) is None
+            or broker.topics.get(tp[0]).is_internal}
+
+
+def add_partitions(broker, transactional_id: str, producer_id: int, producer_epoch: int,
+                   wanted: list[tuple[str, int]], *, version: int, verify_only: bool = False,
+                   txn_version: int | None = None) -> dict[tuple[str, int], str | None]:
+    """One transaction's partitions, added (or, ``verify_only``, checked): the error of each."""
+    core = broker.txn_coordinator.core
+    if verify_only:
+        return core.verify_partitions(transactional_id, producer_id, producer_epoch, wanted,
+                                      version=version)
+    unknown = _unknown(broker, [tp for tp in wanted if tp[0] != CONSUMER_OFFSETS])
     if unknown:
         # None is added: the unknown ones fail, the others were not attempted (as Kafka).
-        errors = {tp: "unknown_topic_or_partition" if tp in unknown else "operation_not_attempted"
-                  for tp in wanted}
-    else:
-        outcome = broker.txn_coordinator.core.add_partitions(
-            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch, wanted, now_ms(), version=ctx.version)
-        err = _run(broker, outcome)
-        errors = {tp: err for tp in wanted}
+        return {tp: "unknown_topic_or_partition" if tp in unknown else "operation_not_attempted"
+                for tp in wanted}
+    outcome = core.add_partitions(transactional_id, producer_id, producer_epoch, wanted,
+                                  now_ms(), version=version, txn_version=txn_version)
+    err = _run(broker, outcome)
+    return {tp: err for tp in wanted}
+
+
+def _topic_results(mod, errors: dict[tuple[str, int], str | None]) -> tuple:
     by_topic: dict[str, list] = {}
     for (topic, p), err in errors.items():
         by_topic.setdefault(topic, []).append(make(
             mod.AddPartitionsToTxnPartitionResult, partition_index=p,
             partition_error_code=error_code(err)))
-    results = tuple(make(mod.AddPartitionsToTxnTopicResult, name=t, results_by_partition=tuple(ps))
-                    for t, ps in by_topic.items())
-    return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
-                results_by_topic_v3_and_below=results)
+    return tuple(make(mod.AddPartitionsToTxnTopicResult, name=t, results_by_partition=tuple(ps))
+                 for t, ps in by_topic.items())
+
+
+async def handle_add_partitions_to_txn(broker, ctx, request):
+    mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
+    if ctx.version <= 3:
+        wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+        errors = add_partitions(broker, request.v3_and_below_transactional_id,
+                                request.v3_and_below_producer_id,
+                                request.v3_and_below_producer_epoch, wanted, version=ctx.version,
+                                txn_version=min(broker.transaction_version, 1))
+        return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
+                    results_by_topic_v3_and_below=_topic_results(mod, errors))
+    # v4+: the partition leaders' request (KIP-890), batched by transactional id. verifyOnly:
+    # an older client's transaction must be ongoing and hold the partition; otherwise the
+    # leader adds the partition for a client of transaction version 2.
+    results = []
+    for txn in request.transactions:
+        wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+        errors = add_partitions(broker, txn.transactional_id, txn.producer_id,
+                                txn.producer_epoch, wanted, version=ctx.version,
+                                verify_only=bool(txn.verify_only),
+                                txn_version=None if txn.verify_only else 2)
+        results.append(make(mod.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
+                            topic_results=_topic_results(mod, errors)))
+    return make(mod.AddPartitionsToTxnResponse, throttle_time=0, error_code=0,
+                results_by_transaction=tuple(results))
 
 
 async def handle_add_offsets_to_txn(broker, ctx, request):
@@ -79,18 +122,24 @@ async def handle_add_offsets_to_txn(broker, ctx, request):
     tp = (CONSUMER_OFFSETS, coordinator_partition(request.group_id, len(topic.partitions)))
     outcome = broker.txn_coordinator.core.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, [tp], now_ms(),
-        version=ctx.version, api="add_offsets")
+        version=ctx.version, api="add_offsets", txn_version=min(broker.transaction_version, 1))
     return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
                 error_code=error_code(_run(broker, outcome)))
 
 
 async def handle_end_txn(broker, ctx, request):
     mod = response_module(ApiKey.END_TXN, ctx.version)
+    # EndTxn v5+ is a client of transaction version 2 (the broker offers it only at level 2);
+    # an older one is recorded as version 1 once the broker writes flexible records (KIP-890).
+    txn_version = 2 if ctx.version >= 5 else min(broker.transaction_version, 1)
     outcome = broker.txn_coordinator.core.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch,
-        bool(request.committed), now_ms(), version=ctx.version)
-    return make(mod.EndTxnResponse, throttle_time=0,
-                error_code=error_code(_run(broker, outcome)))
+        bool(request.committed), now_ms(), version=ctx.version, txn_version=txn_version)
+    err = _run(broker, outcome)
+    ok = err is None
+    return make(mod.EndTxnResponse, throttle_time=0, error_code=error_code(err),
+                producer_id=outcome.producer_id if ok else -1,
+                producer_epoch=outcome.producer_epoch if ok else -1)
 
 
 async def handle_describe_transactions(broker, ctx, request):

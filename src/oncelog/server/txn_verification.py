@@ -1,0 +1,189 @@
+"""The partition leader's half of KIP-890: before a transactional batch opens its producer's
+transaction on a partition, ask the transaction coordinator.
+
+- A client of the older protocol (Produce v11 and below, TxnOffsetCommit v4 and below) added
+  the partition itself; the leader *verifies* (AddPartitionsToTxn v4+ with verifyOnly) that the
+  transaction is ongoing with that producer id and epoch and holds the partition, and refuses the
+  batch with INVALID_TXN_STATE otherwise -- a late batch of a transaction that already ended
+  cannot open a hanging transaction. ``transaction.partition.verification.enable`` turns this off.
+- A client of transaction version 2 (Produce v12+, TxnOffsetCommit v5) never adds partitions:
+  the leader *adds* the partition for it (the same request without verifyOnly).
+
+Requests waiting at the same moment go out as one AddPartitionsToTxn request, one entry per
+transactional id. The answer is cached by the producer state itself: once the batch is written
+the transaction is open on the partition (``current_txn_first_offset``) and later batches need
+no question until a marker closes it. A marker written between the coordinator's answer and the
+append drops the verification guard, and the append is refused (log/producer_state.py).
+
+This broker is its own coordinator, so the request goes to the AddPartitionsToTxn handler in
+process, as the coordinator's WriteTxnMarkers come to the leader's handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ..protocol import ApiKey, RequestHeader, make, request_module
+
+log = logging.getLogger("oncelog.txn.verification")
+
+VERIFY_VERSION = 5  # AddPartitionsToTxn: v4 verifyOnly and batching, v5 TRANSACTION_ABORTABLE
+TP = tuple[str, int]
+
+# Coordinator errors a produce answer cannot carry as such: older clients treat several of them
+# as fatal, so they become NOT_ENOUGH_REPLICAS (retriable everywhere), as Kafka does.
+_RETRIABLE = {"concurrent_transactions", "coordinator_load_in_progress",
+              "coordinator_not_available", "not_coordinator"}
+
+
+def produce_error(error: str, new_client: bool) -> tuple[str, str]:
+    """The produce answer (error name, message) for a coordinator's verification error."""
+    if error in _RETRIABLE:
+        return "not_enough_replicas", (f"the transaction coordinator could not check the "
+                                       f"transaction yet ({error}); retry")
+    if error == "producer_fenced":
+        return "invalid_producer_epoch", "the producer's epoch is fenced"
+    if error == "invalid_txn_state":
+        if new_client:
+            return "transaction_abortable", ("the transaction cannot take this partition now; "
+                                             "abort it")
+        return error, "the transaction is not ongoing or does not hold this partition"
+    return error, f"the transaction coordinator refused the batch: {error}"
+
+
+def offset_commit_error(error: str) -> str:
+    """The TxnOffsetCommit answer for a verification error (KIP-890: the retriable ones become
+    COORDINATOR_NOT_AVAILABLE; INVALID_TXN_STATE and INVALID_PRODUCER_ID_MAPPING are fatal)."""
+    if error in _RETRIABLE:
+        return "coordinator_not_available"
+    if error == "producer_fenced":
+        return "invalid_producer_epoch"
+    return error
+
+
+@dataclass
+class _Ask:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    verify_only: bool
+    partitions: list[TP]
+    future: asyncio.Future = field(repr=False)
+
+
+class TxnVerifier:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.enabled = broker.config.flag("transaction.partition.verification.enable")
+        self._waiting: list[_Ask] = []
+        self._tasks: set[asyncio.Task] = set()
+        # Metrics (KIP-890): VerificationTimeMs and VerificationFailureRate.
+        self.count = 0
+        self.total_ms = 0.0
+        self.max_ms = 0.0
+        self.failures = 0
+
+    def applies(self, new_client: bool) -> bool:
+        """Whether a transactional write of this kind of client goes through the coordinator:
+        always for transaction version 2 (the partition must be added), for older clients
+        when verification is on."""
+        return new_client or self.enabled
+
+    async def check(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                    partitions: list[TP], *, add: bool) -> dict[TP, str | None]:
+        """Verify (``add`` False) or add the partitions; the coordinator's error of each."""
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        ask = _Ask(transactional_id, producer_id, producer_epoch, not add, list(partitions),
+                   loop.create_future())
+        if not self._waiting:
+            loop.call_soon(self._send)
+        self._waiting.append(ask)
+        try:
+            result: dict[TP, str | None] = await ask.future
+        except Exception as exc:  # noqa: BLE001 - a coordinator bug must not kill the produce
+            log.error("transaction verification for %r failed: %s", transactional_id, exc)
+            result = {tp: "coordinator_not_available" for tp in partitions}
+        elapsed = (time.monotonic() - started) * 1000
+        self.count += 1
+        self.total_ms += elapsed
+        self.max_ms = max(self.max_ms, elapsed)
+        if any(result.values()):
+            self.failures += 1
+        return result
+
+    def _send(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        # One request entry per transactional id (the request's map key); a second ask for the
+        # same id in this round goes out in a request of its own.
+        rounds: list[dict[str, _Ask]] = []
+        for ask in waiting:
+            for r in rounds:
+                if ask.transactional_id not in r:
+                    r[ask.transactional_id] = ask
+                    break
+            else:
+                rounds.append({ask.transactional_id: ask})
+        for r in rounds:
+            task = asyncio.get_running_loop().create_task(self._ask(list(r.values())))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _ask(self, asks: list[_Ask]) -> None:
+        from .broker import RequestContext  # the broker imports this module
+        from .handlers.txn import handle_add_partitions_to_txn
+
+        mod = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+        transactions = []
+        for a in asks:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in a.partitions:
+                by_topic.setdefault(t, []).append(p)
+            transactions.append(make(
+                mod.AddPartitionsToTxnTransaction, transactional_id=a.transactional_id,
+                producer_id=a.producer_id, producer_epoch=a.producer_epoch,
+                verify_only=a.verify_only,
+                topics=tuple(make(mod.AddPartitionsToTxnTopic, name=t, partitions=tuple(ps))
+                             for t, ps in by_topic.items())))
+        request = make(mod.AddPartitionsToTxnRequest, transactions=tuple(transactions))
+        ctx = RequestContext(RequestHeader(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, 0,
+                                           "partition-leader", 0), "partition-leader")
+        try:
+            response = await handle_add_partitions_to_txn(self.broker, ctx, request)
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting requests
+            for a in asks:
+                if not a.future.done():
+                    a.future.set_exception(exc)
+            return
+        by_id = {r.transactional_id: r for r in response.results_by_transaction}
+        for a in asks:
+            found: dict[TP, str | None] = {}
+            r = by_id.get(a.transactional_id)
+            for t in (r.topic_results if r else ()):
+                for p in t.results_by_partition:
+                    code = p.partition_error_code
+                    found[(t.name, p.partition_index)] = code.name if code else None
+            result = {tp: found.get(tp, "coordinator_not_available") for tp in a.partitions}
+            if not a.future.done():
+                a.future.set_result(result)
+
+    def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+
+    def metric_samples(self):
+        from .metrics import Sample
+
+        yield Sample("oncelog_txn_verification_total",
+                     "transaction verifications and implicit partition adds (KIP-890)",
+                     self.count)
+        yield Sample("oncelog_txn_verification_time_ms_sum",
+                     "VerificationTimeMs: time spent verifying, summed", round(self.total_ms, 3))
+        yield Sample("oncelog_txn_verification_time_ms_max",
+                     "VerificationTimeMs: the longest verification", round(self.max_ms, 3))
+        yield Sample("oncelog_txn_verification_failures_total",
+                     "VerificationFailureRate: verifications that failed (a counter; its rate "
+                     "is the failure rate)", self.failures)
