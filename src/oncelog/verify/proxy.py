@@ -223,6 +223,10 @@ class FaultProxy:
         keys = frozenset({api_keys} if isinstance(api_keys, int) else api_keys)
         self._call(self._hold_next.append, (keys, count))
 
+    def stop_holding(self) -> None:
+        """Forget what ``hold_next`` still had to hold (held requests stay held)."""
+        self._call(self._hold_next.clear)
+
     def held_count(self) -> int:
         return self._call(lambda: sum(1 for h in self.held if not h.gate.done()))
 
