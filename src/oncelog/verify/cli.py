@@ -43,6 +43,9 @@ def add_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--writers-per-client", type=int, default=2)
     v.add_argument("--readers", type=int, default=2, help="read_committed readers (default 2)")
     v.add_argument("--partitions", type=int, default=3)
+    v.add_argument("--read-timeout", type=float, default=20.0, metavar="S",
+                   help="a reader that has not reached the end after this long is stuck "
+                   "(default 20)")
     v.add_argument("--seed", type=int, default=0, help="seeds the proxy and the writers")
     v.add_argument("--history", default=None, metavar="FILE",
                    help="save the history here (JSON lines)")
@@ -136,6 +139,7 @@ def _run_workload(args: argparse.Namespace, faults: list[str], clients: list[str
         cfg = WorkloadConfig(topic=topic, partitions=args.partitions,
                              writers=[c for c in clients for _ in range(args.writers_per_client)],
                              readers=args.readers, seed=args.seed,
+                             read_timeout=args.read_timeout,
                              run_id=f"verify-{uuid.uuid4().hex[:6]}")
         print(f"oncelog verify: {len(cfg.writers)} writers ({', '.join(clients)}), "
               f"{cfg.readers} readers, topic {topic} ({cfg.partitions} partitions), "
