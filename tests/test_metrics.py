@@ -86,3 +86,28 @@ def test_active_transactional_ids_and_groups_are_counted(broker):
         c.commit({("m", 0): 1})
     m = scrape(broker)
     assert m["oncelog_active_transactional_ids"] == 1 and m["oncelog_groups"] == 1
+
+
+def test_verification_and_open_transaction_time_are_exposed(broker):
+    """KIP-890's VerificationTimeMs / VerificationFailureRate and KIP-939's
+    active-transaction-open-time-max."""
+    import time
+
+    from oncelog import Producer
+
+    m = scrape(broker)
+    assert m["oncelog_txn_verification_total"] == 0
+    assert m["oncelog_active_transaction_open_time_max_ms"] == 0
+    with Producer(bootstrap_servers=broker.bootstrap_servers, transactional_id="mv",
+                  linger_ms=0) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("mv", b"x").result(10)  # the leader adds the partition (transaction version 2)
+        time.sleep(0.2)
+        m = scrape(broker)
+        assert m["oncelog_txn_verification_total"] == 1
+        assert m["oncelog_txn_verification_failures_total"] == 0
+        assert m["oncelog_txn_verification_time_ms_max"] > 0
+        assert m["oncelog_active_transaction_open_time_max_ms"] >= 200
+        p.commit_transaction()
+    assert scrape(broker)["oncelog_active_transaction_open_time_max_ms"] == 0

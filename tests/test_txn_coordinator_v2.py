@@ -279,3 +279,27 @@ def test_flexible_record_skips_unknown_tags_and_version_0_drops_the_extras():
     assert (old.last_producer_id, old.next_producer_id, old.client_txn_version) == (-1, -1, 0)
     with pytest.raises(Exception, match="transaction log value"):
         decode_value("x", encode_value(m, 1)[:-3])
+
+
+def test_a_restarted_coordinator_finishes_an_overflowing_commit_and_answers_its_retry():
+    """PrepareCommit with NextProducerId in the log (the coordinator died before the markers):
+    the next coordinator rolls it forward and still recognises the client's retry."""
+    h = Harness()
+    pid = h.init().producer_id
+    h.set_epoch(MAX - 1)
+    h.add(pid, MAX - 1)
+    h.hold_markers = True
+    o = h.end(pid, MAX - 1)
+    prepared = h.state()
+    assert prepared.state == S.PREPARE_COMMIT and prepared.next_producer_id == o.producer_id
+    # Restart: a new coordinator replays the (flexible) record.
+    record = decode_value("t1", encode_value(prepared, 1))
+    h2 = Harness(first_id=5000)
+    effects = h2.core.load([("t1", record)])
+    # load() flags loaded before the caller runs the effects (the service does the same)
+    assert [(e.producer_id, e.producer_epoch, e.commit) for e in effects] == [(pid, MAX, True)]
+    h2.run(effects)
+    m = h2.state()
+    assert (m.state, m.producer_id, m.producer_epoch) == (S.COMPLETE_COMMIT, o.producer_id, 0)
+    retry = h2.end(pid, MAX - 1)
+    assert retry.error is None and (retry.producer_id, retry.producer_epoch) == (o.producer_id, 0)

@@ -262,9 +262,9 @@ class TransactionManager:
         """InitProducerId; returns the kept transaction's state (KIP-939; empty if none)."""
         if self.two_phase or keep_prepared_txn:
             node = self._coordinator(KEY_TYPE_TRANSACTION, self.transactional_id, deadline)
-            self.net.request_any(ApiKey.API_VERSIONS, {}, deadline, node_id=node)
-            versions, _features = self.net.broker_versions(node)
-            if versions.get(ApiKey.INIT_PRODUCER_ID, (0, 0))[1] < 6:
+            conn = self.net.connection(node)  # connected: its ApiVersions are known
+            if conn is not None and conn.api_versions.get(ApiKey.INIT_PRODUCER_ID,
+                                                          (0, 0))[1] < 6:
                 raise self._fail(UnsupportedVersionError(
                     "the transaction coordinator does not support two-phase commit "
                     "(InitProducerId v6, KIP-939)"))
