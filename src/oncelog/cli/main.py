@@ -159,6 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "IdempotentWrite, TwoPhaseCommit, All (repeatable)")
         if name == "list":
             ap.add_argument("--principal", default=None)
+    v = sub.add_parser("verify", help="check the transactional guarantees under faults",
+                       description="Run transactional writers and read_committed readers "
+                       "through a fault-injecting proxy, check the history for lost writes, "
+                       "duplicates, aborted reads, torn transactions, non-monotonic offsets and "
+                       "stuck reads, print the verdict; exit 1 if any anomaly was found.")
+    from ..verify.cli import add_arguments as _verify_arguments
+
+    _verify_arguments(v)
 
     d = sub.add_parser("dump-log", help="print the batches of a segment file",
                        description="One line per batch, as Kafka's DumpLogSegments prints them.")
@@ -188,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oncelog broker: cannot start: {exc}", file=sys.stderr)
             return 1
         return 0
+    if args.command == "verify":
+        from ..verify.cli import run as run_verify
+
+        return run_verify(args)
     if args.command == "dump-log":
         from .dump_log import dump_files
 

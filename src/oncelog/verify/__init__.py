@@ -1,0 +1,16 @@
+"""Checking the exactly-once guarantees from the outside (``oncelog verify``).
+
+- history.py   operations as plain records, saved as JSON lines
+- checker.py   history -> verdict: lost writes, duplicates, aborted reads, torn transactions,
+               non-monotonic offsets, stuck reads (hanging transactions)
+- proxy.py     FaultProxy: delays, holds (late messages) and duplicates Kafka requests
+- raw_writer.py  a bare-wire transactional client of the old protocol or of version 2
+- workload.py  writers (ours, confluent-kafka, raw) and read_committed readers
+- broker.py, cli.py  ``oncelog verify``
+"""
+
+from .checker import ANOMALIES, Verdict, check
+from .history import History, PartitionEnd, Read, ReaderEnd, Seek, Txn, Write
+
+__all__ = ["ANOMALIES", "History", "PartitionEnd", "Read", "ReaderEnd", "Seek", "Txn", "Verdict",
+           "Write", "check"]
