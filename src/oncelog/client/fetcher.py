@@ -28,6 +28,7 @@ from ..errors import (
     KafkaError,
     OffsetOutOfRangeError,
     RetriableError,
+    TopicAuthorizationFailedError,
     error_for_code,
 )
 from ..protocol import ApiKey
@@ -368,3 +369,8 @@ class Fetcher:
         self.net.update_metadata(sorted(topics), deadline, allow_auto_topic_creation=False)
         self._metadata_next = time.monotonic() + self.config.retry_backoff_ms / 1000
         self.metadata_stale = False
+        for topic in sorted(topics):
+            code = self.net.cluster.topic_error(topic)
+            if code == TopicAuthorizationFailedError.code:
+                # Not allowed to describe (so to read) it: tell the caller, as Kafka's poll does.
+                raise TopicAuthorizationFailedError(f"not authorized to read topic {topic!r}")
