@@ -362,3 +362,29 @@ def test_the_writer_needs_a_transactional_id(tmp_path):
     with pytest.raises(ValueError, match="two.phase"):
         DualWriter(SQLiteStore(tmp_path / "o.db"), bootstrap_servers="127.0.0.1:1",
                    transactional_id="x", transaction_two_phase_commit_enable=False)
+
+
+def test_postgres_a_swallowed_statement_error_never_commits_the_log(broker, postgres):
+    """PostgreSQL answers COMMIT of a failed transaction with ROLLBACK, silently: the store
+    must notice, or the log would commit what the database dropped."""
+    from oncelog.dualwrite import DualWriteError, PostgresStore
+
+    topic = "pg-swallowed"
+    make_topic(broker.bootstrap_servers, topic)
+    store = PostgresStore(postgres())
+    store.db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    with DualWriter(store, bootstrap_servers=broker.bootstrap_servers, transactional_id=topic,
+                    linger_ms=0, timeout=10) as w:
+        with w.transaction() as tx:
+            tx.send(topic, json.dumps({"id": 0}).encode())
+            tx.db.execute("INSERT INTO orders (id) VALUES (0)")
+        with pytest.raises(DualWriteError, match="can only roll back"), w.transaction() as tx:
+            tx.send(topic, json.dumps({"id": 1}).encode())
+            tx.db.execute("INSERT INTO orders (id) VALUES (1)")
+            try:
+                tx.db.execute("INSERT INTO orders (id) VALUES (0)")  # duplicate key
+            except Exception as exc:  # noqa: BLE001 - the careless caller under test
+                print("ignored:", exc)
+        rows = [r[0] for r in store.db.execute("SELECT id FROM orders ORDER BY id")]
+    assert rows == [0]
+    assert committed_ids(broker.bootstrap_servers, topic) == [0]
