@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Create .venv at the repository root and install oncelog with its test dependencies, once.
-# Re-installs when pyproject.toml changes. Installs Debian's kcat when the tests need it.
+# Re-installs when pyproject.toml changes. Installs Debian packages the tests need on request:
+#   --with-kcat       kcat (the interop tests)
+#   --with-postgres   a PostgreSQL server (the dual-write tests start one of their own)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-want_system="${1:-}"
+want_kcat="" want_postgres=""
+for arg in "$@"; do
+  case "$arg" in
+    --with-kcat) want_kcat=1 ;;
+    --with-postgres) want_postgres=1 ;;
+    *) echo "bootstrap.sh: unknown option $arg (--with-kcat, --with-postgres)" >&2; exit 2 ;;
+  esac
+done
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
@@ -15,10 +24,17 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
   .venv/bin/python -m pip install -q -e '.[test]'
   echo "$hash" > "$stamp"
 fi
-if [ "$want_system" = "--with-kcat" ] && ! command -v kcat >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null
-  else
-    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null
-  fi
+packages=()
+if [ -n "$want_kcat" ] && ! command -v kcat >/dev/null 2>&1; then
+  packages+=(kcat)
+fi
+if [ -n "$want_postgres" ] && ! command -v pg_ctl >/dev/null 2>&1 \
+    && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  packages+=(postgresql)
+fi
+if [ "${#packages[@]}" -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
 fi
