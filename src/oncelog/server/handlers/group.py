@@ -198,6 +198,11 @@ async def handle_describe_groups(broker, ctx, request):
     out = []
     for group_id in request.groups:
         g = broker.group_coordinator.core.groups.get(group_id)
+        if _group_denied(broker, ctx, group_id, acl.Op.DESCRIBE):
+            out.append(make(mod.DescribedGroup, error_code=error_code("group_authorization_failed"),
+                            group_id=group_id, group_state="", protocol_type="",
+                            protocol_data="", members=(), authorized_operations=-2**31))
+            continue
         if g is None:
             out.append(make(mod.DescribedGroup, error_code=0, group_id=group_id,
                             group_state=GroupState.DEAD.value, protocol_type="",
