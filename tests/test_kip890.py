@@ -338,3 +338,25 @@ def test_our_client_uses_version_2_when_offered(tv):
             assert sorted(seen) == [b"v0", b"v2"]
         finally:
             c.close()
+
+
+def test_coordinator_errors_become_what_each_kind_of_client_handles():
+    """KIP-890: retriable coordinator errors become NOT_ENOUGH_REPLICAS for produce (every
+    client retries it) and COORDINATOR_NOT_AVAILABLE for TxnOffsetCommit; a transaction that
+    cannot take the partition is INVALID_TXN_STATE for older clients and TRANSACTION_ABORTABLE
+    for clients of version 2, which abort and go on."""
+    from oncelog.errors import AbortableError, TransactionAbortableError, error_for_code
+    from oncelog.server.txn_verification import offset_commit_error, produce_error
+
+    for busy in ("concurrent_transactions", "coordinator_load_in_progress",
+                 "coordinator_not_available", "not_coordinator"):
+        assert produce_error(busy, False)[0] == produce_error(busy, True)[0] == \
+            "not_enough_replicas"
+        assert offset_commit_error(busy) == "coordinator_not_available"
+    assert produce_error("invalid_txn_state", False)[0] == "invalid_txn_state"
+    assert produce_error("invalid_txn_state", True)[0] == "transaction_abortable"
+    assert produce_error("producer_fenced", True)[0] == "invalid_producer_epoch"
+    assert produce_error("invalid_producer_id_mapping", True)[0] == \
+        "invalid_producer_id_mapping"
+    assert issubclass(error_for_code(120), AbortableError)
+    assert error_for_code(120) is TransactionAbortableError
