@@ -15,7 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 try:  # Spark 4.2+: admission control for Python streaming sources
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -27,7 +32,7 @@ from .options import EARLIEST, LATEST, OptionError, SourceOptions, parse
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int")
 HEADERS = ", headers array<struct<key: string, value: binary>>"
-_UTC = datetime.timezone.utc
+_UTC = datetime.UTC
 
 
 class DataLossError(RuntimeError):
