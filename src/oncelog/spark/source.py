@@ -157,6 +157,16 @@ class OncelogDataSource(DataSource):
     def reader(self, schema) -> DataSourceReader:
         return OncelogBatchReader(parse(self.options))
 
+    def writer(self, schema, overwrite: bool):
+        from .sink import OncelogBatchWriter
+
+        return OncelogBatchWriter(self.options)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .sink import OncelogStreamWriter
+
+        return OncelogStreamWriter(self.options)
+
     def streamReader(self, schema) -> DataSourceStreamReader:
         opts = parse(self.options)
         if "endingoffsets" in {k.lower() for k in self.options}:
