@@ -78,7 +78,9 @@ class SinkOptions:
 
 
 def _crash_hook(point: str) -> None:
-    """Tests: ONCELOG_SPARK_CRASH=<point> (or task:<partition>:<point>) kills this process."""
+    """Tests: ONCELOG_SPARK_CRASH=<point> kills this process there: driver:before-complete,
+    driver:mid-complete, driver:after-complete, task:<partition>:<attempt>:<start |
+    before-prepare | after-prepare>."""
     want = os.environ.get("ONCELOG_SPARK_CRASH")
     if want and want == point:
         os._exit(137)
@@ -91,8 +93,16 @@ def _task_write(opts: SinkOptions, rows, batch_id: int) -> PreparedTask:
 
     tc = TaskContext.get()
     partition, attempt = tc.partitionId(), tc.attemptNumber()
+    _crash_hook(f"task:{partition}:{attempt}:start")
     txn_id = f"{opts.prefix}-{partition}-{attempt}"
     marker = TopicPartition(MARKER_TOPIC, partition)
+    if attempt > 0:
+        # Earlier attempts of this task may have left a prepared transaction (their pending
+        # marker offset would also hold the check below back): abort them, fencing any still
+        # running (a speculative race is then won by this attempt).
+        with opts.admin() as admin:
+            for earlier in range(attempt):
+                admin.force_terminate_transaction(f"{opts.prefix}-{partition}-{earlier}")
     c = Consumer({"bootstrap.servers": opts.bootstrap_servers, "group.id": opts.prefix,
                   **{k: v for k, v in opts.client.items()
                      if k.startswith(("security.", "sasl."))}})
@@ -120,9 +130,9 @@ def _task_write(opts: SinkOptions, rows, batch_id: int) -> PreparedTask:
             headers = [(h["key"], h["value"]) for h in (d.get("headers") or [])]
             p.send(topic, value, key=key, partition=d.get("partition"), headers=headers or None)
         p.send_offsets_to_transaction({marker: batch_id + 1}, opts.prefix)
-        _crash_hook(f"task:{partition}:before-prepare")
+        _crash_hook(f"task:{partition}:{attempt}:before-prepare")
         state = p.prepare_transaction()
-        _crash_hook(f"task:{partition}:after-prepare")
+        _crash_hook(f"task:{partition}:{attempt}:after-prepare")
         return PreparedTask(txn_id, str(state), partition)
     finally:
         p.close()
@@ -209,6 +219,10 @@ class _Driver:
 class OncelogStreamWriter(DataSourceStreamWriter):
     def __init__(self, options: dict) -> None:
         self.opts = SinkOptions.parse(options)
+        # On the driver, when the query (re)starts and before any task runs: a batch whose
+        # decision a dead driver left unfinished is completed first, so that its replay finds
+        # every partition's marker committed and writes nothing.
+        _Driver(self.opts).recover()
 
     def write(self, iterator):
         from pyspark import TaskContext
