@@ -67,11 +67,12 @@ class _Planner:
         with Admin({"bootstrap.servers": o.bootstrap_servers,
                     **{k: v for k, v in o.client.items() if k.startswith(("security.", "sasl."))}
                     }) as admin:
+            existing = admin.list_topics()
             if o.subscribe is not None:
-                topics = [t for t in o.subscribe if t in set(admin.list_topics())]
+                topics = [t for t in o.subscribe if t in set(existing)]
             else:
                 assert o.pattern is not None
-                topics = [t for t in admin.list_topics() if o.pattern.fullmatch(t)]
+                topics = [t for t in existing if o.pattern.fullmatch(t)]
             found = admin.describe_topics(topics) if topics else {}
         return sorted((t, p.partition) for t, d in found.items() for p in d.partitions)
 

@@ -13,15 +13,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..cli.main import _key_value
+
 FAULTS = ("delay", "reorder", "duplicate", "restart")
 DEFAULT_FAULTS = "delay,reorder,duplicate"
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    key, value = text.split("=", 1)
-    return key.strip(), value.strip()
 
 
 def add_arguments(v: argparse.ArgumentParser) -> None:
