@@ -21,7 +21,7 @@ stamp=.venv/.oncelog-installed
 hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,spark]'
   echo "$hash" > "$stamp"
 fi
 packages=()

@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _verify_arguments(v)
 
+    sub.add_parser("demo", help="spec 001's pipeline on Spark, exactly once through a driver "
+                   "SIGKILL (oncelog demo --help)", add_help=False)
+
     d = sub.add_parser("dump-log", help="print the batches of a segment file",
                        description="One line per batch, as Kafka's DumpLogSegments prints them.")
     d.add_argument("files", nargs="+", metavar="FILE")
@@ -176,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:
+        from ..demo import main as demo
+
+        return demo(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "broker":
         from ..server import ConfigError, run_broker

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 EARLIEST, LATEST = -2, -1
 
@@ -70,7 +72,7 @@ def _offsets(name: str, value: str, allow_latest: bool = True
     return out
 
 
-def parse(options: dict) -> SourceOptions:
+def parse(options: Mapping[str, Any]) -> SourceOptions:
     opts = {k.lower(): str(v) for k, v in options.items()}
     bootstrap = opts.get("kafka.bootstrap.servers")
     if not bootstrap:

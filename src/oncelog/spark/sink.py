@@ -15,8 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
@@ -44,13 +48,16 @@ class SinkOptions:
     client: dict
 
     @classmethod
-    def parse(cls, options: dict) -> SinkOptions:
+    def parse(cls, options: Mapping[str, Any], streaming: bool = True) -> SinkOptions:
         opts = {k.lower(): str(v) for k, v in options.items()}
         bootstrap = opts.get("kafka.bootstrap.servers")
         if not bootstrap:
             raise SinkError("option kafka.bootstrap.servers is required")
         checkpoint = opts.get("checkpointlocation")
         prefix = opts.get("transactionalidprefix")
+        if prefix is None and not streaming:
+            # A batch write has no replay to recognise: ids of its own.
+            prefix = f"oncelog-spark-write-{uuid.uuid4().hex[:16]}"
         if prefix is None:
             if checkpoint is None:
                 raise SinkError("give the option transactionalIdPrefix (or a checkpointLocation, "
@@ -78,58 +85,71 @@ class SinkOptions:
 
 
 def _crash_hook(point: str) -> None:
-    """Tests: ONCELOG_SPARK_CRASH=<point> kills this process there: driver:before-complete,
+    """Tests: ONCELOG_SPARK_CRASH=<point> kills this process there (driver:before-complete,
     driver:mid-complete, driver:after-complete, task:<partition>:<attempt>:<start |
-    before-prepare | after-prepare>."""
+    before-prepare | after-prepare>); ONCELOG_SPARK_SLOW=<point>:<seconds> stalls it there
+    (a straggler, for speculative execution)."""
     want = os.environ.get("ONCELOG_SPARK_CRASH")
     if want and want == point:
         os._exit(137)
+    slow = os.environ.get("ONCELOG_SPARK_SLOW")
+    if slow and slow.rsplit(":", 1)[0] == point:
+        time.sleep(float(slow.rsplit(":", 1)[1]))
 
 
-def _task_write(opts: SinkOptions, rows, batch_id: int) -> PreparedTask:
+def _row_fields(opts: SinkOptions, d: dict) -> tuple:
+    topic = d.get("topic") or opts.topic
+    if not topic:
+        raise SinkError("a row has no topic (give a topic column or the topic option)")
+    value = d.get("value")
+    if isinstance(value, str):
+        value = value.encode()
+    key = d.get("key")
+    if isinstance(key, str):
+        key = key.encode()
+    headers = [(h["key"], h["value"]) for h in (d.get("headers") or [])]
+    return topic, value, key, d.get("partition"), headers or None
+
+
+def _task_write(opts: SinkOptions, rows, batch_id: int | None) -> PreparedTask:
+    """One task's rows in one prepared transaction. ``batch_id`` is the micro-batch (its id is
+    recorded in the transaction, and a replay of a committed batch writes nothing); None for a
+    batch (non-streaming) write."""
     from pyspark import TaskContext
 
     from .. import Consumer, TopicPartition
 
     tc = TaskContext.get()
+    if tc is None:
+        raise SinkError("the oncelog sink's write() runs in a Spark task")
     partition, attempt = tc.partitionId(), tc.attemptNumber()
     _crash_hook(f"task:{partition}:{attempt}:start")
     txn_id = f"{opts.prefix}-{partition}-{attempt}"
     marker = TopicPartition(MARKER_TOPIC, partition)
-    if attempt > 0:
-        # Earlier attempts of this task may have left a prepared transaction (their pending
-        # marker offset would also hold the check below back): abort them, fencing any still
-        # running (a speculative race is then won by this attempt).
-        with opts.admin() as admin:
-            for earlier in range(attempt):
-                admin.force_terminate_transaction(f"{opts.prefix}-{partition}-{earlier}")
-    c = Consumer({"bootstrap.servers": opts.bootstrap_servers, "group.id": opts.prefix,
-                  **{k: v for k, v in opts.client.items()
-                     if k.startswith(("security.", "sasl."))}})
-    try:
-        done = c.committed([marker]).get(marker)
-    finally:
-        c.close()
-    if done is not None and done > batch_id:
-        return PreparedTask(txn_id, "", partition, skipped=True)  # a replay of a committed batch
     p = opts.producer(txn_id)
     try:
+        # Fences and aborts whatever an earlier incarnation of this id left (a prepared
+        # transaction of a batch the driver never decided: decided ones were completed by the
+        # driver before any task of this run started).
         p.init_transactions()
+        if batch_id is not None:
+            # Committed offsets only (read_uncommitted: pending ones are undecided, not done).
+            c = Consumer({"bootstrap.servers": opts.bootstrap_servers, "group.id": opts.prefix,
+                          "isolation.level": "read_uncommitted",
+                          **{k: v for k, v in opts.client.items()
+                             if k.startswith(("security.", "sasl."))}})
+            try:
+                done = c.committed([marker]).get(marker)
+            finally:
+                c.close()
+            if done is not None and done > batch_id:
+                return PreparedTask(txn_id, "", partition, skipped=True)  # a replay
         p.begin_transaction()
         for row in rows:
-            d = row.asDict()
-            topic = d.get("topic") or opts.topic
-            if not topic:
-                raise SinkError("a row has no topic (give a topic column or the topic option)")
-            value = d.get("value")
-            if isinstance(value, str):
-                value = value.encode()
-            key = d.get("key")
-            if isinstance(key, str):
-                key = key.encode()
-            headers = [(h["key"], h["value"]) for h in (d.get("headers") or [])]
-            p.send(topic, value, key=key, partition=d.get("partition"), headers=headers or None)
-        p.send_offsets_to_transaction({marker: batch_id + 1}, opts.prefix)
+            topic, value, key, part, headers = _row_fields(opts, row.asDict())
+            p.send(topic, value, key=key, partition=part, headers=headers)
+        if batch_id is not None:
+            p.send_offsets_to_transaction({marker: batch_id + 1}, opts.prefix)
         _crash_hook(f"task:{partition}:{attempt}:before-prepare")
         state = p.prepare_transaction()
         _crash_hook(f"task:{partition}:{attempt}:after-prepare")
@@ -144,29 +164,27 @@ class _Driver:
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
         self.dir = Path(opts.checkpoint, "oncelog-sink") if opts.checkpoint else None
-        self._recovered = False
 
-    def _decision(self, batch_id: int) -> Path | None:
-        return self.dir / f"batch-{batch_id}.json" if self.dir else None
+    def _decision(self, name: str) -> Path | None:
+        return self.dir / f"{name}.json" if self.dir else None
 
     def recover(self) -> None:
-        """Roll forward any decision a dead driver left unfinished (before anything else of
-        this sink is decided: the current batch's prepared transactions must stay)."""
-        if self._recovered:
-            return
-        self._recovered = True
+        """Roll forward every decision a dead driver left unfinished. Runs whenever Spark
+        creates the writer on the driver: when the query (re)starts, before any of its tasks
+        (so that a replayed batch finds its markers committed), and again for every commit
+        (PySpark makes a new writer to commit with: then there is nothing left to do, and the
+        current batch's prepared transactions are not touched: they are not decided yet)."""
         if self.dir is not None and self.dir.exists():
-            for f in sorted(self.dir.glob("batch-*.json")):
+            for f in sorted(self.dir.glob("*.json")):
                 decision = json.loads(f.read_text())
-                if not decision.get("done"):
-                    self._complete(decision["tasks"])
-                    self._finish(f, decision)
+                self._complete(decision["tasks"])
+                self._finish(f)
 
-    def commit(self, messages, batch_id: int) -> None:
-        self.recover()
+    def commit(self, messages, batch_id: int | None) -> None:
         tasks = [(m.transactional_id, m.state) for m in messages
                  if m is not None and not m.skipped and m.state]
-        f = self._decision(batch_id)
+        f = self._decision(f"batch-{batch_id}" if batch_id is not None else
+                           f"write-{uuid.uuid4().hex}")
         decision = {"batch": batch_id, "tasks": tasks, "done": False}
         if f is not None:
             f.parent.mkdir(parents=True, exist_ok=True)
@@ -176,10 +194,12 @@ class _Driver:
         _crash_hook("driver:before-complete")
         self._complete(tasks)
         _crash_hook("driver:after-complete")
-        # Now only failed or speculative attempts' transactions can still be open.
-        self._abort_others(keep=set())
+        # Now whatever of this sink is still open is undecided, so never to be committed:
+        # failed or speculative attempts, tasks of a batch whose driver died before deciding
+        # (the replay's tasks reuse those ids and abort them themselves, but not always all).
+        self._abort_others()
         if f is not None:
-            self._finish(f, decision)
+            self._finish(f)
 
     def abort(self, messages) -> None:
         with self.opts.admin() as admin:
@@ -200,24 +220,22 @@ class _Driver:
             if i == 0:
                 _crash_hook("driver:mid-complete")
 
-    def _abort_others(self, keep: set[str]) -> None:
-        """Transactions of this sink still open (failed or speculative attempts): abort."""
+    def _abort_others(self) -> None:
+        """Transactions of this sink still open (failed or speculative attempts, undecided
+        batches): abort them."""
         with self.opts.admin() as admin:
             for t in admin.list_transactions(states=["Ongoing"]):
-                if t.transactional_id.startswith(self.opts.prefix + "-") \
-                        and t.transactional_id not in keep:
+                if t.transactional_id.startswith(self.opts.prefix + "-"):
                     admin.force_terminate_transaction(t.transactional_id)
 
     @staticmethod
-    def _finish(f: Path, decision: dict) -> None:
-        decision["done"] = True
-        tmp = f.with_suffix(".tmp")
-        tmp.write_text(json.dumps(decision))
-        os.replace(tmp, f)
+    def _finish(f: Path) -> None:
+        """The decision is carried out: the markers in the log say which batches are done."""
+        f.unlink(missing_ok=True)
 
 
 class OncelogStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: dict) -> None:
+    def __init__(self, options: Mapping[str, Any]) -> None:
         self.opts = SinkOptions.parse(options)
         # On the driver, when the query (re)starts and before any task runs: a batch whose
         # decision a dead driver left unfinished is completed first, so that its replay finds
@@ -240,17 +258,20 @@ class OncelogStreamWriter(DataSourceStreamWriter):
 
 
 class OncelogBatchWriter(DataSourceWriter):
-    """``df.write.format("oncelog")``: one batch, transactional across all tasks (batch id 0 of
-    its own prefix)."""
+    """``df.write.format("oncelog")``: one write, transactional across all its tasks. With a
+    ``transactionalIdPrefix`` and a ``checkpointLocation`` option, a write whose driver died
+    while completing is rolled forward by the next write with the same options; without them
+    the ids are new for every write."""
 
-    def __init__(self, options: dict) -> None:
-        self.opts = SinkOptions.parse(options)
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.opts = SinkOptions.parse(options, streaming=False)
+        _Driver(self.opts).recover()
 
     def write(self, iterator):
-        return _task_write(self.opts, iterator, 0)
+        return _task_write(self.opts, iterator, None)
 
     def commit(self, messages) -> None:
-        _Driver(self.opts).commit(messages, 0)
+        _Driver(self.opts).commit(messages, None)
 
     def abort(self, messages) -> None:
         _Driver(self.opts).abort(messages)
