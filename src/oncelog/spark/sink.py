@@ -87,7 +87,7 @@ class SinkOptions:
 def _crash_hook(point: str) -> None:
     """Tests: ONCELOG_SPARK_CRASH=<point> kills this process there (driver:before-complete,
     driver:mid-complete, driver:after-complete, task:<partition>:<attempt>:<start |
-    before-prepare | after-prepare>); ONCELOG_SPARK_SLOW=<point>:<seconds> stalls it there
+    begin | before-prepare | after-prepare>); ONCELOG_SPARK_SLOW=<point>:<seconds> stalls it there
     (a straggler, for speculative execution)."""
     want = os.environ.get("ONCELOG_SPARK_CRASH")
     if want and want == point:
@@ -126,24 +126,31 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None) -> PreparedTask:
     _crash_hook(f"task:{partition}:{attempt}:start")
     txn_id = f"{opts.prefix}-{partition}-{attempt}"
     marker = TopicPartition(MARKER_TOPIC, partition)
+
+    def committed() -> bool:
+        """Is this micro-batch's marker for this partition committed (by any attempt)?"""
+        if batch_id is None:
+            return False
+        # Committed offsets only (read_uncommitted: pending ones are undecided, not done).
+        c = Consumer({"bootstrap.servers": opts.bootstrap_servers, "group.id": opts.prefix,
+                      "isolation.level": "read_uncommitted",
+                      **{k: v for k, v in opts.client.items()
+                         if k.startswith(("security.", "sasl."))}})
+        try:
+            done = c.committed([marker]).get(marker)
+        finally:
+            c.close()
+        return done is not None and done > batch_id
+
     p = opts.producer(txn_id)
     try:
         # Fences and aborts whatever an earlier incarnation of this id left (a prepared
         # transaction of a batch the driver never decided: decided ones were completed by the
         # driver before any task of this run started).
         p.init_transactions()
-        if batch_id is not None:
-            # Committed offsets only (read_uncommitted: pending ones are undecided, not done).
-            c = Consumer({"bootstrap.servers": opts.bootstrap_servers, "group.id": opts.prefix,
-                          "isolation.level": "read_uncommitted",
-                          **{k: v for k, v in opts.client.items()
-                             if k.startswith(("security.", "sasl."))}})
-            try:
-                done = c.committed([marker]).get(marker)
-            finally:
-                c.close()
-            if done is not None and done > batch_id:
-                return PreparedTask(txn_id, "", partition, skipped=True)  # a replay
+        if committed():
+            return PreparedTask(txn_id, "", partition, skipped=True)  # a replay
+        _crash_hook(f"task:{partition}:{attempt}:begin")
         p.begin_transaction()
         for row in rows:
             topic, value, key, part, headers = _row_fields(opts, row.asDict())
@@ -153,6 +160,13 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None) -> PreparedTask:
         _crash_hook(f"task:{partition}:{attempt}:before-prepare")
         state = p.prepare_transaction()
         _crash_hook(f"task:{partition}:{attempt}:after-prepare")
+        if committed():
+            # A straggler (a speculative race lost): another attempt's transaction for this
+            # batch and partition is already committed, and the driver, which aborts every
+            # transaction of this sink still open once it has committed, may have looked before
+            # this one was open. Its result will be thrown away: abort it now.
+            p.abort_transaction()
+            return PreparedTask(txn_id, "", partition, skipped=True)
         return PreparedTask(txn_id, str(state), partition)
     finally:
         p.close()

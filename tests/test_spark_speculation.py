@@ -1,0 +1,153 @@
+"""Speculative execution against the exactly-once sink.
+
+Spark launches a speculative copy of a task only on another host than the running attempt
+(TaskSetManager never puts two attempts of a task on one host), so no local-mode job can produce
+one (checked: local[3] with spark.speculation and a 25 s straggler ran no second attempt). These
+tests therefore play Spark's part with real processes: the driver-side writer is created here
+and pickled to two executor processes, attempts 0 and 1 of the same task of the same
+micro-batch, each with the TaskContext Spark would give it; attempt 1 wins, the driver commits
+its commit message alone, and the straggler goes on. Whatever it does, the batch must be in the
+output exactly once and nothing of the sink may stay open."""
+
+from __future__ import annotations
+
+import base64
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from oncelog import Admin, Consumer, NewTopic, TopicPartition
+from oncelog.server.embedded import EmbeddedBroker
+
+pytestmark = pytest.mark.spark
+
+# An executor running one task attempt: unpickles the writer, sets the task context, writes.
+ATTEMPT = r"""
+import base64, pickle, sys
+from pyspark import TaskContext
+from pyspark.sql import Row
+writer, partition, attempt, batch, rows = pickle.loads(base64.b64decode(sys.argv[1]))
+tc = TaskContext._getOrCreate()
+tc._partitionId, tc._attemptNumber, tc._stageId = partition, attempt, 0
+tc._localProperties = {"streaming.sql.batchId": str(batch)}
+message = writer.write(iter([Row(value=v) for v in rows]))
+print(base64.b64encode(pickle.dumps(message)).decode())
+"""
+
+
+@pytest.fixture
+def broker():
+    with EmbeddedBroker(config={"transaction.two.phase.commit.enable": "true"}) as b:
+        with Admin(bootstrap_servers=b.bootstrap_servers) as a:
+            a.create_topics([NewTopic("out", 1)])
+        yield b
+
+
+def attempt(writer, n: int, batch: int, rows: list[bytes], slow: str | None = None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCELOG_SPARK_")}
+    if slow:
+        env["ONCELOG_SPARK_SLOW"] = slow
+    task = base64.b64encode(pickle.dumps((writer, 0, n, batch, rows))).decode()
+    return subprocess.Popen([sys.executable, "-c", ATTEMPT, task], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def result(proc, timeout=60):
+    out, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        return None, err
+    return pickle.loads(base64.b64decode(out.strip().splitlines()[-1])), err
+
+
+def committed_output(b) -> list[bytes]:
+    tp = TopicPartition("out", 0)
+    with Consumer(bootstrap_servers=b.bootstrap_servers, isolation_level="read_committed") as c:
+        c.assign([tp])
+        c.seek(tp, 0)
+        end = c.end_offsets([tp])[tp]
+        values: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while c.position(tp) < end and time.monotonic() < deadline:
+            values += [r.value for r in c.poll(0.3)]
+    return values
+
+
+def open_transactions(b) -> list[str]:
+    with Admin(bootstrap_servers=b.bootstrap_servers) as a:
+        return [t.transactional_id for t in a.list_transactions(states=["Ongoing"])]
+
+
+def wait_open(b, txn_id: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while txn_id not in open_transactions(b):
+        assert time.monotonic() < deadline, f"{txn_id} never opened a transaction"
+        time.sleep(0.1)
+
+
+def writer_for(b, tmp_path):
+    from oncelog.spark.sink import OncelogStreamWriter
+
+    return OncelogStreamWriter({"kafka.bootstrap.servers": b.bootstrap_servers,
+                                "topic": "out", "checkpointLocation": str(tmp_path / "ck")})
+
+
+@pytest.mark.parametrize("straggler_point", ["before-prepare", "after-prepare"])
+def test_a_straggler_whose_transaction_is_open_at_the_commit_is_aborted(broker, tmp_path,
+                                                                        straggler_point):
+    """The straggler has written (and maybe prepared) when the driver commits the winner: the
+    driver aborts it with the other leftovers; the straggler fails, its rows never appear."""
+    writer = writer_for(broker, tmp_path)
+    rows = [f"r{i}".encode() for i in range(50)]
+    straggler = attempt(writer, 0, 0, rows, slow=f"task:0:0:{straggler_point}:8")
+    wait_open(broker, f"{writer.opts.prefix}-0-0")
+    winner, err = result(attempt(writer, 1, 0, rows))
+    assert winner is not None and not winner.skipped and winner.state, err
+    writer_for(broker, tmp_path).commit([winner], 0)  # PySpark commits with a new writer
+    lost, _ = result(straggler)
+    assert lost is None  # fenced: its prepare (or nothing after it) failed
+    assert committed_output(broker) == rows
+    assert open_transactions(broker) == []
+
+
+def test_a_straggler_that_opens_its_transaction_after_the_commit_aborts_itself(broker,
+                                                                               tmp_path):
+    """The straggler passed its replay check before the commit and opens its transaction only
+    after the driver has cleaned up: after preparing it sees the batch committed for its
+    partition and aborts its own transaction."""
+    writer = writer_for(broker, tmp_path)
+    rows = [f"r{i}".encode() for i in range(50)]
+    straggler = attempt(writer, 0, 0, rows, slow="task:0:0:begin:8")
+    winner, err = result(attempt(writer, 1, 0, rows))
+    assert winner is not None and winner.state, err
+    writer_for(broker, tmp_path).commit([winner], 0)
+    assert open_transactions(broker) == []
+    late, err = result(straggler)
+    assert late is not None and late.skipped and not late.state, err
+    assert committed_output(broker) == rows
+    assert open_transactions(broker) == []
+
+
+def test_the_next_micro_batch_is_not_held_up_by_a_straggler_of_the_last(broker, tmp_path):
+    """Batch 1 runs while batch 0's straggler still holds a prepared transaction: batch 1's
+    commit aborts it; both batches appear once, in order."""
+    writer = writer_for(broker, tmp_path)
+    first = [f"a{i}".encode() for i in range(20)]
+    second = [f"b{i}".encode() for i in range(20)]
+    straggler = attempt(writer, 0, 0, first, slow="task:0:0:after-prepare:15")
+    wait_open(broker, f"{writer.opts.prefix}-0-0")
+    winner, _ = result(attempt(writer, 1, 0, first))
+    # The driver is slow to commit batch 0 here: the straggler prepares in the meantime...
+    time.sleep(1)
+    writer_for(broker, tmp_path).commit([winner], 0)
+    nxt, err = result(attempt(writer, 0, 1, second))  # batch 1, attempt 0 of the same task
+    assert nxt is not None and nxt.state, err
+    writer_for(broker, tmp_path).commit([nxt], 1)
+    assert committed_output(broker) == first + second
+    result(straggler)
+    assert open_transactions(broker) == []
