@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv at the repository root and install oncelog with its test dependencies, once.
-# Re-installs when pyproject.toml changes. Installs Debian packages the tests need on request:
+# Create .venv at the repository root and install oncelog with PySpark (the demo and the Spark
+# data source) and the test dependencies, once; again when pyproject.toml or this script
+# changes. Installs Debian packages the tests need on request:
 #   --with-kcat       kcat (the interop tests)
 #   --with-postgres   a PostgreSQL server (the dual-write tests start one of their own)
 set -euo pipefail
@@ -18,7 +19,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.oncelog-installed
-hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
+hash=$(cat pyproject.toml "$0" | sha256sum | cut -d" " -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test,spark]'

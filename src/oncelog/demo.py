@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,6 +128,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the checkpoint and driver logs here (default: a temporary dir)")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        print("oncelog demo: Spark needs Java 17 (no java on PATH, JAVA_HOME unset)",
+              file=sys.stderr)
+        return 2
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("oncelog demo: PySpark is not installed: pip install -e '.[spark]' (or run "
+              "bash scripts/demo.sh, which installs it)", file=sys.stderr)
+        return 2
 
     from oncelog import Admin, NewTopic
     from oncelog.server.embedded import EmbeddedBroker

@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                   args.max_offsets_per_trigger, args.trigger_ms)
 
         def report(p: dict) -> None:
+            if os.environ.get("ONCELOG_DEBUG_PROGRESS"):
+                print(p["durationMs"], file=sys.stderr, flush=True)
             print(f"batch {p['batchId']}: {p['numInputRows']} purchases in "
                   f"{p['durationMs'].get('triggerExecution', 0)} ms", flush=True)
 

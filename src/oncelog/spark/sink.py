@@ -85,12 +85,12 @@ class SinkOptions:
 
 
 def _crash_hook(point: str) -> None:
-    """Tests: ONCELOG_SPARK_CRASH=<point> kills this process there (driver:before-complete,
-    driver:mid-complete, driver:after-complete, task:<partition>:<attempt>:<start |
-    begin | before-prepare | after-prepare>); ONCELOG_SPARK_SLOW=<point>:<seconds> stalls it there
-    (a straggler, for speculative execution)."""
-    want = os.environ.get("ONCELOG_SPARK_CRASH")
-    if want and want == point:
+    """Tests: ONCELOG_SPARK_CRASH=<point>[,<point>...] kills this process there
+    (driver:before-complete, driver:mid-complete, driver:after-complete,
+    task:<partition>:<attempt>:<start | begin | before-prepare | after-prepare>);
+    ONCELOG_SPARK_SLOW=<point>:<seconds> stalls it there (a straggler, for speculation)."""
+    want = os.environ.get("ONCELOG_SPARK_CRASH", "")
+    if point in want.split(","):
         os._exit(137)
     slow = os.environ.get("ONCELOG_SPARK_SLOW")
     if slow and slow.rsplit(":", 1)[0] == point:
