@@ -216,10 +216,13 @@ class _Driver:
             self._finish(f)
 
     def abort(self, messages) -> None:
+        """The batch failed: abort what its tasks prepared, and whatever else of this sink is
+        open (attempts that died after preparing are in no message)."""
         with self.opts.admin() as admin:
             for m in messages:
                 if m is not None and m.state:
                     admin.force_terminate_transaction(m.transactional_id)
+        self._abort_others()
 
     def _complete(self, tasks) -> None:
         from .. import PreparedTxnState
