@@ -408,6 +408,12 @@ def test_bad_options_give_clear_errors(spark, broker, tmp_path):
         lambda: read(spark, broker, subscribe="opts", startingOffsets="latest").collect())
     assert "option failOnDataLoss must be true or false" in error(
         lambda: read(spark, broker, subscribe="opts", failOnDataLoss="maybe").collect())
+    assert "endingOffsets: opts-0 ends at 0 (the last stable offset), not 5" in error(
+        lambda: read(spark, broker, subscribe="opts",
+                     endingOffsets='{"opts":{"0":5}}').collect())
+    assert "opts-0: startingOffsets 3 is past endingOffsets 0" in error(
+        lambda: read(spark, broker, subscribe="opts",
+                     startingOffsets='{"opts":{"0":3}}').collect())
 
     def stream_with_ending_offsets():
         df = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", bs)
@@ -490,3 +496,27 @@ def test_stream_max_offsets_per_trigger_over_partitions_with_gaps(spark, broker,
         assert [o for o, _ in got] == sorted({o for o, _ in got})
     assert len([b for b, rs in ordered if rs]) >= total // cap
     assert all(x["numInputRows"] <= cap for x in progress)
+
+
+def test_max_offsets_per_trigger_is_split_by_lag_and_rounding_leaves_nothing_unused():
+    from oncelog.spark.source import _rate_limit
+
+    begin = {("t", 0): 0, ("t", 1): 10, ("t", 2): 0}
+    assert _rate_limit(begin, {("t", 0): 1000, ("t", 1): 1010, ("t", 2): 1000}, 500) == {
+        ("t", 0): 168, ("t", 1): 176, ("t", 2): 166}
+    assert _rate_limit(begin, {("t", 0): 1, ("t", 1): 1010, ("t", 2): 5}, 100) == {
+        ("t", 0): 1, ("t", 1): 109, ("t", 2): 1}
+    # as Spark's Kafka source: a partition with something to read gets at least one offset
+    assert _rate_limit(begin, {("t", 0): 1, ("t", 1): 11, ("t", 2): 1}, 2) == {
+        ("t", 0): 1, ("t", 1): 11, ("t", 2): 1}
+    assert _rate_limit(begin, {("t", 0): 3, ("t", 1): 10, ("t", 2): 0}, 500) == {
+        ("t", 0): 3, ("t", 1): 10, ("t", 2): 0}
+
+
+def test_a_batch_read_starts_at_the_earliest_offset_by_default(spark, broker):
+    create(broker, NewTopic("dflt", 1))
+    with plain_producer(broker) as p:
+        for i in range(3):
+            p.send("dflt", f"d{i}".encode(), partition=0)
+    assert rows(read(spark, broker, subscribe="dflt")) == [
+        ("dflt", f"d{i}", 0, i) for i in range(3)]

@@ -32,7 +32,8 @@ class SourceOptions:
     subscribe: list[str] | None = None
     pattern: re.Pattern | None = None
     assign: dict[str, list[int]] | None = None
-    starting: str | dict[str, dict[int, int]] = "latest"
+    # None: not given (Spark's defaults: latest for streams, earliest for batch reads)
+    starting: str | dict[str, dict[int, int]] | None = None
     ending: str | dict[str, dict[int, int]] = "latest"
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True

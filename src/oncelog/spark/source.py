@@ -180,6 +180,8 @@ class OncelogBatchReader(DataSourceReader):
         self.opts = opts
         if opts.starting == "latest":
             raise OptionError("startingOffsets latest makes no sense for a batch query")
+        if opts.starting is None:
+            opts.starting = "earliest"
 
     def partitions(self):
         planner = _Planner(self.opts)
@@ -187,6 +189,14 @@ class OncelogBatchReader(DataSourceReader):
         earliest, latest = planner.offsets(tps)
         start = _flat(planner.resolve(self.opts.starting, tps, earliest, latest, "earliest"))
         end = _flat(planner.resolve(self.opts.ending, tps, earliest, latest, "latest"))
+        for tp in tps:
+            t, p = tp
+            if end[tp] > latest[tp]:
+                raise OptionError(f"endingOffsets: {t}-{p} ends at {latest[tp]} (the last "
+                                  f"stable offset), not {end[tp]}")
+            if start[tp] > end[tp]:
+                raise OptionError(f"{t}-{p}: startingOffsets {start[tp]} is past "
+                                  f"endingOffsets {end[tp]}")
         return [TopicPartitionRange(t, p, _checked(self.opts, t, p, start[(t, p)],
                                                    earliest[(t, p)]), end[(t, p)])
                 for t, p in tps]
@@ -213,7 +223,8 @@ class OncelogStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         tps = self.planner.partitions()
         earliest, latest = self.planner.offsets(tps)
-        return self.planner.resolve(self.opts.starting, tps, earliest, latest, "latest")
+        return self.planner.resolve(self.opts.starting or "latest", tps, earliest, latest,
+                                    "latest")
 
     def getDefaultReadLimit(self):
         if self.opts.max_offsets_per_trigger and ReadMaxRows is not None:
@@ -266,10 +277,13 @@ def _rate_limit(begin: dict, end: dict, cap: int) -> dict:
     total = sum(lag.values())
     if total <= cap:
         return end
-    out = {}
-    for tp, n in lag.items():
-        share = int(cap * n / total) if total else 0
-        if n > 0 and share == 0:
-            share = 1
-        out[tp] = begin[tp] + min(n, share)
-    return out
+    share = {tp: min(n, max(1 if n > 0 else 0, cap * n // total)) for tp, n in lag.items()}
+    # What rounding down left over goes to the partitions with the most still to read.
+    left = cap - sum(share.values())
+    for tp in sorted(lag, key=lambda tp: share[tp] - lag[tp]):
+        if left <= 0:
+            break
+        extra = min(left, lag[tp] - share[tp])
+        share[tp] += extra
+        left -= extra
+    return {tp: begin[tp] + share[tp] for tp in lag}
