@@ -5,7 +5,7 @@ query written at least once through our client (foreachBatch, a plain producer p
 task). One process, one SparkSession (local[2]), a fresh embedded broker (2PC enabled) per run,
 the two sinks alternating their order every round.
 
-    .venv/bin/python benchmarks/bench_spark.py [--purchases 20000] [--rounds 2]
+    .venv/bin/python benchmarks/bench_spark.py [--purchases 20000] [--rounds 3]
         [--max-offsets-per-trigger 2000] [--trigger-ms 0] [--warm-up 2000]
 
 A warm-up run of each sink comes first (the first micro-batch of a session pays ~15-20 s of
@@ -127,7 +127,7 @@ def pct(values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--purchases", type=int, default=20_000)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-offsets-per-trigger", type=int, default=2000)
     ap.add_argument("--trigger-ms", type=int, default=0,
                     help="processing-time trigger interval (0: micro-batches back to back)")
