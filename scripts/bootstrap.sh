@@ -4,15 +4,18 @@
 # changes. Installs Debian packages the tests need on request:
 #   --with-kcat       kcat (the interop tests)
 #   --with-postgres   a PostgreSQL server (the dual-write tests start one of their own)
+#   --with-zookeeper  Apache ZooKeeper (cluster mode; the cluster tests start their own)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-want_kcat="" want_postgres=""
+want_kcat="" want_postgres="" want_zookeeper=""
 for arg in "$@"; do
   case "$arg" in
     --with-kcat) want_kcat=1 ;;
     --with-postgres) want_postgres=1 ;;
-    *) echo "bootstrap.sh: unknown option $arg (--with-kcat, --with-postgres)" >&2; exit 2 ;;
+    --with-zookeeper) want_zookeeper=1 ;;
+    *) echo "bootstrap.sh: unknown option $arg (--with-kcat, --with-postgres," \
+            "--with-zookeeper)" >&2; exit 2 ;;
   esac
 done
 if [ ! -x .venv/bin/python ]; then
@@ -22,7 +25,7 @@ stamp=.venv/.oncelog-installed
 hash=$(cat pyproject.toml "$0" | sha256sum | cut -d" " -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test,spark]'
+  .venv/bin/python -m pip install -q -e '.[test,spark,cluster]'
   echo "$hash" > "$stamp"
 fi
 packages=()
@@ -32,6 +35,9 @@ fi
 if [ -n "$want_postgres" ] && ! command -v pg_ctl >/dev/null 2>&1 \
     && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
   packages+=(postgresql)
+fi
+if [ -n "$want_zookeeper" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
+  packages+=(zookeeper)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   sudo=""

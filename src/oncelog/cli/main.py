@@ -38,9 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    b = sub.add_parser("broker", help="run a single-node broker in the foreground",
-                       description="Run a single-node broker. SIGTERM or Ctrl-C shuts it down "
-                       "cleanly (logs flushed, producer state snapshotted).")
+    b = sub.add_parser("broker", help="run a broker in the foreground (single node, or a "
+                       "member of a cluster with --zookeeper)",
+                       description="Run a broker. Without --zookeeper it is a single node; with "
+                       "it, a member of a replicated cluster (docs/cluster.md). SIGTERM or "
+                       "Ctrl-C shuts it down cleanly (logs flushed, producer state "
+                       "snapshotted).")
+    b.add_argument("--node-id", type=int, default=None,
+                   help="this broker's id in the cluster (node.id; default 1)")
+    b.add_argument("--zookeeper", default=None, metavar="HOST:PORT[/CHROOT]",
+                   help="join the cluster coordinated by this ZooKeeper (zookeeper.connect)")
     b.add_argument("--data-dir", required=True, help="directory for the logs and metadata")
     b.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     b.add_argument("--port", type=int, default=9092, help="port to listen on (default 9092; "
@@ -192,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             settings = dict(args.set)
             if args.metrics_port is not None:
                 settings["metrics.port"] = str(args.metrics_port)
+            if args.node_id is not None:
+                settings["node.id"] = str(args.node_id)
+            if args.zookeeper is not None:
+                settings["zookeeper.connect"] = args.zookeeper
             if args.security_protocol is not None:
                 settings["security.protocol"] = args.security_protocol
             if args.users is not None:

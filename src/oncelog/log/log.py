@@ -5,6 +5,13 @@ and the partition's producer state (validated before every append, snapshotted t
 ``<20-digit offset>.snapshot`` files, rebuilt from the log when those are missing or damaged),
 with its transactions: COMMIT/ABORT markers, the last stable offset and the aborted-transaction
 index (spec 000, "Last Stable Offset Tracking", "Aborted Transaction Index").
+Replication (docs/cluster.md, Kafka's ISR protocol): a log opened ``replicated`` keeps a stored
+high watermark (``high-watermark``), and every log keeps a leader-epoch cache
+(``leader-epoch-checkpoint``, log/leader_epoch.py). A leader stamps its epoch into the batches
+it appends; a follower appends the leader's batches unchanged (``append_as_follower``) and
+rebuilds the same producer state, open transactions and aborted-transaction index from them;
+``truncate_to`` cuts a diverged tail. Without ``replicated`` the log behaves as a single replica:
+the high watermark is the log end.
 Single-threaded: the broker's event loop is the only caller.
 """
 
@@ -12,12 +19,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..records.batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
     build_control_batch,
@@ -26,8 +37,11 @@ from ..records.batch import (
     parse_control_record,
     set_base_offset,
     set_log_append_time,
+    set_partition_leader_epoch,
     split_batches,
+    validate_batch,
 )
+from .leader_epoch import CHECKPOINT_FILE, LeaderEpochCache, read_checkpoint
 from .preallocator import Preallocator
 from .producer_state import (
     BatchMetadata,
@@ -41,17 +55,21 @@ from .txn_index import AbortedTxn
 
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
+HIGH_WATERMARK_FILE = "high-watermark"
 SNAPSHOTS_TO_KEEP = 2  # spec 000, "PID Snapshots": keep the two most recent
 MAX_LONG = 2**63 - 1
+_OFFSET_LENGTH = struct.Struct(">qi")
 
 __all__ = [
     "AbortedTxn",
     "AppendResult",
+    "FollowerAppendResult",
     "LogAppendError",
     "LogConfig",
     "LogWriteError",
     "OffsetOutOfRangeError",
     "PartitionLog",
+    "UnexpectedAppendOffsetError",
 ]
 
 
@@ -82,6 +100,16 @@ class LogAppendError(Exception):
         self.error_name = error_name
 
 
+class UnexpectedAppendOffsetError(LogAppendError):
+    """A follower append whose batches do not continue the log at its end (a gap, or a batch
+    that overlaps the log's last one): the replica must truncate or refetch first."""
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__("unknown_server_error", message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
 class OffsetOutOfRangeError(Exception):
     pass
 
@@ -95,20 +123,39 @@ class AppendResult:
     duplicate: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class FollowerAppendResult:
+    """What ``append_as_follower`` appended: offsets of the first and last record (-1 when
+    nothing was), the number of batches and bytes, and the log end offset afterwards."""
+
+    first_offset: int
+    last_offset: int
+    batches: int
+    bytes: int
+    log_end_offset: int
+
+
 class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, now_ms: int,
-                 preallocator: Preallocator | None = None) -> None:
+                 preallocator: Preallocator | None = None, *, replicated: bool = False) -> None:
         self.directory = Path(directory)
         self.config = config
         self.preallocator = preallocator
+        self.replicated = replicated
         self.directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[LogSegment] = []
         self.unflushed_messages = 0
         self.recovered_bytes = 0
         self.producer_state = ProducerStateManager()
         self.last_snapshot_ms = now_ms
+        self._recovered_from: int | None = None  # first offset validated after an unclean stop
         self._open_segments(now_ms)
         self._load_producer_state()
+        self.leader_epoch_cache = self._load_leader_epoch_cache()
+        self._high_watermark = self.log_end_offset
+        self._persisted_high_watermark: int | None = None  # written at the next flush
+        if replicated:
+            self._high_watermark = self._read_high_watermark()
 
     # -- startup ------------------------------------------------------------------------------
 
@@ -128,6 +175,8 @@ class PartitionLog:
             is_last = i == len(self.segments) - 1
             next_base = self.segments[i + 1].base_offset if not is_last else MAX_LONG
             recover = is_last or next_base > recovery_point
+            if recover and not clean and self._recovered_from is None:
+                self._recovered_from = seg.base_offset
             truncated = seg.load(recover=recover)
             self.recovered_bytes += truncated
             if truncated and not is_last:
@@ -152,6 +201,50 @@ class PartitionLog:
         tmp = self.directory / (RECOVERY_POINT_FILE + ".tmp")
         tmp.write_text(str(offset))
         os.replace(tmp, self.directory / RECOVERY_POINT_FILE)
+
+    def _read_high_watermark(self) -> int:
+        """The stored high watermark, clamped to the log; the log start when none is stored."""
+        try:
+            hw = int((self.directory / HIGH_WATERMARK_FILE).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            hw = self.log_start_offset
+        return max(self.log_start_offset, min(hw, self.log_end_offset))
+
+    def _write_high_watermark(self) -> None:
+        if not self.replicated or self._persisted_high_watermark == self._high_watermark:
+            return
+        tmp = self.directory / (HIGH_WATERMARK_FILE + ".tmp")
+        tmp.write_text(str(self._high_watermark))
+        os.replace(tmp, self.directory / HIGH_WATERMARK_FILE)
+        self._persisted_high_watermark = self._high_watermark
+
+    def _load_leader_epoch_cache(self) -> LeaderEpochCache:
+        """The checkpoint file, made consistent with the log as Kafka's LogLoader does: entries
+        past the log end dropped, the first moved up to the log start, and the epochs of batches
+        recovered after an unclean stop added. A replicated log whose file is missing or damaged
+        rebuilds it from its batches' partitionLeaderEpoch fields (one header read per batch);
+        a log that is not replicated starts empty and writes no file until an epoch is assigned.
+        """
+        path = self.directory / CHECKPOINT_FILE
+        entries = read_checkpoint(path)
+        rebuild_from: int | None = None
+        if entries is None and self.replicated:
+            rebuild_from = self.log_start_offset
+        elif self.replicated and self._recovered_from is not None:
+            rebuild_from = self._recovered_from
+        cache = LeaderEpochCache(path, entries or ())
+        if rebuild_from is not None:
+            latest = cache.latest_epoch
+            for _seg, _pos, h in self.iter_headers_from(rebuild_from):
+                epoch = h.partition_leader_epoch
+                if epoch >= 0 and (latest is None or epoch > latest):
+                    cache.assign(epoch, h.base_offset, flush=False)
+                    latest = epoch
+            if entries is None or cache.entries != entries:
+                cache.flush()
+        cache.truncate_from_end(self.log_end_offset)
+        cache.truncate_from_start(self.log_start_offset)
+        return cache
 
     def _snapshot_files(self) -> list[tuple[int, Path]]:
         out = []
@@ -181,18 +274,24 @@ class PartitionLog:
         for seg, pos, h in self.iter_headers_from(start_offset):
             if not h.is_control:
                 self.producer_state.update(h)
-                continue
-            try:
-                _, records = decode_batch(os.pread(seg.fd, h.size, pos), 0, verify_crc=False)
-                ctype, coordinator_epoch = parse_control_record(records[0])
-            except (CorruptRecordError, IndexError):
-                continue  # not a marker we can read: it ends no transaction
-            if ctype in (CONTROL_ABORT, CONTROL_COMMIT):
-                done = self.producer_state.complete_txn(h, ctype == CONTROL_COMMIT,
-                                                        coordinator_epoch)
-                # The index is derived: put back an entry a crash kept from the file.
-                if done.is_aborted and not seg.txn_index.contains(done.last_offset):
-                    self._index_aborted(seg, done)
+            else:
+                self._replay_marker(seg, h, os.pread(seg.fd, h.size, pos), 0)
+
+    def _replay_marker(self, seg: LogSegment, h: BatchHeader, buf, pos: int) -> None:
+        """A control batch already in ``seg`` (its bytes at ``pos`` in ``buf``): a COMMIT or
+        ABORT marker closes its producer's transaction, an abort goes into the index unless the
+        index already has it. Any other control batch ends nothing."""
+        try:
+            _, records = decode_batch(buf, pos, verify_crc=False)
+            ctype, coordinator_epoch = parse_control_record(records[0])
+        except (CorruptRecordError, IndexError):
+            return  # not a marker we can read: it ends no transaction
+        if ctype in (CONTROL_ABORT, CONTROL_COMMIT):
+            done = self.producer_state.complete_txn(h, ctype == CONTROL_COMMIT,
+                                                    coordinator_epoch)
+            # The index is derived: put back an entry a crash kept from the file.
+            if done.is_aborted and not seg.txn_index.contains(done.last_offset):
+                self._index_aborted(seg, done)
 
     def iter_headers_from(self, offset: int):
         """(segment, position, header) for every batch whose last offset is >= ``offset``."""
@@ -221,8 +320,26 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        # A single replica: everything appended is fully replicated.
-        return self.log_end_offset
+        if not self.replicated:
+            # A single replica: everything appended is fully replicated.
+            return self.log_end_offset
+        return self._high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Move the stored high watermark up to ``offset``, clamped to [log start, log end]
+        (Kafka's maybeUpdateHighWatermark: it never moves back; only ``truncate_to`` lowers it).
+        Persisted on flush, roll, close and ``maintain``. Returns the high watermark. Without
+        ``replicated`` the high watermark is the log end and this changes nothing."""
+        if not self.replicated:
+            return self.log_end_offset
+        hw = max(self.log_start_offset, min(offset, self.log_end_offset))
+        self._high_watermark = max(self._high_watermark, hw)
+        return self._high_watermark
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch: the leader-epoch cache's answer with
+        this log's end (log/leader_epoch.py, ``end_offset_for``)."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
     @property
     def last_stable_offset(self) -> int:
@@ -251,7 +368,8 @@ class PartitionLog:
 
     def append(self, data: bytearray, batches: list[tuple[int, BatchHeader]],
                now_ms: int, *, verification: VerificationGuard | None = None,
-               require_verification: bool = False, new_client: bool = False) -> AppendResult:
+               require_verification: bool = False, new_client: bool = False,
+               leader_epoch: int | None = None) -> AppendResult:
         """Append validated batches (``data`` is the request's record set, rewritten in place).
 
         Producer state is checked first: a retried batch that duplicates one of the producer's
@@ -259,6 +377,8 @@ class PartitionLog:
         ``require_verification`` (KIP-890): a transactional batch that opens the producer's
         transaction here needs ``verification``, the guard of a successful check with the
         coordinator that no marker has dropped since.
+        ``leader_epoch`` (a partition leader's append): stamped into every batch's
+        partitionLeaderEpoch and recorded in the leader-epoch cache.
         """
         if require_verification:
             for _pos, h in batches:
@@ -285,17 +405,19 @@ class PartitionLog:
                         "duplicate_sequence_number",
                         "a multi-batch record set repeats an earlier batch",
                     )
-        assigned, log_append_time = self._write(data, batches, now_ms)
+        assigned, log_append_time = self._write(data, batches, now_ms, leader_epoch)
         for _pos, h in assigned:
             self.producer_state.update(h)
         return AppendResult(assigned[0][1].base_offset, assigned[-1][1].last_offset,
                             log_append_time, self.log_start_offset)
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int, now_ms: int) -> AppendResult:
+                      coordinator_epoch: int, now_ms: int, *, leader_epoch: int | None = None
+                      ) -> AppendResult:
         """Write a COMMIT or ABORT control batch for the producer's transaction (the partition
         leader's half of WriteTxnMarkers, spec 000 step 5.2): its transaction closes, the LSO
-        moves on, and an abort is added to the aborted-transaction index."""
+        moves on, and an abort is added to the aborted-transaction index. ``leader_epoch``: as
+        for ``append``."""
         try:
             self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
         except ProducerStateError as exc:
@@ -304,12 +426,136 @@ class PartitionLog:
             CONTROL_COMMIT if commit else CONTROL_ABORT, producer_id=producer_id,
             producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
             timestamp=now_ms))
-        assigned, log_append_time = self._write(data, split_batches(data), now_ms)
+        assigned, log_append_time = self._write(data, split_batches(data), now_ms, leader_epoch)
         _pos, h = assigned[0]
         done = self.producer_state.complete_txn(h, commit, coordinator_epoch)
         if done.is_aborted:
             self._index_aborted(self.active_segment, done)
         return AppendResult(h.base_offset, h.last_offset, log_append_time, self.log_start_offset)
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview,
+                           now_ms: int | None = None) -> FollowerAppendResult:
+        """Append the leader's batches unchanged: ``data`` is the record set of a Fetch
+        response, possibly ending in a partial batch (ignored). Kafka's appendAsFollower.
+
+        Every batch's CRC is checked (LogAppendError ``corrupt_message``, nothing written);
+        batches wholly below the log end are skipped (a refetch); the rest must continue the
+        log at its end without a gap or an overlap (UnexpectedAppendOffsetError, nothing
+        written). Offsets, epochs and timestamps are kept; segments roll as for any append.
+        Producer state is updated without sequence checks (replication origin): data batches
+        as appended, COMMIT/ABORT markers close transactions and fill the aborted-transaction
+        index exactly as ``append_marker`` does on the leader. Each batch's partitionLeaderEpoch
+        goes into the leader-epoch cache. max.message.bytes is not applied: the leader took the
+        batches. Returns what was appended and the new log end.
+        """
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        buf = data if isinstance(data, bytes | bytearray) else bytes(data)
+        batches: list[tuple[int, BatchHeader]] = []
+        expected = self.log_end_offset
+        pos, n = 0, len(buf)
+        try:
+            while n - pos >= LOG_OVERHEAD:
+                _base, length = _OFFSET_LENGTH.unpack_from(buf, pos)
+                if length < HEADER_SIZE - LOG_OVERHEAD:
+                    raise CorruptRecordError(f"batch length {length} below the header size")
+                if pos + LOG_OVERHEAD + length > n:
+                    break  # a partial batch ends the response: the next fetch gets it whole
+                h = validate_batch(buf, pos)
+                if not batches and h.last_offset < expected:
+                    pos += h.size
+                    continue  # already here: the fetch started below our end
+                if h.base_offset != expected:
+                    what = "a gap" if h.base_offset > expected else "an overlap"
+                    raise UnexpectedAppendOffsetError(
+                        f"{what}: replicated batch at offset {h.base_offset} "
+                        f"({h.records_count} records) where offset {expected} was expected "
+                        f"(log end {self.log_end_offset})", h.base_offset, self.log_end_offset)
+                batches.append((pos, h))
+                expected = h.next_offset
+                pos += h.size
+        except CorruptRecordError as exc:
+            raise LogAppendError("corrupt_message",
+                                 f"replicated batch at offset {expected}: {exc}") from None
+        if not batches:
+            return FollowerAppendResult(-1, -1, 0, 0, self.log_end_offset)
+        for _pos, h in batches:
+            if h.partition_leader_epoch >= 0:
+                self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        # Runs of batches that fit in a segment: a fetch response can span a size roll.
+        runs: list[list[tuple[int, BatchHeader]]] = []
+        run: list[tuple[int, BatchHeader]] = []
+        size = self.active_segment.size
+        for pos, h in batches:
+            if size and size + h.size > self.config.segment_bytes:
+                if run:
+                    runs.append(run)
+                    run = []
+                size = 0
+            run.append((pos, h))
+            size += h.size
+        runs.append(run)
+        total = 0
+        for i, run in enumerate(runs):
+            start = run[0][0]
+            end = run[-1][0] + run[-1][1].size
+            if i == 0:
+                self._maybe_roll(end - start, max(h.max_timestamp for _, h in run), now_ms)
+            else:
+                self.roll(now_ms)
+            seg = self.active_segment
+            seg.append(memoryview(buf)[start:end], [(pos - start, h) for pos, h in run])
+            self._maybe_preallocate(seg, end - start)
+            total += end - start
+            for pos, h in run:
+                if h.is_control:
+                    self._replay_marker(seg, h, buf, pos)
+                else:
+                    self.producer_state.update(h)
+            self.unflushed_messages += sum(h.records_count for _, h in run)
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return FollowerAppendResult(batches[0][1].base_offset, batches[-1][1].last_offset,
+                                    len(batches), total, self.log_end_offset)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every record at and after ``offset`` (Kafka's truncateTo, a follower cutting
+        a tail that diverged from its leader's log). Returns the new log end offset.
+
+        A batch holding ``offset`` goes whole, so the log may end below ``offset``; an
+        ``offset`` at or below the log start empties the log, which still starts there. Later
+        segments are deleted, the one holding ``offset`` cut (log, offset, time and
+        transaction indexes), producer snapshots above the new end deleted and the producer
+        state rebuilt from the latest one left (transactions whose marker went are open again,
+        producers whose batches went are as before them), leader-epoch entries from the new end
+        on dropped, the high watermark and recovery point lowered to it. Nothing else changes
+        when ``offset`` is at or past the log end, except that leader-epoch entries starting at
+        or after ``offset`` are still dropped (KAFKA-10706).
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset >= self.log_end_offset:
+            self.leader_epoch_cache.truncate_from_end(offset)
+            return self.log_end_offset
+        offset = max(offset, self.log_start_offset)
+        # Keep the segments that hold something below ``offset`` (always the first).
+        keep = 1
+        while keep < len(self.segments) and self.segments[keep].base_offset < offset:
+            keep += 1
+        for seg in self.segments[keep:]:
+            seg.delete()
+        del self.segments[keep:]
+        self.active_segment.truncate_to(offset)
+        end = self.log_end_offset
+        self._load_producer_state()  # deletes the snapshots above ``end``
+        self.leader_epoch_cache.truncate_from_end(end)
+        if self.replicated and self._high_watermark > end:
+            self._high_watermark = end
+            self._write_high_watermark()
+        if self._read_recovery_point() > end:
+            self._write_recovery_point(end)
+        self.unflushed_messages = 0
+        return end
 
     def _index_aborted(self, seg: LogSegment, done: CompletedTxn) -> None:
         # The LSO once this transaction is closed: the oldest transaction still open, or
@@ -319,10 +565,13 @@ class PartitionLog:
         seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
                                         lso))
 
-    def _write(self, data: bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int
-               ) -> tuple[list[tuple[int, BatchHeader]], int]:
-        """Assign offsets (and LogAppendTime) in ``data``, roll if due, write it to the active
-        segment; returns the batches' headers as written and the append time (-1 if none)."""
+    def _write(self, data: bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int,
+               leader_epoch: int | None = None) -> tuple[list[tuple[int, BatchHeader]], int]:
+        """Assign offsets (and LogAppendTime, and the leader epoch) in ``data``, roll if due,
+        write it to the active segment; returns the batches' headers as written and the append
+        time (-1 if none)."""
+        if leader_epoch is not None and leader_epoch < 0:
+            raise ValueError(f"invalid leader epoch {leader_epoch}")
         log_append_time = -1
         if self.config.message_timestamp_type == "LogAppendTime":
             log_append_time = now_ms
@@ -333,9 +582,16 @@ class PartitionLog:
             if log_append_time >= 0:
                 set_log_append_time(data, pos, h.size, log_append_time)
                 h = h._replace(attributes=h.attributes | 0x08, max_timestamp=log_append_time)
+            if leader_epoch is not None:
+                set_partition_leader_epoch(data, pos, leader_epoch)
+                h = h._replace(partition_leader_epoch=leader_epoch)
             h = h._replace(base_offset=offset)
             assigned.append((pos, h))
             offset = h.next_offset
+        if leader_epoch is not None:
+            # Before the data, as Kafka: a crash in between leaves an entry past the log end,
+            # which opening the log drops, never data whose epoch the cache misses.
+            self.leader_epoch_cache.assign(leader_epoch, assigned[0][1].base_offset)
         self._maybe_roll(len(data), max(h.max_timestamp for _, h in assigned), now_ms)
         seg = self.active_segment
         seg.append(data, assigned)
@@ -388,12 +644,14 @@ class PartitionLog:
         seg.load(recover=True)
         self.segments.append(seg)
         self._write_recovery_point(new_base)
+        self._write_high_watermark()
         self.take_snapshot(now_ms)
 
     def flush(self) -> None:
         self.active_segment.flush()
         self.unflushed_messages = 0
         self._write_recovery_point(self.log_end_offset)
+        self._write_high_watermark()
 
     # -- producer snapshots -------------------------------------------------------------------
 
@@ -423,6 +681,7 @@ class PartitionLog:
             self.roll(now_ms)
         if now_ms - self.last_snapshot_ms >= self.config.producer_snapshot_interval_ms:
             self.take_snapshot(now_ms)
+        self._write_high_watermark()
 
     def apply_retention(self, now_ms: int) -> list[int]:
         """Delete whole segments past retention.ms or beyond retention.bytes; never the
@@ -443,6 +702,10 @@ class PartitionLog:
             deleted.append(seg.base_offset)
             seg.delete()
             del self.segments[0]
+        if deleted:
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+            if self.replicated and self._high_watermark < self.log_start_offset:
+                self._high_watermark = self.log_start_offset
         return deleted
 
     # -- reading ------------------------------------------------------------------------------
@@ -474,10 +737,11 @@ class PartitionLog:
 
     def iter_records(self, chunk_bytes: int = 1 << 20):
         """(header, records) of every batch from the log start to its end, control batches
-        included: how a coordinator replays its internal topic at startup."""
+        included: how a coordinator replays its internal topic at startup (to the log end, past
+        the high watermark, as Kafka's coordinators load)."""
         offset = self.log_start_offset
         while offset < self.log_end_offset:
-            data = self.read(offset, chunk_bytes)
+            data = self.read(offset, chunk_bytes, self.log_end_offset)
             if not data:
                 return
             for pos, h in iter_batches(data):

@@ -276,6 +276,42 @@ class LogSegment:
                 os.ftruncate(self.fd, self.size)
             self.allocated = self.size
 
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset`` (a batch holding ``offset`` goes
+        whole: a log ends at a batch boundary) from the log file and its three indexes, and
+        fsync the file. Returns the segment's new next offset; nothing changes when no batch
+        reaches ``offset``."""
+        found = self.find_batch(offset)
+        if found is None:
+            return self.next_offset
+        cut = found[0]
+        with self.lock:
+            os.ftruncate(self.fd, cut)
+            self.size = cut
+            self.allocated = cut
+        keep = bisect.bisect_left(self.index_positions, cut)
+        del self.index_offsets[keep:]
+        del self.index_positions[keep:]
+        # Next offset, max timestamp and the index cadence from the last index entry on, as when
+        # the segment is loaded.
+        start = self.index_positions[-1] if self.index_positions else 0
+        tail = [h for _pos, h in self.iter_headers(start)]
+        self.next_offset = tail[-1].next_offset if tail else self.base_offset
+        tkeep = bisect.bisect_left(self.time_offsets, self.next_offset)
+        del self.time_timestamps[tkeep:]
+        del self.time_offsets[tkeep:]
+        self.max_timestamp = self.time_timestamps[-1] if self.time_timestamps else -1
+        self.offset_of_max_timestamp = self.time_offsets[-1] if self.time_offsets else -1
+        for h in tail:
+            self._track(h)
+        if cut == 0:
+            self.first_batch_timestamp = None
+        self._bytes_since_index = self.size - start
+        self._write_index_files()  # in place: the append descriptors stay valid
+        self.txn_index.truncate_to(self.next_offset)
+        os.fsync(self.fd)
+        return self.next_offset
+
     def flush(self) -> None:
         os.fsync(self.fd)
         os.fsync(self._index_fd)

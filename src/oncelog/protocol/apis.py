@@ -27,6 +27,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    OFFSET_FOR_LEADER_EPOCH = 23
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
@@ -115,6 +116,13 @@ _SECURITY: dict[int, tuple[int, int]] = {
 }
 
 
+# Cluster mode only (server/replication.py): followers (v3+ names the replica) and clients
+# (KIP-320, v2+) ask where a leader epoch ends. A single node has one epoch and does not offer it.
+CLUSTER_ONLY: dict[int, tuple[int, int]] = {
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+}
+
+
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS,
                                                   **_SECURITY}
 
@@ -128,11 +136,15 @@ TRANSACTION_V2_VERSIONS: dict[int, int] = {
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 
-def supported_versions(transaction_version: int = 2) -> dict[int, tuple[int, int]]:
-    """The versions a broker with this transaction.version feature level offers."""
-    if transaction_version >= 2:
-        return dict(SUPPORTED_VERSIONS)
+def supported_versions(transaction_version: int = 2, cluster: bool = False
+                       ) -> dict[int, tuple[int, int]]:
+    """The versions a broker with this transaction.version feature level offers (and, in
+    cluster mode, the replication APIs)."""
     out = dict(SUPPORTED_VERSIONS)
+    if cluster:
+        out.update(CLUSTER_ONLY)
+    if transaction_version >= 2:
+        return out
     for key, first_v2 in TRANSACTION_V2_VERSIONS.items():
         lo, hi = out[key]
         out[key] = (lo, min(hi, first_v2 - 1))

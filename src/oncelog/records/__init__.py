@@ -16,6 +16,7 @@ from .batch import (
     parse_header,
     set_base_offset,
     set_log_append_time,
+    set_partition_leader_epoch,
     split_batches,
     validate_batch,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "parse_header",
     "set_base_offset",
     "set_log_append_time",
+    "set_partition_leader_epoch",
     "split_batches",
     "validate_batch",
 ]

@@ -39,6 +39,7 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: what batchLength does not count
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+PARTITION_LEADER_EPOCH_OFFSET = 12
 RECORDS_COUNT_OFFSET = 57
 
 NO_PRODUCER_ID = -1
@@ -58,6 +59,7 @@ ATTR_CONTROL = 0x20
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_LENGTH = struct.Struct(">qi")
 _Q = struct.Struct(">q")
+_i = struct.Struct(">i")
 _I = struct.Struct(">I")
 _H = struct.Struct(">h")
 
@@ -199,6 +201,12 @@ def split_batches(buf) -> list[tuple[int, BatchHeader]]:
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
     """Rewrite the base offset in place. The CRC does not cover it, so nothing else changes."""
     _Q.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    """Stamp the leader's epoch into the batch at ``pos`` in place (what a partition leader does
+    to every batch it appends). Outside the CRC, like the base offset."""
+    _i.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, timestamp: int) -> None:

@@ -13,6 +13,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -24,9 +25,13 @@ from .clock import now_ms
 from .config import BrokerConfig
 from .fetch_sessions import FetchSessionCache
 from .group_service import GroupService
-from .producer_ids import ProducerIdManager
+from .producer_ids import ClusterProducerIds, ProducerIdManager
 from .security_service import PRE_AUTHENTICATION, Security
 from .topics import TopicManager
+
+if TYPE_CHECKING:
+    from .cluster_member import ClusterMember
+    from .replication import ReplicaManager
 from .txn_service import TxnService
 from .txn_verification import TxnVerifier
 
@@ -76,15 +81,29 @@ class Broker:
         self.port = port  # the advertised port; set by the server once bound
         self.cluster_id = self._load_cluster_id()
         self.transaction_version = self.config.int("transaction.version")
-        self.supported_versions = supported_versions(self.transaction_version)
+        # Cluster mode (docs/cluster.md): ZooKeeper says which partitions this broker hosts
+        # and leads; server/replication.py replicates them.
+        clustered = bool(self.config.get("zookeeper.connect"))
+        self.supported_versions = supported_versions(self.transaction_version, clustered)
         self.preallocator = Preallocator()
-        self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator)
-        self.producer_ids = ProducerIdManager(self.data_dir)
+        self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator,
+                                   replicated=clustered)
+        self.replication: ReplicaManager | None = None  # set by the cluster member
+        self.cluster: ClusterMember | None = None
+        if clustered:
+            from .cluster_member import ClusterMember
+
+            self.cluster = ClusterMember(self)
+            self.producer_ids: ProducerIdManager | ClusterProducerIds = ClusterProducerIds(self)
+        else:
+            self.producer_ids = ProducerIdManager(self.data_dir)
         self.fetch_sessions = FetchSessionCache()
         self.txn_coordinator = TxnService(self)
-        self.txn_coordinator.load()
+        if self.cluster is None:  # cluster mode: loaded per partition on becoming its leader
+            self.txn_coordinator.load()
         self.group_coordinator = GroupService(self)
-        self.group_coordinator.load()
+        if self.cluster is None:
+            self.group_coordinator.load()
         self.txn_verifier = TxnVerifier(self)
         self.security = Security(self.config, self.data_dir)
         self._maintenance_task: asyncio.Task | None = None
@@ -188,6 +207,11 @@ class Broker:
 
     # -- maintenance --------------------------------------------------------------------------
 
+    async def join_cluster(self) -> None:
+        """Cluster mode, once the socket is bound (the address is registered)."""
+        if self.cluster is not None:
+            await self.cluster.start()
+
     def start_maintenance(self, interval_s: float = 1.0) -> None:
         self._maintenance_task = asyncio.get_running_loop().create_task(
             self._maintain_forever(interval_s))
@@ -210,6 +234,8 @@ class Broker:
         """Clean shutdown: every log flushed, producer state snapshotted, marked clean."""
         if self._maintenance_task is not None:
             self._maintenance_task.cancel()
+        if self.cluster is not None:
+            self.cluster.close()
         self.txn_verifier.close()
         self.txn_coordinator.close()
         self.group_coordinator.close()

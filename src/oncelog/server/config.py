@@ -146,6 +146,15 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.max.session.timeout.ms": "1800000",
     "group.initial.rebalance.delay.ms": "3000",
     "group.max.size": str(2**31 - 1),
+    # Cluster mode (docs/cluster.md); empty zookeeper.connect: a single node.
+    "zookeeper.connect": "",
+    "zookeeper.session.timeout.ms": "6000",  # Kafka's is 18000; failover waits for it
+    "replica.lag.time.max.ms": "10000",  # Kafka's is 30000
+    "replica.fetch.wait.max.ms": "500",
+    "replica.fetch.max.bytes": str(1 << 20),
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
 }
 
 def _transaction_version(v: str) -> int:
@@ -178,6 +187,7 @@ def _optional_bool(v: str) -> object:
 
 _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "auto.create.topics.enable": _bool,
+    "zookeeper.connect": str,
     "security.protocol": _security_protocol,
     "sasl.users.file": str,
     "sasl.enabled.mechanisms": _mechanisms,

@@ -68,7 +68,7 @@ class GroupService:
         if topic is None:
             return
         now = now_ms()
-        n = len(topic.partitions)
+        n = topic.partition_count
         for p in topic.partitions:
             for h, records in p.log.iter_records():
                 if h.is_control:
@@ -129,7 +129,7 @@ class GroupService:
 
     def _partition(self, group_id: str):
         topic = self.broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms())
-        return topic.partitions[coordinator_partition(group_id, len(topic.partitions))]
+        return topic.partitions[coordinator_partition(group_id, topic.partition_count)]
 
     def append(self, e: WriteRecords, producer: tuple[int, int] | None = None, *,
                verification=None, require_verification: bool = False) -> str | None:
@@ -225,7 +225,7 @@ class GroupService:
     def complete_txn_offsets(self, partition_index: int, producer_id: int, commit: bool) -> None:
         """The transaction's marker is on this ``__consumer_offsets`` partition."""
         topic = self.broker.topics.get(CONSUMER_OFFSETS)
-        n = len(topic.partitions) if topic else 1
+        n = topic.partition_count if topic else 1
         groups = [g for g in self.core.groups if coordinator_partition(g, n) == partition_index]
         self.core.complete_txn_offsets(groups, producer_id, commit)
 

@@ -144,6 +144,7 @@ class BrokerServer:
         self.port = sock.getsockname()[1]
         self.broker.host = self.host
         self.broker.port = self.port
+        await self.broker.join_cluster()
         metrics_port = self.broker.config.int("metrics.port")
         if metrics_port >= 0:
             self._metrics = await start_metrics_server(self.broker, self.host, metrics_port)
@@ -161,3 +162,4 @@ class BrokerServer:
         if self._server is not None:
             await self._server.wait_closed()
         self.broker.close()
+        await asyncio.sleep(0)  # let the tasks close() cancelled (replica fetchers) unwind

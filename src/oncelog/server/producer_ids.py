@@ -56,3 +56,24 @@ class ProducerIdManager:
         pid = self.next_id
         self.next_id += 1
         return pid
+
+
+class ClusterProducerIds:
+    """Cluster mode: blocks of ids reserved in ZooKeeper (``/latest_producer_id_block``, spec
+    000's suggestion), so that no two brokers ever hand out the same id. A block is taken when
+    the last one is used up; ids left in a block when the broker stops are never used."""
+
+    def __init__(self, broker, block_size: int = BLOCK_SIZE) -> None:
+        self.broker = broker
+        self.block_size = block_size
+        self.next_id = 0
+        self.block_end = 0  # exclusive
+
+    def next_producer_id(self) -> int:
+        if self.next_id >= self.block_end:
+            store = self.broker.cluster.store
+            start, end = store.allocate_producer_id_block(self.broker.node_id, self.block_size)
+            self.next_id, self.block_end = start, end + 1
+        pid = self.next_id
+        self.next_id += 1
+        return pid

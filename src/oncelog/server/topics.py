@@ -89,16 +89,32 @@ class Topic:
     name: str
     topic_id: uuid.UUID
     configs: dict[str, str]
+    # The partitions this broker hosts: all of them on a single node; in cluster mode those
+    # whose replicas include this broker (``partition_count`` is the topic's size).
     partitions: list[Partition]
+    partition_count: int = -1
+
+    def __post_init__(self) -> None:
+        if self.partition_count < 0:
+            self.partition_count = len(self.partitions)
 
     @property
     def is_internal(self) -> bool:
         return self.name in INTERNAL_TOPICS
 
+    def hosted(self, index: int) -> Partition | None:
+        for p in self.partitions:
+            if p.index == index:
+                return p
+        return None
+
 
 class TopicManager:
     def __init__(self, data_dir: Path, config: BrokerConfig, now_ms: int,
-                 preallocator: Preallocator | None = None) -> None:
+                 preallocator: Preallocator | None = None, replicated: bool = False) -> None:
+        # Cluster mode: logs keep a high watermark of their own (log/log.py), and a topic's
+        # local metadata records which of its partitions this broker hosts.
+        self.replicated = replicated
         self.data_dir = Path(data_dir)
         self.config = config
         self.preallocator = preallocator
@@ -114,11 +130,12 @@ class TopicManager:
             name = meta["name"]
             configs = meta.get("configs", {})
             log_config = self.config.log_config(configs)
+            hosted = meta.get("hosted", range(meta["partitions"]))
             parts = [
                 Partition(name, i, self._open_log(name, i, log_config, now_ms))
-                for i in range(meta["partitions"])
+                for i in hosted
             ]
-            topic = Topic(name, uuid.UUID(meta["id"]), configs, parts)
+            topic = Topic(name, uuid.UUID(meta["id"]), configs, parts, meta["partitions"])
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
         for path in self.meta_dir.glob("*.tmp"):
@@ -128,10 +145,13 @@ class TopicManager:
             topic_name, sep, idx = path.name.rpartition("-")
             if path.is_dir() and sep and idx.isdigit() and path.name != META_DIR:
                 owner = self.topics.get(topic_name)
-                if owner is None or int(idx) >= len(owner.partitions):
+                if owner is None or owner.hosted(int(idx)) is None:
                     shutil.rmtree(path, ignore_errors=True)
 
     def _open_log(self, name: str, index: int, log_config, now_ms: int) -> PartitionLog:
+        if self.replicated:
+            return PartitionLog(self.data_dir / f"{name}-{index}", log_config, now_ms,
+                                self.preallocator, replicated=True)
         return PartitionLog(self.data_dir / f"{name}-{index}", log_config, now_ms,
                             self.preallocator)
 
@@ -139,8 +159,13 @@ class TopicManager:
         return self.topics.get(name)
 
     def partition(self, topic: str, index: int) -> Partition | None:
+        """The partition if this broker hosts it (a replica of it, in cluster mode)."""
         t = self.topics.get(topic)
-        if t is None or not 0 <= index < len(t.partitions):
+        if t is None:
+            return None
+        if self.replicated:
+            return t.hosted(index)
+        if not 0 <= index < len(t.partitions):
             return None
         return t.partitions[index]
 
@@ -175,19 +200,50 @@ class TopicManager:
             Partition(name, i, self._open_log(name, i, log_config, now_ms))
             for i in range(num_partitions)
         ]
-        meta = {"name": name, "id": str(topic_id), "partitions": num_partitions,
-                "configs": clean}
-        path = self.meta_dir / f"{name}.json"
-        tmp = self.meta_dir / f"{name}.json.tmp"
+        self._write_meta({"name": name, "id": str(topic_id), "partitions": num_partitions,
+                          "configs": clean})
+        topic = Topic(name, topic_id, clean, parts)
+        self.topics[name] = topic
+        self.by_id[topic_id] = topic
+        return topic
+
+    def host(self, name: str, topic_id: uuid.UUID, partition_count: int,
+             configs: dict[str, str], hosted: set[int], now_ms: int) -> Topic:
+        """Cluster mode: make the local copy of a topic of the cluster (from ZooKeeper) host
+        exactly ``hosted`` of its partitions, opening logs for new replicas and deleting those
+        no longer assigned here. A local topic of the same name but another id (deleted and
+        created again while this broker was away) is replaced."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.topic_id != topic_id:
+            self.delete(name, force=True)
+            topic = None
+        have = {p.index for p in topic.partitions} if topic is not None else set()
+        if topic is not None and have == hosted and topic.partition_count == partition_count:
+            return topic
+        log_config = self.config.log_config(configs)
+        parts = [p for p in (topic.partitions if topic else []) if p.index in hosted]
+        for p in (topic.partitions if topic else []):
+            if p.index not in hosted:
+                p.notify_append()
+                p.log.delete()
+        for i in sorted(hosted - have):
+            parts.append(Partition(name, i, self._open_log(name, i, log_config, now_ms)))
+        parts.sort(key=lambda p: p.index)
+        self._write_meta({"name": name, "id": str(topic_id), "partitions": partition_count,
+                          "configs": configs, "hosted": sorted(hosted)})
+        new = Topic(name, topic_id, dict(configs), parts, partition_count)
+        self.topics[name] = new
+        self.by_id[topic_id] = new
+        return new
+
+    def _write_meta(self, meta: dict) -> None:
+        path = self.meta_dir / f"{meta['name']}.json"
+        tmp = self.meta_dir / f"{meta['name']}.json.tmp"
         with open(tmp, "w") as f:
             json.dump(meta, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        topic = Topic(name, topic_id, clean, parts)
-        self.topics[name] = topic
-        self.by_id[topic_id] = topic
-        return topic
 
     def ensure_internal(self, name: str, now_ms: int) -> Topic:
         """The internal topic ``name`` (created on first use, as Kafka does when the first
@@ -202,11 +258,13 @@ class TopicManager:
                            {"segment.bytes": str(self.config.int(f"{prefix}.segment.bytes"))},
                            now_ms, internal=True)
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, force: bool = False) -> None:
+        """Delete a topic and its logs (``force``: internal ones too: in cluster mode the
+        cluster decides)."""
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
-        if topic.is_internal:
+        if topic.is_internal and not force:
             raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be deleted")
         (self.meta_dir / f"{name}.json").unlink(missing_ok=True)
         del self.topics[name]

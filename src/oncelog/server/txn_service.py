@@ -164,7 +164,7 @@ class TxnService:
 
     def _append(self, e: WriteTxnLog) -> bool:
         topic = self.broker.topics.ensure_internal(TRANSACTION_STATE, now_ms())
-        index = coordinator_partition(e.transactional_id, len(topic.partitions))
+        index = coordinator_partition(e.transactional_id, topic.partition_count)
         now = now_ms()
         value = None if e.metadata is None else encode_value(e.metadata, self.log_value_version)
         data = bytearray(build_batch([(encode_key(e.transactional_id), value, (), now)]))

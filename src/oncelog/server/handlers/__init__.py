@@ -8,6 +8,7 @@ from . import (
     coordinator,
     fetch,
     group,
+    leader_epoch,
     list_offsets,
     produce,
     producer_id,
@@ -34,6 +35,8 @@ _LOG_AND_WIRE = {
     # The partition leader's half of ending a transaction (the log writes the markers).
     ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
+    # Cluster mode: where a leader epoch ends (followers' truncation, KIP-320 clients).
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: leader_epoch.handle_offset_for_leader_epoch,
 }
 
 

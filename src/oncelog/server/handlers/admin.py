@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from ...protocol import ApiKey, make, response_module
+from ...protocol import ApiKey, make, millis, response_module
 from ..clock import now_ms
 from ..config import TOPIC_CONFIGS
 from ..topics import TopicError
@@ -45,7 +45,13 @@ async def handle_create_topics(broker, ctx, request):
                 raise TopicError("topic_authorization_failed", "Create is not allowed")
             if seen[t.name] > 1:
                 raise TopicError("invalid_request", f"topic {t.name!r} is listed more than once")
-            if t.assignments:
+            if broker.cluster is not None:
+                topic = await broker.cluster.create_topic(
+                    t.name, num, rf, configs,
+                    {a.partition_index: list(a.broker_ids) for a in t.assignments} or None,
+                    validate_only=request.validate_only, timeout_ms=millis(request.timeout))
+                num, rf = topic.partition_count, topic.replication_factor
+            elif t.assignments:
                 if num != -1 or rf != -1:
                     raise TopicError("invalid_request", "replica assignments given together "
                                      "with a partition count or replication factor")
@@ -58,15 +64,19 @@ async def handle_create_topics(broker, ctx, request):
                     raise TopicError("invalid_replica_assignment",
                                      "partition indexes must be 0..n-1")
                 rf = 1
-            if num == -1:
+            if broker.cluster is not None:
+                pass
+            elif num == -1:
                 num = broker.config.int("num.partitions")
-            if rf == -1:
+            if broker.cluster is None and rf == -1:
                 rf = broker.config.int("default.replication.factor")
-            if rf != 1:
+            if broker.cluster is None and rf != 1:
                 raise TopicError("invalid_replication_factor",
                                  f"replication factor {rf} is larger than the 1 available broker"
                                  if rf > 1 else f"replication factor must be >= 1, got {rf}")
-            if request.validate_only:
+            if broker.cluster is not None:
+                pass
+            elif request.validate_only:
                 broker.topics.validate_new(t.name, num, configs)
             else:
                 topic = broker.topics.create(t.name, num, configs, now_ms())
@@ -103,7 +113,10 @@ async def handle_delete_topics(broker, ctx, request):
         try:
             if not acl.topic(broker, ctx, acl.Op.DELETE, name):
                 raise TopicError("topic_authorization_failed", "Delete is not allowed")
-            broker.topics.delete(name)
+            if broker.cluster is not None:
+                await broker.cluster.delete_topic(name, millis(request.timeout))
+            else:
+                broker.topics.delete(name)
             broker.fetch_sessions.remove_topic(name)
         except TopicError as exc:
             err, msg = exc.error_name, str(exc)

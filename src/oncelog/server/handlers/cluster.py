@@ -17,8 +17,88 @@ async def handle_api_versions(broker, ctx, request):
     return broker.api_versions_response(ctx.version)
 
 
+def _cluster_metadata(broker, ctx, request, mod):
+    """Cluster mode: brokers, leaders, epochs, replicas and ISRs from the cluster view
+    (ZooKeeper); topics are created through it too (auto-creation, internal topics)."""
+    member = broker.cluster
+    view = member.view
+    if request.topics is None or (ctx.version == 0 and not request.topics):
+        names = [n for n in sorted(view.topics) if acl.topic(broker, ctx, acl.Op.DESCRIBE, n)]
+    else:
+        names = []
+        for t in request.topics:
+            name = getattr(t, "name", t)
+            if name is None and getattr(t, "topic_id", None) is not None:
+                name = next((n for n, a in view.topics.items() if a.topic_id == t.topic_id),
+                            None)
+            names.append(name)
+    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    topics_out = []
+    for name in names:
+        err = None
+        assignment = view.topics.get(name) if name is not None else None
+        if name is None:
+            err = "unknown_topic_id"
+        elif not acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
+            err, assignment = "topic_authorization_failed", None
+        elif assignment is None:
+            try:
+                check_topic_name(name)
+                if name in INTERNAL_TOPICS:
+                    err = member.request_internal_topic(name)
+                elif not (allow_auto and broker.config.get("auto.create.topics.enable")):
+                    err = "unknown_topic_or_partition"
+                elif not (acl.cluster(broker, ctx, acl.Op.CREATE)
+                          or acl.topic(broker, ctx, acl.Op.CREATE, name)):
+                    err = "topic_authorization_failed"
+                else:
+                    err = member.request_topic(name, broker.config.int("num.partitions"),
+                                               broker.config.int("default.replication.factor"),
+                                               {})
+            except TopicError as exc:
+                err = exc.error_name
+        if assignment is None:
+            topics_out.append(make(mod.MetadataResponseTopic, error_code=error_code(err),
+                                   name=name, topic_id=_NULL_UUID, is_internal=False,
+                                   partitions=()))
+            continue
+        parts = []
+        for index, replicas in sorted(assignment.partitions.items()):
+            found = view.states.get((name, index))
+            offline = tuple(r for r in replicas if r not in view.brokers)
+            if found is None or found[0].leader < 0 or found[0].leader not in view.brokers:
+                state = found[0] if found else None
+                parts.append(make(
+                    mod.MetadataResponsePartition, error_code=error_code("leader_not_available"),
+                    partition_index=index, leader_id=-1,
+                    leader_epoch=state.leader_epoch if state else -1,
+                    replica_nodes=tuple(replicas), isr_nodes=tuple(state.isr) if state else (),
+                    offline_replicas=offline))
+                continue
+            state = found[0]
+            # A replica that is down is listed in offline_replicas; no error (Kafka reports
+            # REPLICA_NOT_AVAILABLE to v0 clients only, which clients then ignore anyway).
+            parts.append(make(
+                mod.MetadataResponsePartition, error_code=0, partition_index=index,
+                leader_id=state.leader, leader_epoch=state.leader_epoch,
+                replica_nodes=tuple(replicas), isr_nodes=tuple(state.isr),
+                offline_replicas=offline))
+        topics_out.append(make(mod.MetadataResponseTopic, error_code=0, name=name,
+                               topic_id=assignment.topic_id, is_internal=name in INTERNAL_TOPICS,
+                               partitions=tuple(parts)))
+    brokers = tuple(make(mod.MetadataResponseBroker, node_id=b, host=info.host, port=info.port,
+                         rack=getattr(info, "rack", None))
+                    for b, info in sorted(view.brokers.items()))
+    controller = view.controller_id if view.controller_id is not None else -1
+    return make(mod.MetadataResponse, throttle_time=0, brokers=brokers,
+                cluster_id=broker.cluster_id, controller_id=controller,
+                topics=tuple(topics_out), cluster_authorized_operations=-2147483648)
+
+
 async def handle_metadata(broker, ctx, request):
     mod = response_module(ApiKey.METADATA, ctx.version)
+    if broker.cluster is not None:
+        return _cluster_metadata(broker, ctx, request, mod)
     topics_out = []
     # All topics: a null list (v1+), or an empty one in v0.
     if request.topics is None or (ctx.version == 0 and not request.topics):

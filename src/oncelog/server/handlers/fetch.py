@@ -12,15 +12,29 @@ import asyncio
 from ...log import OffsetOutOfRangeError
 from ...protocol import ApiKey, make, millis, response_module
 from ..fetch_sessions import FetchSessionError
+from ..replication import ReplicationError
 from . import acl
 from .util import error_code
 
 READ_COMMITTED = 1
 
 
-def _read_partition(broker, topic, index, sp, isolation, budget, first):
-    """Returns (error name, hw, lso, log start, records bytes, aborted transactions)."""
-    partition = broker.topics.partition(topic, index)
+def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_id=-1,
+                    leader_epoch=-1):
+    """Returns (error name, hw, lso, log start, records bytes, aborted transactions).
+    ``replica_id`` >= 0: a follower's fetch (cluster mode), which reads to the log end."""
+    upto = None
+    if broker.replication is not None:
+        try:
+            replica = broker.replication.leader_replica(topic, index, leader_epoch)
+        except ReplicationError as exc:
+            return exc.error_name, -1, -1, -1, b"", ()
+        partition = replica.partition
+        if replica_id >= 0:
+            broker.replication.follower_fetched(replica, replica_id, sp.fetch_offset)
+            upto = partition.log.log_end_offset
+    else:
+        partition = broker.topics.partition(topic, index)
     if partition is None:
         return "unknown_topic_or_partition", -1, -1, -1, b"", ()
     plog = partition.log
@@ -30,9 +44,10 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first):
     limit = min(sp.max_bytes, budget)
     if limit <= 0 and not first:
         return None, hw, lso, start, b"", ()
+    if upto is None:
+        upto = lso if isolation == READ_COMMITTED else hw
     try:
-        data = plog.read(sp.fetch_offset, max(limit, 1),
-                         max_offset=lso if isolation == READ_COMMITTED else hw)
+        data = plog.read(sp.fetch_offset, max(limit, 1), max_offset=upto)
     except OffsetOutOfRangeError:
         return "offset_out_of_range", hw, lso, start, b"", ()
     aborted = ()
@@ -43,13 +58,14 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first):
     return None, hw, lso, start, data, aborted
 
 
-def _collect(broker, session, full, isolation, max_bytes):
+def _collect(broker, session, full, isolation, max_bytes, replica_id=-1, epochs=None):
     results = []  # (topic, partition, error, hw, lso, start, data, aborted, session partition)
     total = 0
     budget = max_bytes
     for (topic, index), sp in session.partitions.items():
-        err, hw, lso, start, data, aborted = _read_partition(broker, topic, index, sp, isolation,
-                                                             budget, first=total == 0)
+        err, hw, lso, start, data, aborted = _read_partition(
+            broker, topic, index, sp, isolation, budget, first=total == 0,
+            replica_id=replica_id, leader_epoch=(epochs or {}).get((topic, index), -1))
         budget -= len(data)
         total += len(data)
         changed = (data or err or hw != sp.high_watermark or lso != sp.last_stable_offset
@@ -86,10 +102,15 @@ async def handle_fetch(broker, ctx, request):
         return make(mod.FetchResponse, throttle_time=0, error_code=error_code(exc.error_name),
                     session_id=0, responses=())
     isolation = getattr(request, "isolation_level", 0)
+    replica_id = getattr(request, "replica_id", -1)
+    if replica_id >= 0 and broker.replication is None:
+        replica_id = -1  # a single node has no followers: serve it as a consumer
+    epochs = {(t.topic, p.partition): getattr(p, "current_leader_epoch", -1)
+              for t in request.topics for p in t.partitions}
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     max_bytes = min(max_bytes, broker.config.int("fetch.max.bytes"))
     max_wait = millis(request.max_wait)
-    results, total = _collect(broker, session, full, isolation, max_bytes)
+    results, total = _collect(broker, session, full, isolation, max_bytes, replica_id, epochs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait / 1000
     # Long poll: wait for appends until min_bytes is reached or max_wait runs out.
@@ -105,7 +126,7 @@ async def handle_fetch(broker, ctx, request):
             for p, f in futs:
                 p.waiters.discard(f)
                 f.cancel()
-        results, total = _collect(broker, session, full, isolation, max_bytes)
+        results, total = _collect(broker, session, full, isolation, max_bytes, replica_id, epochs)
     by_topic: dict[str, list] = {}
     may_read = acl.topics_checker(broker, ctx, acl.Op.READ)
     for topic, index, err, hw, lso, start, data, aborted, sp in results:

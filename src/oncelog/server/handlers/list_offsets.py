@@ -4,6 +4,7 @@ read_committed), max timestamp (-3), or the first offset at or after a timestamp
 from __future__ import annotations
 
 from ...protocol import ApiKey, make, response_module
+from ..replication import ReplicationError
 from . import acl
 from .util import error_code
 
@@ -21,10 +22,20 @@ async def handle_list_offsets(broker, ctx, request):
         parts_out = []
         allowed = acl.topic(broker, ctx, acl.Op.DESCRIBE, t.name)
         for p in t.partitions:
-            partition = broker.topics.partition(t.name, p.partition_index)
-            err, ts, offset = None, -1, -1
+            err, ts, offset, epoch = None, -1, -1, 0
+            if broker.replication is not None:  # cluster mode: the leader answers
+                try:
+                    replica = broker.replication.leader_replica(
+                        t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
+                    partition, epoch = replica.partition, replica.leader_epoch
+                except ReplicationError as exc:
+                    partition, err = None, exc.error_name
+            else:
+                partition = broker.topics.partition(t.name, p.partition_index)
             if not allowed:
                 err = "topic_authorization_failed"
+            elif err is not None:
+                pass
             elif partition is None:
                 err = "unknown_topic_or_partition"
             else:
@@ -44,7 +55,8 @@ async def handle_list_offsets(broker, ctx, request):
                         offset, ts = found
             parts_out.append(make(mod.ListOffsetsPartitionResponse,
                                   partition_index=p.partition_index, error_code=error_code(err),
-                                  timestamp=ts, offset=offset, leader_epoch=0 if err is None else -1,
+                                  timestamp=ts, offset=offset,
+                                  leader_epoch=epoch if err is None else -1,
                                   old_style_offsets=()))
         topics_out.append(make(mod.ListOffsetsTopicResponse, name=t.name,
                                partitions=tuple(parts_out)))

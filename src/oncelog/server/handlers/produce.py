@@ -10,12 +10,14 @@ only the base offset (and, for LogAppendTime topics, the timestamp) is rewritten
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from ...log import LogAppendError, LogWriteError
-from ...protocol import ApiKey, make, response_module
+from ...protocol import ApiKey, make, millis, response_module
 from ...records import CorruptRecordError, split_batches
 from ..clock import now_ms
+from ..replication import ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from ..txn_verification import produce_error
 from . import acl
@@ -30,9 +32,21 @@ class _Reject(Exception):
         self.error_name = error_name
 
 
-def _prepare(broker, topic: str, index: int, records):
-    """Validate one partition's record set: (partition, batches), or raise _Reject."""
-    partition = broker.topics.partition(topic, index)
+def _prepare(broker, topic: str, index: int, records, acks: int):
+    """Validate one partition's record set: (partition, batches, replica), or raise _Reject.
+    In cluster mode only the partition's leader appends (``replica`` is its replication
+    state; None on a single node)."""
+    replica = None
+    if broker.replication is not None:
+        try:
+            replica = broker.replication.leader_replica(topic, index)
+            if acks == -1:
+                broker.replication.check_enough_replicas(replica)
+        except ReplicationError as exc:
+            raise _Reject(exc.error_name, str(exc)) from None
+        partition = replica.partition
+    else:
+        partition = broker.topics.partition(topic, index)
     if partition is None:
         try:
             check_topic_name(topic)
@@ -55,13 +69,19 @@ def _prepare(broker, topic: str, index: int, records):
     if len(batches) > 1 and any(h.producer_id >= 0 for _, h in batches):
         raise _Reject("invalid_record",
                       "an idempotent producer must send one batch per partition per request")
-    return partition, batches
+    return partition, batches, replica
 
 
-def _append(partition, records, batches, now: int, *, guard, verify: bool, new_client: bool):
+def _append(partition, records, batches, now: int, *, guard, verify: bool, new_client: bool,
+            replica=None):
     try:
-        result = partition.log.append(bytearray(records), batches, now, verification=guard,
-                                      require_verification=verify, new_client=new_client)
+        if replica is None:
+            result = partition.log.append(bytearray(records), batches, now, verification=guard,
+                                          require_verification=verify, new_client=new_client)
+        else:
+            result = partition.log.append(bytearray(records), batches, now, verification=guard,
+                                          require_verification=verify, new_client=new_client,
+                                          leader_epoch=replica.leader_epoch)
     except LogAppendError as exc:
         raise _Reject(exc.error_name, str(exc)) from None
     except LogWriteError as exc:
@@ -80,7 +100,7 @@ async def _verify(broker, transactional_id: str | None, prepared: dict, new_clie
     if transactional_id is None or not verifier.applies(new_client):
         return False, {}, {}
     guards, producer = {}, None
-    for tp, (partition, batches) in prepared.items():
+    for tp, (partition, batches, _replica) in prepared.items():
         h = batches[0][1]
         if not h.is_transactional:
             continue
@@ -118,6 +138,23 @@ def _has_producer_id(records) -> bool:
     return bool(records) and len(records) >= 51 and records[43:51] != b"\xff" * 8
 
 
+async def _wait_replicated(broker, request, prepared, results) -> None:
+    """acks=all in cluster mode: answer once the ISR has every appended batch (the high
+    watermark passed it), or with the error that stopped it (request.timeout.ms)."""
+    timeout = millis(request.timeout)
+    waits = {}
+    for tp, (_partition, _batches, replica) in prepared.items():
+        r = results.get(tp)
+        if replica is not None and r is not None and not isinstance(r, tuple):
+            waits[tp] = broker.replication.wait_replicated(replica, r.last_offset + 1, timeout)
+    if not waits:
+        return
+    errors = await asyncio.gather(*waits.values())
+    for tp, err in zip(waits, errors, strict=True):
+        if err is not None:
+            results[tp] = (err, f"not replicated to the in-sync replicas: {err}")
+
+
 async def handle_produce(broker, ctx, request):
     acks = request.acks
     mod = response_module(ApiKey.PRODUCE, ctx.version)
@@ -139,21 +176,26 @@ async def handle_produce(broker, ctx, request):
                                          f"not authorized to write to {td.name}")
                 continue
             try:
-                prepared[tp] = _prepare(broker, td.name, pd.index, pd.records)
+                prepared[tp] = _prepare(broker, td.name, pd.index, pd.records, acks)
                 records_of[tp] = pd.records
             except _Reject as exc:
                 results[tp] = (exc.error_name, str(exc))
     verify, guards, failed = await _verify(broker, txn_id, prepared, new_client)
     results.update(failed)
     now = now_ms()
-    for tp, (partition, batches) in prepared.items():
+    for tp, (partition, batches, replica) in prepared.items():
         if tp in failed:
             continue
         try:
             results[tp] = _append(partition, records_of[tp], batches, now, guard=guards.get(tp),
-                                  verify=verify, new_client=new_client)
+                                  verify=verify, new_client=new_client, replica=replica)
         except _Reject as exc:
             results[tp] = (exc.error_name, str(exc))
+            continue
+        if replica is not None:
+            broker.replication.appended(replica)
+    if broker.replication is not None and acks == -1:
+        await _wait_replicated(broker, request, prepared, results)
     if acks == 0:
         return None  # acks=0: the client expects no response at all
     topics_out = []

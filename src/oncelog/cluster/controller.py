@@ -1,0 +1,432 @@
+"""The controller: Kafka's (ZooKeeper-mode) controller decisions, and the thread carrying them
+out.
+
+The decisions are plain functions (no IO):
+
+- ``assign_replicas``: AdminUtils.assignReplicasToBrokers, rack-unaware: partition p's first
+  replica is broker ``(p + start_index) % n`` of the sorted broker list (leaders spread evenly),
+  the others follow at a shift that grows by one every n partitions.
+- ``initial_state``: a new partition's leader is its first live replica; the ISR is its live
+  replicas, in assignment order; leader epoch 0.
+- ``elect_leader``: OfflinePartitionLeaderElectionStrategy without unclean election: the first
+  replica in assignment order that is alive and in the ISR; leader epoch + 1; ISR = old ISR
+  minus the dead. With no live ISR member the partition goes offline (leader -1) and keeps its
+  ISR: the last members known to have every committed record, one of which must come back.
+- ``on_brokers_changed`` / ``partition_change``: what the controller writes when brokers come and
+  go (onBrokerFailure/onBrokerStartup): elections for partitions whose leader died or which are
+  offline and can elect again, and dead brokers out of the ISR where the leader lives. As
+  Kafka's ZooKeeper-mode controller (ReplicaStateMachine's removal of an offline replica from
+  the ISR goes through LeaderAndIsr.newLeaderAndIsr), that ISR shrink bumps the leader epoch too:
+  every state the controller writes has a new leader epoch; ISR changes the leader itself writes
+  keep it. A broker that re-registered (new broker epoch) before the controller saw it gone is
+  handled as gone and back ("bounced").
+
+``Controller`` is the IO side: a thread per broker that campaigns for ``/controller`` (again
+whenever it disappears), and while it is the controller keeps the partition states right from a
+``MetadataView``: initial states for new partitions, elections and ISR shrinks when brokers
+change, topic deletions. Every write is conditional on the state znode's version (re-read and
+decided again on a conflict) and fenced by the controller epoch's zk version; the controller
+epoch is stamped into every state it writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+from kazoo.exceptions import KazooException
+
+from .zk import (
+    NO_LEADER,
+    ClusterError,
+    ClusterStore,
+    ClusterView,
+    ControllerLease,
+    ControllerMovedError,
+    LeaderAndIsr,
+    MetadataView,
+    TopicAssignment,
+)
+
+__all__ = [
+    "Controller",
+    "InvalidReplicationFactorError",
+    "assign_replicas",
+    "create_topic",
+    "elect_leader",
+    "initial_state",
+    "new_partition_states",
+    "on_brokers_changed",
+    "partition_change",
+]
+
+log = logging.getLogger("oncelog.cluster.controller")
+
+TP = tuple[str, int]
+
+
+class InvalidReplicationFactorError(ClusterError, ValueError):
+    """More replicas asked for than there are brokers."""
+
+
+# -- decisions (sans-IO) -----------------------------------------------------------------------
+
+
+def assign_replicas(num_partitions: int, replication_factor: int, broker_ids: Iterable[int],
+                    start_index: int | None = None, start_shift: int | None = None, *,
+                    start_partition: int = 0, rng: random.Random | None = None
+                    ) -> dict[int, list[int]]:
+    """Kafka's rack-unaware replica assignment (AdminUtils.assignReplicasToBrokers).
+
+    Brokers are taken in id order. ``start_index`` (the broker of partition 0's first replica)
+    and ``start_shift`` (the first distance to the second replica, minus one) are random when
+    not given, as Kafka's; ``start_partition`` numbers the partitions from there (adding
+    partitions to a topic)."""
+    brokers = sorted(set(broker_ids))
+    n = len(brokers)
+    if num_partitions <= 0:
+        raise ValueError(f"number of partitions must be larger than 0, not {num_partitions}")
+    if replication_factor <= 0:
+        raise InvalidReplicationFactorError(
+            f"replication factor must be larger than 0, not {replication_factor}")
+    if replication_factor > n:
+        raise InvalidReplicationFactorError(
+            f"replication factor: {replication_factor} larger than available brokers: {n}")
+    rng = rng or random.Random()
+    index = start_index if start_index is not None else rng.randrange(n)
+    shift = start_shift if start_shift is not None else rng.randrange(n)
+    out: dict[int, list[int]] = {}
+    partition = max(0, start_partition)
+    for _ in range(num_partitions):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        first = (partition + index) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        out[partition] = replicas
+        partition += 1
+    return out
+
+
+def initial_state(assignment: Sequence[int], live: Collection[int],
+                  controller_epoch: int = 0) -> LeaderAndIsr | None:
+    """A new partition's first state: leader the first live replica, ISR the live replicas in
+    assignment order, leader epoch 0. None when no replica is alive (the partition stays
+    without a state until one is)."""
+    alive = tuple(r for r in assignment if r in live)
+    if not alive:
+        return None
+    return LeaderAndIsr(alive[0], 0, alive, controller_epoch)
+
+
+def elect_leader(assignment: Sequence[int], state: LeaderAndIsr, live: Collection[int],
+                 controller_epoch: int | None = None) -> LeaderAndIsr | None:
+    """Leader election for a partition whose leader is gone (dead, or -1), without unclean
+    election: the first replica in assignment order that is alive and in the ISR becomes leader
+    at leader epoch + 1, with ISR = old ISR minus the dead (in ISR order).
+
+    With no live ISR member: leader -1 (epoch + 1), the ISR kept as it was (its members are the
+    last known to hold every committed record; the partition comes back when one of them
+    does). None when there is nothing to change: the leader is alive, or the partition is
+    offline already and still cannot elect."""
+    epoch = state.controller_epoch if controller_epoch is None else controller_epoch
+    if state.leader >= 0 and state.leader in live:
+        return None
+    isr = set(state.isr)
+    leader = next((r for r in assignment if r in live and r in isr), None)
+    if leader is None:
+        if state.leader == NO_LEADER:
+            return None
+        return LeaderAndIsr(NO_LEADER, state.leader_epoch + 1, state.isr, epoch)
+    new_isr = tuple(r for r in state.isr if r in live)
+    return LeaderAndIsr(leader, state.leader_epoch + 1, new_isr, epoch)
+
+
+def _change(assignment: Sequence[int], state: LeaderAndIsr, live: Collection[int],
+            controller_epoch: int) -> LeaderAndIsr | None:
+    if state.leader < 0 or state.leader not in live:
+        return elect_leader(assignment, state, live, controller_epoch)
+    if all(r in live for r in state.isr):
+        return None
+    # The leader lives: the dead out of the ISR (Kafka: OfflineReplica, a new leader epoch).
+    return LeaderAndIsr(state.leader, state.leader_epoch + 1,
+                        tuple(r for r in state.isr if r in live), controller_epoch)
+
+
+def partition_change(assignment: Sequence[int], state: LeaderAndIsr, live: Collection[int],
+                     controller_epoch: int, bounced: Collection[int] = ()
+                     ) -> LeaderAndIsr | None:
+    """The state the controller writes for one partition given the live brokers, or None when
+    it stays. ``bounced``: live brokers that re-registered since the controller last looked,
+    handled as failed (out of the ISR, leadership lost) and then back."""
+    current = state
+    involved = [b for b in bounced if b in state.isr or b == state.leader]
+    if involved:
+        live_now = set(live) - set(bounced)
+        step = _change(assignment, current, live_now, controller_epoch)
+        if step is not None:
+            current = step
+    step = _change(assignment, current, live, controller_epoch)
+    if step is not None:
+        current = step
+    return None if current == state else current
+
+
+def on_brokers_changed(assignments: Mapping[str, Mapping[int, Sequence[int]]],
+                       states: Mapping[TP, LeaderAndIsr], live: Collection[int],
+                       controller_epoch: int, bounced: Collection[int] = ()
+                       ) -> dict[TP, LeaderAndIsr]:
+    """Every partition state to write after the set of live brokers changed: elections where
+    the leader died (or the partition is offline and an ISR member is back), dead brokers out
+    of the ISR of partitions whose leader lives. Partitions without a state are left to
+    ``new_partition_states``."""
+    live = set(live)
+    out: dict[TP, LeaderAndIsr] = {}
+    for (topic, p), state in states.items():
+        replicas = assignments.get(topic, {}).get(p)
+        if replicas is None:
+            continue
+        new = partition_change(replicas, state, live, controller_epoch, bounced)
+        if new is not None:
+            out[(topic, p)] = new
+    return out
+
+
+def new_partition_states(assignments: Mapping[str, Mapping[int, Sequence[int]]],
+                         existing: Collection[TP], live: Collection[int],
+                         controller_epoch: int) -> dict[TP, LeaderAndIsr]:
+    """Initial states of the partitions that have none yet (and have a live replica)."""
+    live = set(live)
+    out = {}
+    for topic, partitions in assignments.items():
+        for p, replicas in partitions.items():
+            if (topic, p) in existing:
+                continue
+            state = initial_state(replicas, live, controller_epoch)
+            if state is not None:
+                out[(topic, p)] = state
+    return out
+
+
+def create_topic(store: ClusterStore, name: str, num_partitions: int, replication_factor: int,
+                 configs: Mapping[str, str] | None = None, topic_id: uuid.UUID | None = None,
+                 brokers: Collection[int] | None = None) -> TopicAssignment:
+    """Kafka's AdminZkClient.createTopic: assign the replicas over the live brokers (or
+    ``brokers``) and write the topic; the controller elects the leaders. Blocking (ZooKeeper).
+    InvalidReplicationFactorError, TopicExistsError."""
+    ids = sorted(brokers) if brokers is not None else sorted(store.live_brokers())
+    assignment = assign_replicas(num_partitions, replication_factor, ids)
+    return store.create_topic(name, assignment, topic_id or uuid.uuid4(), dict(configs or {}))
+
+
+# -- the controller thread ---------------------------------------------------------------------
+
+
+class Controller:
+    """Broker ``node_id``'s controller thread: campaigns for ``/controller`` and, while it holds
+    it, keeps every partition's state right.
+
+    ``view``: the broker's MetadataView, shared (else the controller follows the cluster with one
+    of its own). ``resync_interval_s``: seconds between full passes when nothing happens (each
+    change in the view or the deletion requests wakes it at once). The work is idempotent: a
+    pass compares the view with what should be and writes the difference.
+    """
+
+    def __init__(self, store: ClusterStore, node_id: int, *, view: MetadataView | None = None,
+                 resync_interval_s: float = 5.0, retry_backoff_s: float = 0.5) -> None:
+        self.store = store
+        self.node_id = node_id
+        self.resync_interval_s = resync_interval_s
+        self.retry_backoff_s = retry_backoff_s
+        self._view = view
+        self._own_view = view is None
+        self._lease: ControllerLease | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        self._session_lost = False
+        self._active = threading.Condition()
+        self._broker_epochs: dict[int, int] = {}
+        self._thread: threading.Thread | None = None
+
+    # -- public -------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """Whether this broker is the controller (as far as it knows)."""
+        return self._lease is not None
+
+    @property
+    def epoch(self) -> int | None:
+        lease = self._lease
+        return None if lease is None else lease.epoch
+
+    def start(self) -> Controller:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name=f"oncelog-controller-{self.node_id}")
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop; resign (delete ``/controller``) if this broker is the controller, so another
+        takes over at once."""
+        self._stopping = True
+        self._wake.set()
+        with self._active:
+            self._active.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_active(self, timeout: float) -> bool:
+        with self._active:
+            return self._active.wait_for(lambda: self.active or self._stopping, timeout) \
+                and self.active
+
+    def poke(self) -> None:
+        """Run a pass now (thread-safe)."""
+        self._wake.set()
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def _on_view(self, view: ClusterView) -> None:
+        self._wake.set()
+
+    def _on_deletions(self, names: list[str]) -> Any:
+        if self._stopping:
+            return False
+        if names:
+            self._wake.set()
+        return None
+
+    def _on_session(self, state: str) -> None:
+        if state == "LOST":
+            self._session_lost = True
+        self._wake.set()
+
+    def _set_lease(self, lease: ControllerLease | None) -> None:
+        with self._active:
+            self._lease = lease
+            self._active.notify_all()
+
+    def _run(self) -> None:
+        self.store.add_session_listener(self._on_session)
+        watches_set = False
+        try:
+            while not self._stopping:
+                try:
+                    if not watches_set:
+                        self._setup()
+                        watches_set = True
+                    self._step()
+                    timeout = self.resync_interval_s
+                except ControllerMovedError as exc:
+                    log.info("broker %d: no longer the controller (%s)", self.node_id, exc)
+                    self._set_lease(None)
+                    timeout = 0.0
+                except KazooException as exc:
+                    if self._stopping or self.store.closed:
+                        break
+                    log.warning("controller %d: ZooKeeper: %r; retrying", self.node_id, exc)
+                    timeout = self.retry_backoff_s
+                except Exception:
+                    if self._stopping or self.store.closed:
+                        break
+                    log.exception("controller %d: pass failed; retrying", self.node_id)
+                    timeout = self.retry_backoff_s
+                if self._stopping:
+                    break
+                if timeout:
+                    self._wake.wait(timeout)
+                self._wake.clear()
+        finally:
+            self.store.remove_session_listener(self._on_session)
+            if self._view is not None:
+                self._view.remove_listener(self._on_view)
+                if self._own_view:
+                    self._view.close()
+            lease, self._lease = self._lease, None
+            if lease is not None and not self.store.closed:
+                try:
+                    self.store.resign_controller(lease)
+                    log.info("broker %d resigned as controller", self.node_id)
+                except KazooException as exc:
+                    log.warning("controller %d: resigning failed: %r", self.node_id, exc)
+            with self._active:
+                self._active.notify_all()
+
+    def _setup(self) -> None:
+        if self._view is None:
+            self._view = MetadataView(self.store, autostart=False)
+        self._view.add_listener(self._on_view)
+        self._view.start()  # (a no-op if the broker's view runs already)
+        self.store.watch_deletions(self._on_deletions)
+
+    def _step(self) -> None:
+        if self._session_lost:
+            self._session_lost = False
+            if self._lease is not None:
+                log.info("broker %d: session expired, no longer the controller", self.node_id)
+                self._set_lease(None)
+        assert self._view is not None
+        view = self._view.view
+        lease = self._lease
+        if lease is not None and view.controller_id != self.node_id \
+                and not self.store.is_controller(lease):
+            log.info("broker %d: no longer the controller", self.node_id)
+            self._set_lease(None)
+            lease = None
+        if lease is None:
+            if view.controller_id is not None and view.controller_id != self.node_id:
+                return  # somebody else: wait for /controller to change
+            lease = self.store.campaign(self.node_id)
+            if lease is None:
+                return
+            self._broker_epochs = {}
+            self._set_lease(lease)
+            view = self._view.view
+        self._reconcile(lease, view)
+
+    def _reconcile(self, lease: ControllerLease, view: ClusterView) -> None:
+        """One pass: deletions, initial states, elections and ISR shrinks."""
+        store = self.store
+        deleting = set(store.pending_deletions())
+        for name in sorted(deleting):
+            store.delete_topic_znodes(name, fence=lease)
+        live = set(view.brokers)
+        bounced = {b for b, info in view.brokers.items()
+                   if b in self._broker_epochs and self._broker_epochs[b] != info.epoch}
+        assignments = {n: t.partitions for n, t in view.topics.items() if n not in deleting}
+        states = {tp: s for tp, (s, _v) in view.states.items() if tp[0] in assignments}
+        for tp, state in new_partition_states(assignments, states.keys(), live,
+                                              lease.epoch).items():
+            if store.create_partition_state(*tp, state, fence=lease) is not None:
+                log.info("%s-%d: leader %d, ISR %s (new)", *tp, state.leader, list(state.isr))
+            # else: it exists (the view is behind); the next pass sees it
+        changes = on_brokers_changed(assignments, states, live, lease.epoch, bounced)
+        for tp, new in sorted(changes.items()):
+            self._write(lease, tp, assignments[tp[0]][tp[1]], new, view.states[tp][1], live,
+                        bounced)
+        self._broker_epochs = {b: info.epoch for b, info in view.brokers.items()}
+
+    def _write(self, lease: ControllerLease, tp: TP, replicas: Sequence[int], new: LeaderAndIsr,
+               version: int, live: Collection[int], bounced: Collection[int]) -> None:
+        for _ in range(20):
+            got = self.store.update_partition_state(*tp, new, version, fence=lease)
+            if got is not None:
+                log.info("%s-%d: leader %d, leader epoch %d, ISR %s", *tp, new.leader,
+                         new.leader_epoch, list(new.isr))
+                return
+            found = self.store.partition_state(*tp)  # conflict: decide again on what is there
+            if found is None:
+                return
+            state, version = found
+            again = partition_change(replicas, state, live, lease.epoch, bounced)
+            if again is None:
+                return
+            new = again
+        log.warning("%s-%d: gave up writing its state after repeated conflicts", *tp)

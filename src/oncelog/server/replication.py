@@ -1,0 +1,538 @@
+"""Replication in cluster mode: Kafka's ISR protocol for the partitions this broker hosts.
+
+``ReplicaManager`` follows the cluster view (ZooKeeper, through cluster/zk.py's watches) on the
+broker's event loop. For every partition whose replicas include this broker it keeps a
+``Replica``: its role (leader or follower) at the partition's leader epoch, and
+
+- as leader: each follower's log end offset (from its fetches), when it last caught up, the
+  high watermark (the smallest log end offset of the ISR), the acks=all produce requests waiting
+  for it, ISR shrink (a follower not caught up for ``replica.lag.time.max.ms``) and expansion (a
+  follower that reached the high watermark), written to the partition's state znode on the
+  condition of its version;
+- as follower: a fetcher per leader broker that first truncates the log where it diverges from
+  the leader's (OffsetForLeaderEpoch), then fetches from its log end offset, appends the leader's
+  batches unchanged (log/log.py rebuilds producer state, transactions and the aborted-transaction
+  index from them) and takes min(leader's high watermark, its own log end) as high watermark.
+
+Leadership changes arrive as new views; a replica that stops being leader fails its waiting
+acks=all requests with NOT_LEADER_OR_FOLLOWER. ``listeners`` hear of leadership gained and lost
+(the coordinators follow their partitions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol import ApiKey, make, request_module
+from .clock import now_ms
+from .interbroker import ChannelError, InterBrokerClient
+from .topics import Partition
+
+log = logging.getLogger("oncelog.replication")
+
+FETCH_VERSION = 12
+EPOCH_VERSION = 4
+BACKOFF_S = 0.2
+TP = tuple[str, int]
+
+
+@dataclass
+class FollowerProgress:
+    """The leader's view of one follower (Kafka's Replica state)."""
+
+    leo: int = -1  # unknown until its first fetch at this leader epoch
+    last_fetch_ms: int = 0
+    leader_leo_at_last_fetch: int = 0
+    last_caught_up_ms: int = 0
+
+
+@dataclass
+class Replica:
+    partition: Partition
+    replicas: tuple[int, ...]
+    leader: int = -1
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    controller_epoch: int = 0
+    zk_version: int = -1
+    is_leader: bool = False
+    followers: dict[int, FollowerProgress] = field(default_factory=dict)
+    waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+    needs_truncation: bool = False  # follower: ask the leader where our logs diverge first
+    isr_change_in_flight: bool = False
+
+    @property
+    def tp(self) -> TP:
+        return (self.partition.topic, self.partition.index)
+
+    @property
+    def log(self):
+        return self.partition.log
+
+
+class ReplicationError(Exception):
+    def __init__(self, error_name: str, message: str) -> None:
+        super().__init__(message)
+        self.error_name = error_name
+
+
+class ReplicaManager:
+    def __init__(self, broker, store) -> None:
+        self.broker = broker
+        self.store = store  # cluster/zk.py ClusterStore (blocking: called in worker threads)
+        self.node_id: int = broker.node_id
+        cfg = broker.config
+        self.lag_ms = cfg.int("replica.lag.time.max.ms")
+        self.fetch_wait_ms = cfg.int("replica.fetch.wait.max.ms")
+        self.fetch_max_bytes = cfg.int("replica.fetch.max.bytes")
+        self.view: Any = None  # the latest cluster view
+        self.replicas: dict[TP, Replica] = {}
+        self.client = InterBrokerClient(self.node_id, self._address_of)
+        self._fetchers: dict[int, asyncio.Task] = {}
+        self._wake_fetchers: dict[int, asyncio.Event] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._isr_task: asyncio.Task | None = None
+        # (topic, index, is_leader, leader_epoch) on every change of role.
+        self.listeners: list[Callable[[str, int, bool, int], None]] = []
+
+    # -- the cluster view ---------------------------------------------------------------------
+
+    def _address_of(self, node_id: int) -> tuple[str, int] | None:
+        b = self.view.brokers.get(node_id) if self.view is not None else None
+        return None if b is None else (b.host, b.port)
+
+    def start(self) -> None:
+        self._isr_task = asyncio.get_running_loop().create_task(self._shrink_isr_forever())
+
+    def close(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        for t in list(self._fetchers.values()) + list(self._tasks):
+            t.cancel()
+        for r in self.replicas.values():
+            self._fail_waiters(r, "not_leader_or_follower")
+        self.client.close()
+
+    def apply(self, view) -> None:
+        """A new cluster view: host what is assigned here, take up the roles it says."""
+        self.view = view
+        now = now_ms()
+        topics = self.broker.topics
+        wanted: set[TP] = set()
+        for name, t in view.topics.items():
+            hosted = {p for p, reps in t.partitions.items() if self.node_id in reps}
+            if not hosted and topics.get(name) is None:
+                continue
+            local = topics.host(name, t.topic_id, len(t.partitions), dict(t.configs), hosted,
+                                now)
+            for p in local.partitions:
+                wanted.add((name, p.index))
+        for name in [n for n in topics.topics if n not in view.topics]:
+            for p in topics.topics[name].partitions:
+                self._drop((name, p.index))
+            topics.delete(name, force=True)
+        for tp in [tp for tp in self.replicas if tp not in wanted]:
+            self._drop(tp)
+        for tp in sorted(wanted):
+            partition = topics.partition(*tp)
+            if partition is None:
+                continue
+            reps = tuple(view.topics[tp[0]].partitions[tp[1]])
+            r = self.replicas.get(tp)
+            if r is None or r.partition is not partition:
+                r = self.replicas[tp] = Replica(partition, reps)
+            r.replicas = reps
+            found = view.states.get(tp)
+            if found is None:
+                continue  # the controller has not elected a leader yet
+            state, version = found
+            if state.leader == self.node_id:
+                if not r.is_leader or r.leader_epoch != state.leader_epoch:
+                    self._become_leader(r, state, version, now)
+                else:
+                    r.isr, r.zk_version = tuple(state.isr), version
+                    r.controller_epoch = state.controller_epoch
+                    self._maybe_advance_hw(r)
+            else:
+                if r.is_leader or r.leader != state.leader \
+                        or r.leader_epoch != state.leader_epoch:
+                    self._become_follower(r, state, version)
+                r.isr, r.zk_version = tuple(state.isr), version
+                r.controller_epoch = state.controller_epoch
+        self._sync_fetchers()
+
+    def _drop(self, tp: TP) -> None:
+        r = self.replicas.pop(tp, None)
+        if r is None:
+            return
+        was_leader = r.is_leader
+        self._fail_waiters(r, "not_leader_or_follower")
+        if was_leader:
+            self._tell(r, False)
+
+    def _become_leader(self, r: Replica, state, version: int, now: int) -> None:
+        log.info("%s-%d: leader at epoch %d, ISR %s", *r.tp, state.leader_epoch, state.isr)
+        r.is_leader = True
+        r.leader, r.leader_epoch = state.leader, state.leader_epoch
+        r.isr, r.zk_version, r.controller_epoch = tuple(state.isr), version, \
+            state.controller_epoch
+        r.needs_truncation = False
+        r.followers = {f: FollowerProgress(last_caught_up_ms=now)
+                       for f in r.replicas if f != self.node_id}
+        # Kafka's makeLeader: the new epoch starts at our log end, so OffsetForLeaderEpoch
+        # answers followers of the old epoch correctly before anything is appended.
+        r.log.leader_epoch_cache.assign(state.leader_epoch, r.log.log_end_offset)
+        self._maybe_advance_hw(r)
+        self._tell(r, True)
+
+    def _become_follower(self, r: Replica, state, version: int) -> None:
+        log.info("%s-%d: follower of %d at epoch %d", *r.tp, state.leader, state.leader_epoch)
+        was_leader = r.is_leader
+        r.is_leader = False
+        r.leader, r.leader_epoch = state.leader, state.leader_epoch
+        r.followers = {}
+        r.needs_truncation = True
+        self._fail_waiters(r, "not_leader_or_follower")
+        if was_leader:
+            self._tell(r, False)
+
+    def _tell(self, r: Replica, is_leader: bool) -> None:
+        for listener in self.listeners:
+            try:
+                listener(r.partition.topic, r.partition.index, is_leader, r.leader_epoch)
+            except Exception:
+                log.exception("leadership listener failed for %s-%d", *r.tp)
+
+    # -- the leader's side --------------------------------------------------------------------
+
+    def leader_replica(self, topic: str, index: int, current_leader_epoch: int = -1
+                       ) -> Replica:
+        """The partition, if this broker leads it (at ``current_leader_epoch`` when the
+        client says which epoch it knows); raises ReplicationError otherwise."""
+        r = self.replicas.get((topic, index))
+        if r is None:
+            known = self.view is not None and topic in self.view.topics and \
+                index in self.view.topics[topic].partitions
+            if known:
+                raise ReplicationError("not_leader_or_follower",
+                                       f"broker {self.node_id} is not a replica of "
+                                       f"{topic}-{index}")
+            raise ReplicationError("unknown_topic_or_partition",
+                                   f"{topic}-{index} does not exist")
+        if not r.is_leader:
+            raise ReplicationError("not_leader_or_follower",
+                                   f"broker {self.node_id} does not lead {topic}-{index} "
+                                   f"(the leader is {r.leader})")
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < r.leader_epoch:
+                raise ReplicationError("fenced_leader_epoch",
+                                       f"leader epoch {current_leader_epoch} is old "
+                                       f"({r.leader_epoch})")
+            if current_leader_epoch > r.leader_epoch:
+                raise ReplicationError("unknown_leader_epoch",
+                                       f"leader epoch {current_leader_epoch} is newer than "
+                                       f"{r.leader_epoch}")
+        return r
+
+    def min_insync(self, r: Replica) -> int:
+        topic = self.broker.topics.get(r.partition.topic)
+        value = topic.configs.get("min.insync.replicas") if topic else None
+        return int(value) if value else self.broker.config.int("min.insync.replicas")
+
+    def check_enough_replicas(self, r: Replica) -> None:
+        """acks=all: refuse before appending when the ISR is below min.insync.replicas."""
+        need = self.min_insync(r)
+        if len(r.isr) < need:
+            raise ReplicationError("not_enough_replicas",
+                                   f"{len(r.isr)} in-sync replicas of {r.partition.topic}-"
+                                   f"{r.partition.index}, min.insync.replicas is {need}")
+
+    def appended(self, r: Replica) -> None:
+        """The leader appended: with a lone ISR the high watermark moves now."""
+        self._maybe_advance_hw(r)
+
+    async def wait_replicated(self, r: Replica, end_offset: int, timeout_ms: int) -> str | None:
+        """acks=all: wait until the high watermark reaches ``end_offset`` (the offset after
+        the batch); None, or the error to answer with."""
+        if r.log.high_watermark < end_offset:
+            fut = asyncio.get_running_loop().create_future()
+            r.waiters.append((end_offset, fut))
+            try:
+                err = await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000)
+            except TimeoutError:
+                return "request_timed_out"
+            finally:
+                r.waiters = [(o, f) for o, f in r.waiters if f is not fut]
+            if err is not None:
+                return err
+        if len(r.isr) < self.min_insync(r):
+            return "not_enough_replicas_after_append"
+        return None
+
+    def _fail_waiters(self, r: Replica, error: str) -> None:
+        for _offset, fut in r.waiters:
+            if not fut.done():
+                fut.set_result(error)
+        r.waiters = []
+
+    def _maybe_advance_hw(self, r: Replica) -> None:
+        if not r.is_leader:
+            return
+        plog = r.log
+        ends = [plog.log_end_offset]
+        for f in r.isr:
+            if f != self.node_id:
+                progress = r.followers.get(f)
+                ends.append(progress.leo if progress is not None else -1)
+        new_hw = min(ends)
+        if new_hw > plog.high_watermark:
+            plog.update_high_watermark(new_hw)
+            r.partition.notify_append()  # consumers long-polling for the high watermark
+            hw = plog.high_watermark
+            still = []
+            for offset, fut in r.waiters:
+                if offset <= hw:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    still.append((offset, fut))
+            r.waiters = still
+
+    def follower_fetched(self, r: Replica, replica_id: int, fetch_offset: int) -> None:
+        """A follower's fetch: its log end offset is ``fetch_offset`` (Kafka's
+        updateFollowerFetchState). May expand the ISR and move the high watermark."""
+        progress = r.followers.get(replica_id)
+        if progress is None:
+            return
+        now = now_ms()
+        leo = r.log.log_end_offset
+        if fetch_offset >= leo:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, now)
+        elif fetch_offset >= progress.leader_leo_at_last_fetch:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms,
+                                             progress.last_fetch_ms)
+        progress.leo = fetch_offset
+        progress.last_fetch_ms = now
+        progress.leader_leo_at_last_fetch = leo
+        if replica_id not in r.isr and self._caught_up_for_isr(r, fetch_offset):
+            self._change_isr(r, tuple(x for x in r.replicas
+                                      if x in r.isr or x == replica_id))
+        self._maybe_advance_hw(r)
+
+    def _caught_up_for_isr(self, r: Replica, fetch_offset: int) -> bool:
+        # Kafka: at the high watermark, and past the start of the current leader epoch (so the
+        # follower has truncated to this leader's log).
+        start = r.log.leader_epoch_cache.start_offset_of(r.leader_epoch)
+        return fetch_offset >= r.log.high_watermark and (start is None or fetch_offset >= start)
+
+    async def _shrink_isr_forever(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.lag_ms / 2, 50) / 1000)
+            now = now_ms()
+            for r in list(self.replicas.values()):
+                if not r.is_leader or r.isr_change_in_flight:
+                    continue
+                lagging = {f for f in r.isr if f != self.node_id
+                           and (p := r.followers.get(f)) is not None
+                           and now - p.last_caught_up_ms > self.lag_ms}
+                if lagging:
+                    log.info("%s-%d: %s out of sync (not caught up for %d ms)", *r.tp,
+                             sorted(lagging), self.lag_ms)
+                    self._change_isr(r, tuple(x for x in r.isr if x not in lagging))
+
+    def _change_isr(self, r: Replica, isr: tuple[int, ...]) -> None:
+        """Write the new ISR to the partition's state znode (on the condition of its version);
+        the watch brings it back as a new view."""
+        if r.isr_change_in_flight or isr == r.isr or not isr:
+            return
+        r.isr_change_in_flight = True
+        from kazoo.exceptions import KazooException
+
+        from ..cluster.zk import LeaderAndIsr
+
+        state = LeaderAndIsr(self.node_id, r.leader_epoch, isr, r.controller_epoch)
+        topic, index = r.tp
+        expected = r.zk_version
+
+        async def write() -> None:
+            try:
+                version = await asyncio.to_thread(self.store.update_partition_state, topic,
+                                                  index, state, expected)
+            except (KazooException, OSError) as exc:  # ZooKeeper away: next time, again
+                log.warning("%s-%d: ISR change to %s failed: %r", topic, index, isr, exc)
+                version = None
+            finally:
+                r.isr_change_in_flight = False
+            if version is None:
+                return  # conflict: the controller or a newer view wins; the watch tells us
+            if r.is_leader and r.leader_epoch == state.leader_epoch and r.zk_version == expected:
+                log.info("%s-%d: ISR %s -> %s", topic, index, r.isr, isr)
+                r.isr, r.zk_version = isr, version
+                self._maybe_advance_hw(r)
+
+        self._spawn(write())
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the follower's side ------------------------------------------------------------------
+
+    def _sync_fetchers(self) -> None:
+        leaders = {r.leader for r in self.replicas.values()
+                   if not r.is_leader and r.leader >= 0 and r.leader != self.node_id}
+        for leader in list(self._fetchers):
+            if leader not in leaders:
+                self._fetchers.pop(leader).cancel()
+                self._wake_fetchers.pop(leader, None)
+        for leader in leaders:
+            task = self._fetchers.get(leader)
+            if task is None or task.done():
+                self._wake_fetchers[leader] = asyncio.Event()
+                self._fetchers[leader] = asyncio.get_running_loop().create_task(
+                    self._fetch_from(leader))
+            else:
+                self._wake_fetchers[leader].set()
+
+    def _following(self, leader: int) -> list[Replica]:
+        return [r for r in self.replicas.values()
+                if not r.is_leader and r.leader == leader]
+
+    async def _fetch_from(self, leader: int) -> None:
+        while True:
+            try:
+                replicas = self._following(leader)
+                if not replicas:
+                    return
+                todo = [r for r in replicas if r.needs_truncation]
+                if todo:
+                    await self._truncate(leader, todo)
+                ready = [r for r in replicas if not r.needs_truncation]
+                if ready:
+                    await self._fetch(leader, ready)
+                else:
+                    await asyncio.sleep(BACKOFF_S)
+            except asyncio.CancelledError:
+                raise
+            except ChannelError as exc:
+                log.debug("fetching from broker %d: %s", leader, exc)
+                await self._backoff(leader)
+            except Exception:
+                log.exception("replica fetcher for broker %d failed; retrying", leader)
+                await self._backoff(leader)
+
+    async def _backoff(self, leader: int) -> None:
+        event = self._wake_fetchers.get(leader)
+        if event is None:
+            await asyncio.sleep(BACKOFF_S)
+            return
+        event.clear()
+        try:
+            await asyncio.wait_for(event.wait(), BACKOFF_S)
+        except TimeoutError:
+            pass
+
+    async def _truncate(self, leader: int, replicas: list[Replica]) -> None:
+        """Kafka's truncation by leader epoch: ask the leader for the end offset of our latest
+        epoch, cut our log there (or at our own end of the epoch the leader answers with)."""
+        mod = request_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION)
+        by_topic: dict[str, list] = {}
+        asked: dict[TP, tuple[Replica, int]] = {}
+        for r in replicas:
+            latest = r.log.leader_epoch_cache.latest_epoch
+            epoch = -1 if latest is None else latest
+            asked[r.tp] = (r, r.leader_epoch)
+            by_topic.setdefault(r.partition.topic, []).append(make(
+                mod.OffsetForLeaderPartition, partition=r.partition.index,
+                current_leader_epoch=r.leader_epoch, leader_epoch=epoch))
+        request = make(mod.OffsetForLeaderEpochRequest, replica_id=self.node_id,
+                       topics=tuple(make(mod.OffsetForLeaderTopic, topic=t, partitions=tuple(ps))
+                                    for t, ps in by_topic.items()))
+        response = await self.client.request(leader, request)
+        for t in response.topics:
+            for p in t.partitions:
+                found = asked.get((t.topic, p.partition))
+                if found is None:
+                    continue
+                r, epoch_asked = found
+                if r.is_leader or r.leader_epoch != epoch_asked:
+                    continue  # the view moved on meanwhile
+                if p.error_code:
+                    log.debug("%s-%d: OffsetForLeaderEpoch: %s", t.topic, p.partition,
+                              p.error_code.name)
+                    continue
+                plog = r.log
+                if p.end_offset < 0:
+                    # The leader knows no such epoch: keep what is known to be replicated.
+                    target = min(plog.high_watermark, plog.log_end_offset)
+                else:
+                    target = min(p.end_offset, plog.log_end_offset)
+                    latest = plog.leader_epoch_cache.latest_epoch
+                    if latest is not None and p.leader_epoch < latest:
+                        # Our later epochs are unknown to the leader: cut at our own end of
+                        # the epoch it answered with as well.
+                        _e, own_end = plog.end_offset_for_epoch(p.leader_epoch)
+                        if own_end >= 0:
+                            target = min(target, own_end)
+                if target < plog.log_end_offset:
+                    log.info("%s-%d: truncating %d -> %d (leader %d, epoch %d)", *r.tp,
+                             plog.log_end_offset, target, leader, r.leader_epoch)
+                    plog.truncate_to(target)
+                r.needs_truncation = False
+
+    async def _fetch(self, leader: int, replicas: list[Replica]) -> None:
+        mod = request_module(ApiKey.FETCH, FETCH_VERSION)
+        by_topic: dict[str, list] = {}
+        for r in replicas:
+            by_topic.setdefault(r.partition.topic, []).append(make(
+                mod.FetchPartition, partition=r.partition.index,
+                current_leader_epoch=r.leader_epoch, fetch_offset=r.log.log_end_offset,
+                last_fetched_epoch=-1, log_start_offset=r.log.log_start_offset,
+                partition_max_bytes=self.fetch_max_bytes))
+        request = make(mod.FetchRequest, cluster_id=None, replica_id=self.node_id,
+                       max_wait=self.fetch_wait_ms, min_bytes=1,
+                       max_bytes=self.fetch_max_bytes * 4, isolation_level=0, session_id=0,
+                       session_epoch=-1,
+                       topics=tuple(make(mod.FetchTopic, topic=t, partitions=tuple(ps))
+                                    for t, ps in by_topic.items()),
+                       forgotten_topics_data=(), rack_id="")
+        started = time.monotonic()
+        response = await self.client.request(leader, request,
+                                             timeout_s=self.fetch_wait_ms / 1000 + 30)
+        if response.error_code:
+            log.info("fetch from broker %d: %s", leader, response.error_code.name)
+            await self._backoff(leader)
+            return
+        errors = 0
+        for t in response.responses:
+            for p in t.partitions:
+                fr = self.replicas.get((t.topic, p.partition_index))
+                if fr is None or fr.is_leader or fr.leader != leader:
+                    continue
+                r = fr
+                if p.error_code:
+                    errors += 1
+                    name = p.error_code.name
+                    if name == "offset_out_of_range":
+                        r.needs_truncation = True
+                    log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, name)
+                    continue
+                plog = r.log
+                if p.records:
+                    plog.append_as_follower(p.records)
+                plog.update_high_watermark(min(p.high_watermark, plog.log_end_offset))
+        if errors and time.monotonic() - started < BACKOFF_S:
+            await self._backoff(leader)
+
+    # -- OffsetForLeaderEpoch (the leader answers followers) ----------------------------------
+
+    def end_offset_for_epoch(self, topic: str, index: int, current_leader_epoch: int,
+                             epoch: int) -> tuple[int, int]:
+        r = self.leader_replica(topic, index, current_leader_epoch)
+        return r.log.end_offset_for_epoch(epoch)
