@@ -58,6 +58,9 @@ class ClusterMember:
         """Join: register, campaign for controller, and wait for the first view."""
         self.loop = asyncio.get_running_loop()
         replication = ReplicaManager(self.broker, None)
+        # The coordinators follow the partitions of their internal topics.
+        replication.listeners.append(self.broker.txn_coordinator.on_leadership)
+        replication.listeners.append(self.broker.group_coordinator.on_leadership)
         self.broker.replication = replication
         await asyncio.to_thread(self._start_blocking)
         replication.store = self.store
@@ -76,7 +79,10 @@ class ClusterMember:
     def _start_blocking(self) -> None:
         self.store = ClusterStore(self.connect, session_timeout_s=self.session_timeout_ms / 1000)
         self.broker.cluster_id = self.store.cluster_id(self.broker.cluster_id)
-        self.store.register_broker(self.node_id, self.broker.host, self.broker.port)
+        # Restarted right after a crash, the old session still holds our registration until
+        # ZooKeeper expires it (up to its timeout): wait it out instead of failing.
+        self.store.register_broker(self.node_id, self.broker.host, self.broker.port,
+                                   timeout_s=2 * self.session_timeout_ms / 1000 + 1)
         self.metadata = MetadataView(self.store, self._on_view)
         self.controller = Controller(self.store, self.node_id, view=self.metadata)
         self.controller.start()
@@ -237,6 +243,34 @@ class ClusterMember:
         await asyncio.to_thread(self.store.request_topic_deletion, name)
         await self.wait_for(lambda v: name not in v.topics, timeout_ms)
         self.broker.fetch_sessions.remove_topic(name)
+
+    # -- coordinators -------------------------------------------------------------------------
+
+    def internal_partition_count(self, name: str) -> int | None:
+        """The partition count of ``__consumer_offsets`` / ``__transaction_state`` (None until
+        the topic exists)."""
+        t = self.view.topics.get(name) if self.view is not None else None
+        return None if t is None else len(t.partitions)
+
+    def coordinator_of(self, name: str, key: str) -> tuple[str | None, int]:
+        """(error, node id) of the coordinator for a group id / transactional id: the leader
+        of its partition of the internal topic, which is created on first use."""
+        from .topics import coordinator_partition
+
+        n = self.internal_partition_count(name)
+        if n is None:
+            err = self.request_internal_topic(name)
+            return ("coordinator_not_available" if err else None), -1
+        found = self.view.states.get((name, coordinator_partition(key, n)))
+        if found is None or found[0].leader < 0 or found[0].leader not in self.view.brokers:
+            return "coordinator_not_available", -1
+        return None, found[0].leader
+
+    def leader_of(self, topic: str, index: int) -> int | None:
+        found = self.view.states.get((topic, index)) if self.view is not None else None
+        if found is None or found[0].leader < 0 or found[0].leader not in self.view.brokers:
+            return None
+        return found[0].leader
 
     # -- status -------------------------------------------------------------------------------
 

@@ -40,11 +40,13 @@ from ..log import LogAppendError, LogWriteError
 from ..records import build_batch, split_batches
 from ..records.batch import CONTROL_COMMIT, parse_control_record
 from .clock import now_ms
+from .replication import ReplicationError
 from .topics import CONSUMER_OFFSETS, coordinator_partition
 
 log = logging.getLogger("oncelog.group")
 
 TICK_S = 0.1
+REPLICATION_TIMEOUT_MS = 30_000
 TP = tuple[str, int]
 
 
@@ -57,6 +59,11 @@ class GroupService:
             max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
             max_group_size=cfg.int("group.max.size"))
+        # Cluster mode: the __consumer_offsets partitions this broker leads (and so
+        # coordinates), loaded when it became their leader; where each one's last append
+        # ended (an offset commit waits for its replication).
+        self.owned: set[int] = set()
+        self._appended_end: dict[int, int] = {}
         self._joins: dict[tuple[str, str], asyncio.Future] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future] = {}
         self._timer: asyncio.Task | None = None
@@ -67,31 +74,84 @@ class GroupService:
         topic = self.broker.topics.get(CONSUMER_OFFSETS)
         if topic is None:
             return
-        now = now_ms()
-        n = topic.partition_count
         for p in topic.partitions:
-            for h, records in p.log.iter_records():
-                if h.is_control:
-                    ctype, _epoch = parse_control_record(records[0])
-                    groups = [g for g in self.core.groups
-                              if coordinator_partition(g, n) == p.index]
-                    self.core.complete_txn_offsets(groups, h.producer_id,
-                                                   ctype == CONTROL_COMMIT)
-                    continue
-                pid = h.producer_id if h.is_transactional else None
-                for r in records:
-                    try:
-                        key = decode_key(r.key or b"")
-                        if isinstance(key, OffsetKey):
-                            self.core.load_offset(
-                                key, None if r.value is None else decode_offset(r.value), pid)
-                        else:
-                            self.core.load_group(
-                                key, None if r.value is None else decode_group(r.value), now)
-                    except GroupLogFormatError as exc:
-                        log.error("skipping a bad record at %s-%d offset %d: %s",
-                                  CONSUMER_OFFSETS, p.index, r.offset, exc)
+            self._load_partition(p, topic.partition_count)
         log.info("group coordinator loaded %d groups", len(self.core.groups))
+
+    def _load_partition(self, p, n: int) -> None:
+        """Replay one partition of __consumer_offsets (markers included)."""
+        now = now_ms()
+        for h, records in p.log.iter_records():
+            if h.is_control:
+                ctype, _epoch = parse_control_record(records[0])
+                groups = [g for g in self.core.groups if coordinator_partition(g, n) == p.index]
+                self.core.complete_txn_offsets(groups, h.producer_id, ctype == CONTROL_COMMIT)
+                continue
+            pid = h.producer_id if h.is_transactional else None
+            for r in records:
+                try:
+                    key = decode_key(r.key or b"")
+                    if isinstance(key, OffsetKey):
+                        self.core.load_offset(
+                            key, None if r.value is None else decode_offset(r.value), pid)
+                    else:
+                        self.core.load_group(
+                            key, None if r.value is None else decode_group(r.value), now)
+                except GroupLogFormatError as exc:
+                    log.error("skipping a bad record at %s-%d offset %d: %s",
+                              CONSUMER_OFFSETS, p.index, r.offset, exc)
+
+    # -- cluster mode: coordinating the partitions this broker leads --------------------------
+
+    def on_leadership(self, topic: str, index: int, is_leader: bool, _epoch: int) -> None:
+        """The replica manager's news: load a __consumer_offsets partition on becoming its
+        leader, forget its groups on losing it (their members are told NOT_COORDINATOR and
+        find the new coordinator)."""
+        if topic != CONSUMER_OFFSETS:
+            return
+        t = self.broker.topics.get(CONSUMER_OFFSETS)
+        n = t.partition_count if t else 1
+        mine = {g for g in self.core.groups if coordinator_partition(g, n) == index}
+        for g in mine:
+            self.core.groups.pop(g, None)
+        for (g, _m), fut in [*self._joins.items(), *self._syncs.items()]:
+            if g in mine and not fut.done():
+                fut.cancel()
+        self.owned.discard(index)
+        self._appended_end.pop(index, None)
+        if is_leader and t is not None:
+            p = t.hosted(index)
+            if p is not None:
+                self._load_partition(p, n)
+                self.owned.add(index)
+
+    def not_coordinator(self, group_id: str) -> str | None:
+        """Cluster mode: NOT_COORDINATOR unless this broker leads the group's partition."""
+        if self.broker.cluster is None:
+            return None
+        n = self.broker.cluster.internal_partition_count(CONSUMER_OFFSETS)
+        if n is None or coordinator_partition(group_id, n) not in self.owned:
+            return "not_coordinator"
+        return None
+
+    async def replicated(self, group_id: str) -> str | None:
+        """Cluster mode: wait until what was appended for the group is on the whole ISR
+        (Kafka appends offsets with acks=all)."""
+        replication = self.broker.replication
+        if replication is None:
+            return None
+        p = self._partition(group_id)
+        end = self._appended_end.get(p.index)
+        if end is None:
+            return None
+        try:
+            r = replication.leader_replica(CONSUMER_OFFSETS, p.index)
+        except ReplicationError:
+            return "not_coordinator"
+        err = await replication.wait_replicated(r, end, REPLICATION_TIMEOUT_MS)
+        if err == "not_leader_or_follower":
+            return "not_coordinator"
+        return "coordinator_not_available" if err else None
 
     def start(self) -> None:
         self._timer = asyncio.get_running_loop().create_task(self._ticks())
@@ -128,6 +188,12 @@ class GroupService:
         return self._partition(group_id)
 
     def _partition(self, group_id: str):
+        if self.broker.cluster is not None:
+            t = self.broker.topics.get(CONSUMER_OFFSETS)
+            p = t.hosted(coordinator_partition(group_id, t.partition_count)) if t else None
+            if p is None:
+                raise LookupError(f"this broker does not host the partition of group {group_id}")
+            return p
         topic = self.broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms())
         return topic.partitions[coordinator_partition(group_id, topic.partition_count)]
 
@@ -149,10 +215,22 @@ class GroupService:
         else:
             data = bytearray(build_batch(records, producer_id=producer[0],
                                          producer_epoch=producer[1], is_transactional=True))
+        replica = None
         try:
-            self._partition(e.group_id).log.append(
+            partition = self._partition(e.group_id)
+            if self.broker.replication is not None:
+                replica = self.broker.replication.leader_replica(CONSUMER_OFFSETS,
+                                                                 partition.index)
+        except (LookupError, ReplicationError):
+            return "not_coordinator"
+        try:
+            result = partition.log.append(
                 data, split_batches(data), now, verification=verification,
-                require_verification=require_verification)
+                require_verification=require_verification,
+                leader_epoch=replica.leader_epoch if replica is not None else None)
+            self._appended_end[partition.index] = result.last_offset + 1
+            if replica is not None:
+                self.broker.replication.appended(replica)
         except LogAppendError as exc:
             return exc.error_name
         except LogWriteError as exc:
@@ -193,19 +271,24 @@ class GroupService:
         finally:
             self._syncs.pop((group_id, member_id), None)
 
-    def commit(self, group_id: str, generation: int, member_id: str,
-               group_instance_id: str | None, offsets: dict[TP, OffsetValue]) -> str | None:
+    async def commit(self, group_id: str, generation: int, member_id: str,
+                     group_instance_id: str | None, offsets: dict[TP, OffsetValue]
+                     ) -> str | None:
         error = self.core.validate_commit(group_id, generation, member_id, group_instance_id,
                                           transactional=False)
         if error:
             return error
         error = self.append(self.core.commit_records(group_id, offsets))
         if error:
-            return "coordinator_not_available"
+            return "not_coordinator" if error == "not_coordinator" \
+                else "coordinator_not_available"
+        error = await self.replicated(group_id)
+        if error:
+            return error
         self.core.apply_offsets(group_id, offsets)
         return None
 
-    def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
+    async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
                    generation: int, member_id: str, group_instance_id: str | None,
                    offsets: dict[TP, OffsetValue], *, verification=None,
                    require_verification: bool = False) -> str | None:
@@ -217,10 +300,11 @@ class GroupService:
                             producer=(producer_id, producer_epoch), verification=verification,
                             require_verification=require_verification)
         if error:
-            return error if error in ("invalid_producer_epoch", "invalid_txn_state") \
+            return error if error in ("invalid_producer_epoch", "invalid_txn_state",
+                                      "not_coordinator") \
                 else "coordinator_not_available"
         self.core.add_pending_txn_offsets(group_id, producer_id, offsets)
-        return None
+        return await self.replicated(group_id)
 
     def complete_txn_offsets(self, partition_index: int, producer_id: int, commit: bool) -> None:
         """The transaction's marker is on this ``__consumer_offsets`` partition."""

@@ -135,29 +135,35 @@ class BrokerChannel:
 
 
 class InterBrokerClient:
-    """Channels to the other brokers, addressed by node id through ``address_of``."""
+    """Channels to the other brokers, addressed by node id through ``address_of``. A broker
+    answers one connection's requests in order, so each purpose has its own connection: the
+    replica fetcher's long polls must never queue behind (or ahead of) a request that waits
+    for replication, such as a transaction-log write the coordinator makes for a partition
+    verification."""
 
     def __init__(self, node_id: int, address_of: Callable[[int], tuple[str, int] | None]
                  ) -> None:
         self.node_id = node_id
         self.address_of = address_of
-        self._channels: dict[int, BrokerChannel] = {}
+        self._channels: dict[tuple[int, str], BrokerChannel] = {}
 
-    def channel(self, node_id: int) -> BrokerChannel:
+    def channel(self, node_id: int, purpose: str = "control") -> BrokerChannel:
         address = self.address_of(node_id)
         if address is None:
             raise ChannelError(f"broker {node_id} is not registered")
-        ch = self._channels.get(node_id)
+        ch = self._channels.get((node_id, purpose))
         if ch is not None and (ch.host, ch.port) != address:
             ch.close()  # the broker came back elsewhere
             ch = None
         if ch is None or ch.closed:
-            ch = BrokerChannel(node_id, address[0], address[1], f"broker-{self.node_id}")
-            self._channels[node_id] = ch
+            ch = BrokerChannel(node_id, address[0], address[1],
+                               f"broker-{self.node_id}-{purpose}")
+            self._channels[(node_id, purpose)] = ch
         return ch
 
-    async def request(self, node_id: int, request: Any, timeout_s: float = 30.0) -> Any:
-        return await self.channel(node_id).request(request, timeout_s)
+    async def request(self, node_id: int, request: Any, timeout_s: float = 30.0,
+                      purpose: str = "control") -> Any:
+        return await self.channel(node_id, purpose).request(request, timeout_s)
 
     def close(self) -> None:
         for ch in self._channels.values():

@@ -253,7 +253,9 @@ class ReplicaManager:
                                    f"{r.partition.index}, min.insync.replicas is {need}")
 
     def appended(self, r: Replica) -> None:
-        """The leader appended: with a lone ISR the high watermark moves now."""
+        """The leader appended: followers' long polls wake up; with a lone ISR the high
+        watermark moves now."""
+        r.partition.notify_append()
         self._maybe_advance_hw(r)
 
     async def wait_replicated(self, r: Replica, end_offset: int, timeout_ms: int) -> str | None:
@@ -454,7 +456,7 @@ class ReplicaManager:
         request = make(mod.OffsetForLeaderEpochRequest, replica_id=self.node_id,
                        topics=tuple(make(mod.OffsetForLeaderTopic, topic=t, partitions=tuple(ps))
                                     for t, ps in by_topic.items()))
-        response = await self.client.request(leader, request)
+        response = await self.client.request(leader, request, purpose="replication")
         for t in response.topics:
             for p in t.partitions:
                 found = asked.get((t.topic, p.partition))
@@ -504,7 +506,8 @@ class ReplicaManager:
                        forgotten_topics_data=(), rack_id="")
         started = time.monotonic()
         response = await self.client.request(leader, request,
-                                             timeout_s=self.fetch_wait_ms / 1000 + 30)
+                                             timeout_s=self.fetch_wait_ms / 1000 + 30,
+                                             purpose="replication")
         if response.error_code:
             log.info("fetch from broker %d: %s", leader, response.error_code.name)
             await self._backoff(leader)

@@ -117,22 +117,39 @@ class TxnVerifier:
 
     def _send(self) -> None:
         waiting, self._waiting = self._waiting, []
-        # One request entry per transactional id (the request's map key); a second ask for the
-        # same id in this round goes out in a request of its own.
-        rounds: list[dict[str, _Ask]] = []
+        # Cluster mode: to the broker that leads the transactional id's partition of
+        # __transaction_state (None: this broker, in process).
+        by_node: dict[int | None, list[_Ask]] = {}
+        cluster = self.broker.cluster
         for ask in waiting:
-            for r in rounds:
-                if ask.transactional_id not in r:
-                    r[ask.transactional_id] = ask
-                    break
-            else:
-                rounds.append({ask.transactional_id: ask})
-        for r in rounds:
-            task = asyncio.get_running_loop().create_task(self._ask(list(r.values())))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            node: int | None = None
+            if cluster is not None:
+                from .topics import TRANSACTION_STATE
 
-    async def _ask(self, asks: list[_Ask]) -> None:
+                err, found = cluster.coordinator_of(TRANSACTION_STATE, ask.transactional_id)
+                if err is not None:
+                    if not ask.future.done():
+                        ask.future.set_result({tp: err for tp in ask.partitions})
+                    continue
+                node = None if found == self.broker.node_id else found
+            by_node.setdefault(node, []).append(ask)
+        for node, asks in by_node.items():
+            # One request entry per transactional id (the request's map key); a second ask for
+            # the same id in this round goes out in a request of its own.
+            rounds: list[dict[str, _Ask]] = []
+            for ask in asks:
+                for r in rounds:
+                    if ask.transactional_id not in r:
+                        r[ask.transactional_id] = ask
+                        break
+                else:
+                    rounds.append({ask.transactional_id: ask})
+            for r in rounds:
+                task = asyncio.get_running_loop().create_task(self._ask(list(r.values()), node))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _ask(self, asks: list[_Ask], node: int | None = None) -> None:
         from .broker import RequestContext  # the broker imports this module
         from .handlers.txn import handle_add_partitions_to_txn
 
@@ -152,7 +169,10 @@ class TxnVerifier:
         ctx = RequestContext(RequestHeader(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, 0,
                                            "partition-leader", 0), "partition-leader")
         try:
-            response = await handle_add_partitions_to_txn(self.broker, ctx, request)
+            if node is None:
+                response = await handle_add_partitions_to_txn(self.broker, ctx, request)
+            else:
+                response = await self.broker.replication.client.request(node, request, 30.0)
         except Exception as exc:  # noqa: BLE001 - handed to the waiting requests
             for a in asks:
                 if not a.future.done():

@@ -3,6 +3,8 @@ coordinator of a transactional id (spec 000, "Data Flow" step 1).
 
 A single node coordinates everything, but the coordinator's log must exist: the first request
 creates the internal topic (``__consumer_offsets`` or ``__transaction_state``), as Kafka does.
+In cluster mode the coordinator is the leader of the key's partition of that topic
+(COORDINATOR_NOT_AVAILABLE while it has none, or while the topic is being created).
 v4 (KIP-699) asks for several keys at once; earlier versions for one.
 """
 
@@ -16,20 +18,28 @@ from .util import error_code
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+_NOWHERE = (-1, "", -1)
 _TOPIC_OF_KEY_TYPE = {KEY_TYPE_GROUP: CONSUMER_OFFSETS, KEY_TYPE_TRANSACTION: TRANSACTION_STATE}
 
 
-def _find(broker, key_type: int, key: str | None) -> tuple[str | None, str | None]:
-    """(error name, message) for one key; (None, None) when this broker coordinates it."""
+def _find(broker, key_type: int, key: str | None) -> tuple[str | None, str | None, tuple]:
+    """(error name, message, (node id, host, port)) for one key."""
     topic = _TOPIC_OF_KEY_TYPE.get(key_type)
     if topic is None:
-        return "invalid_request", f"unknown coordinator key type {key_type}"
+        return "invalid_request", f"unknown coordinator key type {key_type}", _NOWHERE
     if not key:
         if key_type == KEY_TYPE_TRANSACTION:
-            return "invalid_request", "empty transactional id"
-        return "invalid_group_id", "empty group id"
+            return "invalid_request", "empty transactional id", _NOWHERE
+        return "invalid_group_id", "empty group id", _NOWHERE
+    if broker.cluster is not None:
+        # Cluster mode: the leader of the key's partition of the internal topic.
+        err, node = broker.cluster.coordinator_of(topic, key)
+        if err is not None:
+            return err, "the coordinator is not available yet", _NOWHERE
+        info = broker.cluster.view.brokers[node]
+        return None, None, (node, info.host, info.port)
     broker.topics.ensure_internal(topic, now_ms())
-    return None, None
+    return None, None, (broker.node_id, broker.host, broker.port)
 
 
 async def handle_find_coordinator(broker, ctx, request):
@@ -39,21 +49,17 @@ async def handle_find_coordinator(broker, ctx, request):
         rtype = acl.R.TRANSACTIONAL_ID if key_type == 1 else acl.R.GROUP
         if not broker.allowed(ctx, acl.Op.DESCRIBE, rtype, key):
             return (("transactional_id_authorization_failed" if key_type == 1
-                     else "group_authorization_failed"), "not authorized")
+                     else "group_authorization_failed"), "not authorized", _NOWHERE)
         return _find(broker, key_type, key)
 
     if ctx.version < 4:
-        err, msg = find(request.key)
-        ok = err is None
+        err, msg, (node, host, port) = find(request.key)
         return make(mod.FindCoordinatorResponse, throttle_time=0, error_code=error_code(err),
-                    error_message=msg, node_id=broker.node_id if ok else -1,
-                    host=broker.host if ok else "", port=broker.port if ok else -1)
+                    error_message=msg, node_id=node, host=host, port=port)
     coordinators = []
     for key in request.coordinator_keys:
-        err, msg = find(key)
-        ok = err is None
+        err, msg, (node, host, port) = find(key)
         coordinators.append(make(
-            mod.Coordinator, key=key, node_id=broker.node_id if ok else -1,
-            host=broker.host if ok else "", port=broker.port if ok else -1,
+            mod.Coordinator, key=key, node_id=node, host=host, port=port,
             error_code=error_code(err), error_message=msg))
     return make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=tuple(coordinators))

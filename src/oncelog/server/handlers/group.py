@@ -20,11 +20,18 @@ def _group_denied(broker, ctx, group_id: str, op=acl.Op.READ) -> bool:
     return not acl.group(broker, ctx, op, group_id)
 
 
+def _elsewhere(broker, group_id: str) -> str | None:
+    """Cluster mode: NOT_COORDINATOR when another broker coordinates the group."""
+    return broker.group_coordinator.not_coordinator(group_id)
+
+
 async def handle_join_group(broker, ctx, request):
     mod = response_module(ApiKey.JOIN_GROUP, ctx.version)
-    if _group_denied(broker, ctx, request.group_id):
+    refused = ("group_authorization_failed" if _group_denied(broker, ctx, request.group_id)
+               else _elsewhere(broker, request.group_id))
+    if refused:
         return make(mod.JoinGroupResponse, throttle_time=0,
-                    error_code=error_code("group_authorization_failed"), generation_id=-1,
+                    error_code=error_code(refused), generation_id=-1,
                     protocol_type=None, protocol_name=None, leader="", skip_assignment=False,
                     member_id="", members=())
     session_ms = millis(request.session_timeout)
@@ -47,9 +54,11 @@ async def handle_join_group(broker, ctx, request):
 
 async def handle_sync_group(broker, ctx, request):
     mod = response_module(ApiKey.SYNC_GROUP, ctx.version)
-    if _group_denied(broker, ctx, request.group_id):
+    refused = ("group_authorization_failed" if _group_denied(broker, ctx, request.group_id)
+               else _elsewhere(broker, request.group_id))
+    if refused:
         return make(mod.SyncGroupResponse, throttle_time=0,
-                    error_code=error_code("group_authorization_failed"), protocol_type=None,
+                    error_code=error_code(refused), protocol_type=None,
                     protocol_name=None, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments} \
         if request.assignments else None
@@ -64,7 +73,7 @@ async def handle_sync_group(broker, ctx, request):
 async def handle_heartbeat(broker, ctx, request):
     mod = response_module(ApiKey.HEARTBEAT, ctx.version)
     err = "group_authorization_failed" if _group_denied(broker, ctx, request.group_id) else \
-        broker.group_coordinator.core.heartbeat(
+        _elsewhere(broker, request.group_id) or broker.group_coordinator.core.heartbeat(
             request.group_id, request.generation_id, request.member_id,
             getattr(request, "group_instance_id", None), now_ms())
     return make(mod.HeartbeatResponse, throttle_time=0, error_code=error_code(err))
@@ -76,6 +85,12 @@ async def handle_leave_group(broker, ctx, request):
         members = [(request.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
+    refused = _elsewhere(broker, request.group_id)
+    if refused:
+        if ctx.version < 3:
+            return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused))
+        return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused),
+                    members=())
     errors, effects = broker.group_coordinator.core.leave(request.group_id, members, now_ms())
     broker.group_coordinator.execute(effects)
     if ctx.version < 3:
@@ -99,9 +114,10 @@ def _per_partition(mod, topic_cls: str, part_cls: str, topics, err):
 
 async def handle_offset_commit(broker, ctx, request):
     mod = response_module(ApiKey.OFFSET_COMMIT, ctx.version)
-    err = _offsets_denied(broker, ctx, request) or broker.group_coordinator.commit(
-        request.group_id, request.generation_id_or_member_epoch, request.member_id,
-        getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()))
+    err = _offsets_denied(broker, ctx, request) or _elsewhere(broker, request.group_id) or \
+        await broker.group_coordinator.commit(
+            request.group_id, request.generation_id_or_member_epoch, request.member_id,
+            getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()))
     return make(mod.OffsetCommitResponse, throttle_time=0, topics=_per_partition(
         mod, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition", request.topics, err))
 
@@ -142,9 +158,11 @@ async def handle_txn_offset_commit(broker, ctx, request):
         err = "transactional_id_authorization_failed"
     guard, verify = None, False
     if err is None:
+        err = _elsewhere(broker, request.group_id)
+    if err is None:
         err, guard, verify = await _verify_offsets(broker, request, ctx.version >= 5)
     if err is None:
-        err = broker.group_coordinator.txn_commit(
+        err = await broker.group_coordinator.txn_commit(
             request.group_id, request.producer_id, request.producer_epoch,
             getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
             getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()),
@@ -179,6 +197,9 @@ async def handle_offset_fetch(broker, ctx, request):
         groups = tuple(
             make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=denied, topics=())
             if _group_denied(broker, ctx, g.group_id, acl.Op.DESCRIBE) else
+            make(mod.OffsetFetchResponseGroup, group_id=g.group_id,
+                 error_code=error_code(_elsewhere(broker, g.group_id)), topics=())
+            if _elsewhere(broker, g.group_id) else
             make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=0,
                  topics=_fetch_group(broker, mod, ("OffsetFetchResponseTopics",
                                                    "OffsetFetchResponsePartitions", ""),
@@ -187,6 +208,10 @@ async def handle_offset_fetch(broker, ctx, request):
         return make(mod.OffsetFetchResponse, throttle_time=0, groups=groups)
     if _group_denied(broker, ctx, request.group_id, acl.Op.DESCRIBE):
         return make(mod.OffsetFetchResponse, throttle_time=0, topics=(), error_code=denied)
+    refused = _elsewhere(broker, request.group_id)
+    if refused:
+        return make(mod.OffsetFetchResponse, throttle_time=0, topics=(),
+                    error_code=error_code(refused))
     topics = _fetch_group(broker, mod, ("OffsetFetchResponseTopic",
                                         "OffsetFetchResponsePartition", ""),
                           request.group_id, request.topics, require_stable)
@@ -200,6 +225,12 @@ async def handle_describe_groups(broker, ctx, request):
         g = broker.group_coordinator.core.groups.get(group_id)
         if _group_denied(broker, ctx, group_id, acl.Op.DESCRIBE):
             out.append(make(mod.DescribedGroup, error_code=error_code("group_authorization_failed"),
+                            group_id=group_id, group_state="", protocol_type="",
+                            protocol_data="", members=(), authorized_operations=-2**31))
+            continue
+        refused = _elsewhere(broker, group_id)
+        if refused:
+            out.append(make(mod.DescribedGroup, error_code=error_code(refused),
                             group_id=group_id, group_state="", protocol_type="",
                             protocol_data="", members=(), authorized_operations=-2**31))
             continue
@@ -237,6 +268,11 @@ async def handle_delete_groups(broker, ctx, request):
         if _group_denied(broker, ctx, group_id, acl.Op.DELETE):
             results.append(make(mod.DeletableGroupResult, group_id=group_id,
                                 error_code=error_code("group_authorization_failed")))
+            continue
+        refused = _elsewhere(broker, group_id)
+        if refused:
+            results.append(make(mod.DeletableGroupResult, group_id=group_id,
+                                error_code=error_code(refused)))
             continue
         err, effects = broker.group_coordinator.core.delete_group(group_id, now_ms())
         if err is None and not broker.group_coordinator.execute(effects):

@@ -13,7 +13,7 @@ from ...protocol import ApiKey, make, millis, response_module
 from ...txn.coordinator import Outcome
 from ...txn.state import TransactionState
 from ..clock import now_ms
-from ..topics import CONSUMER_OFFSETS, coordinator_partition
+from ..topics import CONSUMER_OFFSETS, INTERNAL_TOPICS, coordinator_partition
 from . import acl
 from .util import error_code
 
@@ -26,13 +26,14 @@ def _timestamp(ms: int) -> datetime.datetime:
     return _EPOCH + datetime.timedelta(milliseconds=max(ms, 0))
 
 
-def _run(broker, outcome) -> str | None:
+async def _run(broker, outcome, core=None) -> str | None:
     """Carry out the outcome's effects; the error name to answer with, or None."""
+    service = broker.txn_coordinator
     if outcome.error is None and outcome.effects and \
-            not broker.txn_coordinator.execute(outcome.effects):
+            not await service.execute(outcome.effects, core):
         return "coordinator_not_available"
     if outcome.error is not None and outcome.effects:
-        broker.txn_coordinator.execute(outcome.effects)  # e.g. fencing, answered CONCURRENT_...
+        await service.execute(outcome.effects, core)  # e.g. fencing, answered CONCURRENT_...
     return outcome.error
 
 
@@ -41,19 +42,22 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
     enable_2pc = bool(getattr(request, "enable2_pc", False))
     keep_prepared = bool(getattr(request, "keep_prepared_txn", False))
     txn_id = request.transactional_id
+    core, refused = broker.txn_coordinator.core_for(txn_id)
     if not acl.transactional_id(broker, ctx, acl.Op.WRITE, txn_id) or (
             enable_2pc and not acl.transactional_id(broker, ctx, acl.Op.TWO_PHASE_COMMIT, txn_id)):
         # Spec 000: Write on the TransactionalId; KIP-939: and TwoPhaseCommit for enable2Pc.
         outcome = Outcome("transactional_id_authorization_failed")
     elif (enable_2pc or keep_prepared) and broker.transaction_version < 2:
         outcome = Outcome("unsupported_version")  # KIP-939 builds on transaction version 2
+    elif core is None:
+        outcome = Outcome(refused)  # cluster mode: another broker coordinates this id
     else:
-        outcome = broker.txn_coordinator.core.init_producer_id(
+        outcome = core.init_producer_id(
             request.transactional_id, millis(request.transaction_timeout), now_ms(),
             producer_id=getattr(request, "producer_id", -1),
             producer_epoch=getattr(request, "producer_epoch", -1), version=ctx.version,
             enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared)
-    err = _run(broker, outcome)
+    err = await _run(broker, outcome, core)
     ok = err is None
     return make(mod.InitProducerIdResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
@@ -63,15 +67,21 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
 
 
 def _unknown(broker, wanted: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    if broker.cluster is not None:  # cluster mode: the cluster's topics, hosted here or not
+        topics = broker.cluster.view.topics
+        return {tp for tp in wanted if tp[0] not in topics or tp[0] in INTERNAL_TOPICS
+                or tp[1] not in topics[tp[0]].partitions}
     return {tp for tp in wanted if broker.topics.partition(*tp) is None
             or broker.topics.get(tp[0]).is_internal}
 
 
-def add_partitions(broker, transactional_id: str, producer_id: int, producer_epoch: int,
+async def add_partitions(broker, transactional_id: str, producer_id: int, producer_epoch: int,
                    wanted: list[tuple[str, int]], *, version: int, verify_only: bool = False,
                    txn_version: int | None = None) -> dict[tuple[str, int], str | None]:
     """One transaction's partitions, added (or, ``verify_only``, checked): the error of each."""
-    core = broker.txn_coordinator.core
+    core, refused = broker.txn_coordinator.core_for(transactional_id)
+    if core is None:
+        return {tp: refused for tp in wanted}
     if verify_only:
         return core.verify_partitions(transactional_id, producer_id, producer_epoch, wanted,
                                       version=version)
@@ -82,7 +92,7 @@ def add_partitions(broker, transactional_id: str, producer_id: int, producer_epo
                 for tp in wanted}
     outcome = core.add_partitions(transactional_id, producer_id, producer_epoch, wanted,
                                   now_ms(), version=version, txn_version=txn_version)
-    err = _run(broker, outcome)
+    err = await _run(broker, outcome, core)
     return {tp: err for tp in wanted}
 
 
@@ -108,7 +118,7 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
             errors = {tp: "topic_authorization_failed" if tp in denied
                       else "operation_not_attempted" for tp in wanted}
         else:
-            errors = add_partitions(broker, txn_id, request.v3_and_below_producer_id,
+            errors = await add_partitions(broker, txn_id, request.v3_and_below_producer_id,
                                     request.v3_and_below_producer_epoch, wanted,
                                     version=ctx.version,
                                     txn_version=min(broker.transaction_version, 1))
@@ -124,7 +134,7 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
     results = []
     for txn in request.transactions:
         wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
-        errors = add_partitions(broker, txn.transactional_id, txn.producer_id,
+        errors = await add_partitions(broker, txn.transactional_id, txn.producer_id,
                                 txn.producer_epoch, wanted, version=ctx.version,
                                 verify_only=bool(txn.verify_only),
                                 txn_version=None if txn.verify_only else 2)
@@ -142,13 +152,23 @@ async def handle_add_offsets_to_txn(broker, ctx, request):
     if not acl.group(broker, ctx, acl.Op.READ, request.group_id):
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
                     error_code=error_code("group_authorization_failed"))
-    topic = broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms())
-    tp = (CONSUMER_OFFSETS, coordinator_partition(request.group_id, len(topic.partitions)))
-    outcome = broker.txn_coordinator.core.add_partitions(
+    core, refused = broker.txn_coordinator.core_for(request.transactional_id)
+    if broker.cluster is not None:
+        n = broker.cluster.internal_partition_count(CONSUMER_OFFSETS)
+        if n is None:
+            broker.cluster.request_internal_topic(CONSUMER_OFFSETS)
+            refused = refused or "coordinator_not_available"
+    else:
+        n = broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms()).partition_count
+    if core is None or refused:
+        return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
+                    error_code=error_code(refused))
+    tp = (CONSUMER_OFFSETS, coordinator_partition(request.group_id, n))
+    outcome = core.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, [tp], now_ms(),
         version=ctx.version, api="add_offsets", txn_version=min(broker.transaction_version, 1))
     return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
-                error_code=error_code(_run(broker, outcome)))
+                error_code=error_code(await _run(broker, outcome, core)))
 
 
 async def handle_end_txn(broker, ctx, request):
@@ -160,10 +180,14 @@ async def handle_end_txn(broker, ctx, request):
         return make(mod.EndTxnResponse, throttle_time=0,
                     error_code=error_code("transactional_id_authorization_failed"),
                     producer_id=-1, producer_epoch=-1)
-    outcome = broker.txn_coordinator.core.end_txn(
+    core, refused = broker.txn_coordinator.core_for(request.transactional_id)
+    if core is None:
+        return make(mod.EndTxnResponse, throttle_time=0, error_code=error_code(refused),
+                    producer_id=-1, producer_epoch=-1)
+    outcome = core.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch,
         bool(request.committed), now_ms(), version=ctx.version, txn_version=txn_version)
-    err = _run(broker, outcome)
+    err = await _run(broker, outcome, core)
     ok = err is None
     return make(mod.EndTxnResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
@@ -172,13 +196,14 @@ async def handle_end_txn(broker, ctx, request):
 
 async def handle_describe_transactions(broker, ctx, request):
     mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, ctx.version)
-    core = broker.txn_coordinator.core
     states = []
     for txn_id in request.transactional_ids:
         allowed = acl.transactional_id(broker, ctx, acl.Op.DESCRIBE, txn_id)
-        m = core.describe(txn_id) if core.loaded and allowed else None
+        core, refused = broker.txn_coordinator.core_for(txn_id)
+        m = core.describe(txn_id) if core is not None and core.loaded and allowed else None
         err = None if m is not None else (
             "transactional_id_authorization_failed" if not allowed else
+            refused if core is None else
             "transactional_id_not_found" if core.loaded else "coordinator_load_in_progress")
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(m.partitions if m else ()):
@@ -197,7 +222,7 @@ async def handle_describe_transactions(broker, ctx, request):
 
 async def handle_list_transactions(broker, ctx, request):
     mod = response_module(ApiKey.LIST_TRANSACTIONS, ctx.version)
-    core = broker.txn_coordinator.core
+    cores = broker.txn_coordinator.all_cores()
     states, unknown = set(), []
     for name in request.state_filters:
         state = TransactionState.from_display(name)
@@ -208,10 +233,12 @@ async def handle_list_transactions(broker, ctx, request):
     if request.state_filters and not states:
         found = []  # only unknown states asked for: none matches
     else:
-        found = core.list(states or None, set(request.producer_id_filters) or None,
-                          getattr(request, "duration_filter", -1), now_ms())
+        found = [m for core in cores
+                 for m in core.list(states or None, set(request.producer_id_filters) or None,
+                                    getattr(request, "duration_filter", -1), now_ms())]
     return make(mod.ListTransactionsResponse, throttle_time=0,
-                error_code=error_code(None if core.loaded else "coordinator_load_in_progress"),
+                error_code=error_code(None if all(c.loaded for c in cores)
+                                      else "coordinator_load_in_progress"),
                 unknown_state_filters=tuple(unknown),
                 transaction_states=tuple(make(mod.TransactionState,
                                               transactional_id=m.transactional_id,
