@@ -262,11 +262,14 @@ class NetworkClient:
         return req.result()
 
     def request_any(self, api_key: int, values: RequestValues, deadline: float,
-                    node_id: int | None = None, max_version: int | None = None) -> Any:
+                    node_id: int | None = None, max_version: int | None = None,
+                    single_attempt: bool = False) -> Any:
         """Send to ``node_id`` (else the least loaded node), retrying retriable failures.
 
         Retries network errors (with retry.backoff.ms) until ``deadline`` (monotonic seconds),
-        then raises KafkaTimeoutError naming the last error.
+        then raises KafkaTimeoutError naming the last error. ``single_attempt``: raise the
+        first network error instead (the caller picks the node again, e.g. a coordinator
+        that may have moved to another broker).
         """
         last: Exception | None = None
         attempt = 0
@@ -284,6 +287,8 @@ class NetworkClient:
                                                        self.config.request_timeout_ms),
                                         max_version=max_version)
                 except RetriableError as exc:
+                    if single_attempt:
+                        raise
                     last = exc
             attempt += 1
             self._backoff(attempt, deadline)

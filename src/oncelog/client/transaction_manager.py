@@ -244,7 +244,7 @@ class TransactionManager:
             node = self._coordinator(key_type, key, deadline)
             try:
                 response = self.net.request_any(api, values, deadline, node_id=node,
-                                                max_version=max_version)
+                                                max_version=max_version, single_attempt=True)
             except RetriableError as exc:
                 self._coordinators.pop((key_type, key), None)
                 self._wait(deadline, exc)

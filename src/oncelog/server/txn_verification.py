@@ -24,12 +24,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..protocol import ApiKey, RequestHeader, make, request_module
 
 log = logging.getLogger("oncelog.txn.verification")
 
+# CONCURRENT_TRANSACTIONS answers retried in the broker (Kafka's
+# add.partitions.to.txn.retry.backoff.ms is 20 ms).
+CONCURRENT_RETRY_BACKOFF_S = 0.02
+CONCURRENT_RETRY_MAX_S = 1.0
 VERIFY_VERSION = 5  # AddPartitionsToTxn: v4 verifyOnly and batching, v5 TRANSACTION_ABORTABLE
 TP = tuple[str, int]
 
@@ -93,20 +98,34 @@ class TxnVerifier:
         return new_client or self.enabled
 
     async def check(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                    partitions: list[TP], *, add: bool) -> dict[TP, str | None]:
-        """Verify (``add`` False) or add the partitions; the coordinator's error of each."""
+                    partitions: list[TP], *, add: bool,
+                    renew: Callable[[], None] | None = None) -> dict[TP, str | None]:
+        """Verify (``add`` False) or add the partitions; the coordinator's error of each.
+        CONCURRENT_TRANSACTIONS (the coordinator is still writing another change of the same
+        transaction, e.g. the partition another leader added a moment ago) is retried here
+        for a short while, as Kafka's AddPartitionsToTxnManager does, instead of sending the
+        client into its retry backoff."""
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        ask = _Ask(transactional_id, producer_id, producer_epoch, not add, list(partitions),
-                   loop.create_future())
-        if not self._waiting:
-            loop.call_soon(self._send)
-        self._waiting.append(ask)
-        try:
-            result: dict[TP, str | None] = await ask.future
-        except Exception as exc:  # noqa: BLE001 - a coordinator bug must not kill the produce
-            log.error("transaction verification for %r failed: %s", transactional_id, exc)
-            result = {tp: "coordinator_not_available" for tp in partitions}
+        backoff = CONCURRENT_RETRY_BACKOFF_S
+        while True:
+            ask = _Ask(transactional_id, producer_id, producer_epoch, not add,
+                       list(partitions), loop.create_future())
+            if not self._waiting:
+                loop.call_soon(self._send)
+            self._waiting.append(ask)
+            try:
+                result: dict[TP, str | None] = await ask.future
+            except Exception as exc:  # noqa: BLE001 - a coordinator bug must not kill the produce
+                log.error("transaction verification for %r failed: %s", transactional_id, exc)
+                result = {tp: "coordinator_not_available" for tp in partitions}
+            if "concurrent_transactions" not in result.values() or \
+                    time.monotonic() - started + backoff > CONCURRENT_RETRY_MAX_S:
+                break
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 0.1)
+            if renew is not None:
+                renew()
         elapsed = (time.monotonic() - started) * 1000
         self.count += 1
         self.total_ms += elapsed

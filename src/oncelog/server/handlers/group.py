@@ -134,9 +134,15 @@ async def _verify_offsets(broker, request, new_client: bool):
     pid, epoch = request.producer_id, request.producer_epoch
     if not state.needs_verification(pid, epoch):
         return None, None, True
-    guard = state.start_verification(pid, epoch)
+    guards = [state.start_verification(pid, epoch)]
+
+    def renew() -> None:  # see handlers/produce.py
+        guards[0] = state.start_verification(pid, epoch)
+
     answers = await verifier.check(request.transactional_id, pid, epoch,
-                                   [(CONSUMER_OFFSETS, partition.index)], add=new_client)
+                                   [(CONSUMER_OFFSETS, partition.index)], add=new_client,
+                                   renew=renew)
+    guard = guards[0]
     err = next(iter(answers.values()), None)
     return (offset_commit_error(err) if err else None), guard, True
 

@@ -110,7 +110,16 @@ async def _verify(broker, transactional_id: str | None, prepared: dict, new_clie
             guards[tp] = state.start_verification(*producer)
     failed = {}
     if guards and producer is not None:
+        pid_epoch = producer
+
+        def renew() -> None:
+            # A retry after CONCURRENT_TRANSACTIONS: a marker of the producer's previous
+            # transaction may have landed meanwhile; the guard starts again with the new ask.
+            for tp in guards:
+                guards[tp] = prepared[tp][0].log.producer_state.start_verification(*pid_epoch)
+
         answers = await verifier.check(transactional_id, producer[0], producer[1], list(guards),
+                                       renew=renew,
                                        add=new_client)
         for tp, err in answers.items():
             if err is not None:
