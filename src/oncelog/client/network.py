@@ -142,9 +142,13 @@ class NetworkClient:
     def in_flight_total(self) -> int:
         return sum(c.in_flight_count for c in self._conns.values())
 
-    def least_loaded_node(self) -> int | None:
-        """The node to ask cluster-wide questions: connected and idle first, then any."""
+    def least_loaded_node(self, avoid: set[int] | frozenset[int] = frozenset()) -> int | None:
+        """The node to ask cluster-wide questions: connected and idle first, then any
+        (``avoid``: nodes that just failed, unless there is no other)."""
         candidates = list(self.cluster.brokers) or list(self.bootstrap)
+        others = [n for n in candidates if n not in avoid]
+        if others:
+            candidates = others
         now = time.monotonic()
         best, best_load = None, None
         for node_id in candidates:
@@ -273,8 +277,9 @@ class NetworkClient:
         """
         last: Exception | None = None
         attempt = 0
+        failed: set[int] = set()
         while True:
-            target = node_id if node_id is not None else self.least_loaded_node()
+            target = node_id if node_id is not None else self.least_loaded_node(failed)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0:
                 raise KafkaTimeoutError(
@@ -290,6 +295,7 @@ class NetworkClient:
                     if single_attempt:
                         raise
                     last = exc
+                    failed.add(target)
             attempt += 1
             self._backoff(attempt, deadline)
 

@@ -165,6 +165,11 @@ class Broker:
             )
         if supported is None:
             raise CloseConnection(f"unknown api key {api_key}")
+        if self.cluster is not None and self.cluster.view is None \
+                and api_key != ApiKey.API_VERSIONS:
+            # Cluster mode: bound and registering, but without the cluster's view yet.
+            raise CloseConnection(f"{protocol.API_NAMES[api_key]} before this broker joined "
+                                  "the cluster")
         if not session.authenticated and api_key not in PRE_AUTHENTICATION:
             raise CloseConnection(f"{protocol.API_NAMES[api_key]} before SASL authentication")
         if not supported[0] <= version <= supported[1]:

@@ -1,0 +1,137 @@
+"""Cluster mode: the coordinators follow their partitions (spec 000 "Transaction Coordinator
+Startup", "Discussion on Coordinator Failure During Transaction Completion"; spec 001 failure
+scenarios 5-7). A 3-broker cluster (replication factor 3, min.insync.replicas 2) runs the
+exactly-once purchases app (consume-transform-produce, our client and confluent-kafka's) while
+the transaction coordinator, the group coordinator and a partition leader are SIGKILLed in turn
+and started again: read_committed, every purchase has exactly one invoice and one shipment."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_exactly_once_app import App
+
+from oncelog import Admin, NewTopic, Producer
+from oncelog.cluster.local import LocalCluster
+from oncelog.cluster.zookeeper import ZooKeeperNotFoundError, find_zookeeper
+from oncelog.examples.purchases import GROUP, INVOICES, PURCHASES, SHIPMENTS, purchase
+from oncelog.server.topics import CONSUMER_OFFSETS, TRANSACTION_STATE, coordinator_partition
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+PURCHASE_COUNT = 6000
+PARTITIONS = 3
+SETTINGS = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
+            "group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
+            "zookeeper.session.timeout.ms": "2000", "replica.lag.time.max.ms": "2000",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+TXN_ID = "purchases-app-1"  # the app's default transactional id
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    try:
+        find_zookeeper()
+    except ZooKeeperNotFoundError as exc:
+        pytest.skip(str(exc))
+    c = LocalCluster(tmp_path / "cluster", 3, broker_settings=SETTINGS, die_with_parent=True,
+                     zookeeper_fsync=False)
+    c.start()
+    yield c
+    c.stop()
+
+
+def _seed(bootstrap: str) -> None:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(t, PARTITIONS, replication_factor=3,
+                                      config={"min.insync.replicas": "2"})
+                             for t in (PURCHASES, INVOICES, SHIPMENTS)])
+    with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=20) as p:
+        for n in range(PURCHASE_COUNT):
+            p.send(PURCHASES, purchase(n), key=str(n).encode())
+        p.flush()
+
+
+def _purchase_ids(bootstrap: str, topic: str) -> Counter:
+    import json
+
+    from test_interop_transactions import read_ours
+
+    return Counter(json.loads(v)["purchase"] for v in read_ours(bootstrap, topic, PARTITIONS))
+
+
+def _coordinator(cluster: LocalCluster, topic: str, key: str) -> int:
+    return cluster.leader_of(topic, coordinator_partition(key, 3))
+
+
+@pytest.mark.parametrize("client", ["oncelog", "confluent"])
+def test_purchases_app_exactly_once_while_coordinators_and_a_leader_are_killed(cluster, client):
+    bootstrap = cluster.bootstrap_servers
+    _seed(bootstrap)
+    app = App(bootstrap, client)
+    app.wait_committed_more_than(500)
+    killed = []
+    for what in ("transaction coordinator", "group coordinator", "purchases-0 leader"):
+        if what == "transaction coordinator":
+            victim = _coordinator(cluster, TRANSACTION_STATE, TXN_ID)
+        elif what == "group coordinator":
+            victim = _coordinator(cluster, CONSUMER_OFFSETS, GROUP)
+        else:
+            victim = cluster.leader_of(PURCHASES, 0)
+        before = app.committed
+        cluster.kill(victim)
+        killed.append((what, victim))
+        # The app rides it out on the two brokers left (min.insync.replicas 2) ...
+        app.wait_committed_more_than(before + 300, timeout=120)
+        cluster.start_broker(victim)
+        for t in (PURCHASES, INVOICES, SHIPMENTS):
+            for p in range(PARTITIONS):
+                cluster.wait_for_isr(t, p, 3, 60)
+    app.wait_done(timeout=300)
+    assert len(killed) == 3
+    expected = Counter(range(PURCHASE_COUNT))
+    for topic in (INVOICES, SHIPMENTS):
+        got = _purchase_ids(bootstrap, topic)
+        missing = expected - got
+        twice = {k: v for k, v in got.items() if v > 1}
+        assert not missing and not twice, (topic, len(missing), len(twice), killed)
+
+
+def test_transaction_coordinator_moves_and_prepared_commit_rolls_forward(cluster):
+    """A transaction whose coordinator dies right after EndTxn answered: the new coordinator
+    (the partition's new leader) finds PrepareCommit in the replicated log and completes it;
+    the producer goes on with its next transaction at the new coordinator."""
+    bootstrap = cluster.bootstrap_servers
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 3, replication_factor=3,
+                                      config={"min.insync.replicas": "2"})])
+    txn_id = "mover"
+    p = Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, acks="all")
+    try:
+        p.init_transactions()
+        committed = []
+        for batch in range(6):
+            p.begin_transaction()
+            values = [f"{batch}-{i}" for i in range(20)]
+            for v in values:
+                p.send(topic, v.encode(), key=v.encode())
+            if batch == 4:
+                p.abort_transaction()
+            else:
+                p.commit_transaction()
+                committed += values
+            if batch == 2:
+                old = _coordinator(cluster, TRANSACTION_STATE, txn_id)
+                cluster.kill(old)
+        new = _coordinator(cluster, TRANSACTION_STATE, txn_id)
+        assert new != old
+    finally:
+        p.close()
+    from test_interop_transactions import read_ours
+
+    got = [v.decode() if isinstance(v, bytes) else v for v in read_ours(bootstrap, topic, 3)]
+    assert sorted(got) == sorted(committed)
