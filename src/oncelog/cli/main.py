@@ -1,4 +1,5 @@
-"""The ``oncelog`` command: a broker, topic administration, produce, consume, dump-log.
+"""The ``oncelog`` command: a broker, a local cluster, topic administration, produce, consume,
+dump-log.
 
 Commands that talk to a broker take ``--bootstrap-server HOST:PORT`` (default
 127.0.0.1:9092), as Kafka's own tools do.
@@ -166,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "IdempotentWrite, TwoPhaseCommit, All (repeatable)")
         if name == "list":
             ap.add_argument("--principal", default=None)
+    k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
+                       description="A replicated cluster on this machine (docs/cluster.md): "
+                       "`cluster up` starts it in the background, `cluster down` stops it.")
+    from ..cluster.local import add_arguments as _cluster_arguments
+
+    _cluster_arguments(k)
+
     v = sub.add_parser("verify", help="check the transactional guarantees under faults",
                        description="Run transactional writers and read_committed readers "
                        "through a fault-injecting proxy, check the history for lost writes, "
@@ -215,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oncelog broker: cannot start: {exc}", file=sys.stderr)
             return 1
         return 0
+    if args.command == "cluster":
+        from ..cluster.local import run_command as run_cluster
+
+        return run_cluster(args)
     if args.command == "verify":
         from ..verify.cli import run as run_verify
 

@@ -182,6 +182,9 @@ class Sender:
             timeout = min(timeout, self._maybe_init_producer_id(now))
         if not self.idempotent or self.producer_id >= 0:
             timeout = min(timeout, self._send_produce_requests(now))
+        # Sending may have found a leader unreachable and asked for metadata (_need_metadata):
+        # wake up for it instead of sleeping out the timeout computed before.
+        timeout = min(timeout, max(0.0, self._metadata_due - time.monotonic()))
         for batch in self.acc.expired(now, self.delivery_timeout):
             self._fail(batch, self._expiry_error(batch), reset=True)
         for req in self.net.poll(timeout):

@@ -81,11 +81,26 @@ class ClusterMember:
         self.broker.cluster_id = self.store.cluster_id(self.broker.cluster_id)
         # Restarted right after a crash, the old session still holds our registration until
         # ZooKeeper expires it (up to its timeout): wait it out instead of failing.
-        self.store.register_broker(self.node_id, self.broker.host, self.broker.port,
+        host, port = self.advertised()
+        self.store.register_broker(self.node_id, host, port,
                                    timeout_s=2 * self.session_timeout_ms / 1000 + 1)
         self.metadata = MetadataView(self.store, self._on_view)
         self.controller = Controller(self.store, self.node_id, view=self.metadata)
         self.controller.start()
+
+    def advertised(self) -> tuple[str, int]:
+        """Where other brokers and clients reach this broker: ``advertised.listeners``
+        (``PLAINTEXT://host:port``, e.g. a relay in front of it), else where it listens."""
+        value = str(self.broker.config.get("advertised.listeners") or "")
+        if not value:
+            return self.broker.host, self.broker.port
+        first = value.split(",")[0].strip()
+        _scheme, sep, address = first.partition("://")
+        host, _, port = (address if sep else first).rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"advertised.listeners: expected PLAINTEXT://host:port, not "
+                             f"{value!r}")
+        return host, int(port)
 
     def _on_view(self, view) -> None:
         """On a kazoo thread: hand the view to the event loop."""

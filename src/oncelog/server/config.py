@@ -148,6 +148,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.max.size": str(2**31 - 1),
     # Cluster mode (docs/cluster.md); empty zookeeper.connect: a single node.
     "zookeeper.connect": "",
+    # Cluster mode: the address other brokers and clients are told (registered in ZooKeeper),
+    # PLAINTEXT://host:port; empty: the address the broker listens on.
+    "advertised.listeners": "",
     "zookeeper.session.timeout.ms": "6000",  # Kafka's is 18000; failover waits for it
     "replica.lag.time.max.ms": "10000",  # Kafka's is 30000
     "replica.fetch.wait.max.ms": "500",
@@ -188,6 +191,7 @@ def _optional_bool(v: str) -> object:
 _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "auto.create.topics.enable": _bool,
     "zookeeper.connect": str,
+    "advertised.listeners": str,
     "security.protocol": _security_protocol,
     "sasl.users.file": str,
     "sasl.enabled.mechanisms": _mechanisms,

@@ -1,0 +1,630 @@
+"""A local cluster: a ZooKeeper and N broker processes on this machine (tests, benchmarks,
+``oncelog cluster up`` / ``down``).
+
+``LocalCluster(data_dir, brokers=3)`` starts (``start()`` or ``with``) a ZooKeeper server in
+``data_dir/zookeeper`` (unless given the connect string of one that runs) and brokers 1..N as
+``python -m oncelog.cli.main broker --node-id N --zookeeper ZK/oncelog ...``, each in a session
+of its own with its output in ``data_dir/broker-N/broker.log`` and its logs in
+``data_dir/broker-N/data``; it waits until every broker answers Metadata naming all of them
+(registered in ZooKeeper), and records the pids, ports and connect string in
+``data_dir/cluster.json``. Then it is a fault injector: ``kill`` (SIGKILL), ``pause`` /
+``resume`` (SIGSTOP / SIGCONT), ``stop_broker`` (SIGTERM), ``start_broker`` (same port, same
+data directory), and an observer through the Admin client: ``leader_of``, ``wait_for_isr``.
+
+``cluster_down(data_dir)`` stops a cluster another process started (``cluster.json``): the
+brokers gracefully (SIGTERM, SIGKILL after a timeout), then the ZooKeeper if it started one.
+
+Layout of ``data_dir``::
+
+    cluster.json          connect string, bootstrap servers, each broker's pid, port, dirs
+    zookeeper/            the ZooKeeper server (cluster/zookeeper.py), unless an external one
+    broker-N/broker.log   broker N's output (appended to across restarts)
+    broker-N/data/        broker N's data directory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+from ..errors import KafkaError
+from .zookeeper import ZooKeeperServer, running_server, stop_server
+
+__all__ = ["CLUSTER_FILE", "DEFAULT_CHROOT", "LocalBroker", "LocalCluster", "LocalClusterError",
+           "cluster_down", "read_cluster_file"]
+
+CLUSTER_FILE = "cluster.json"
+DEFAULT_CHROOT = "/oncelog"
+ZOOKEEPER_DIR = "zookeeper"
+BROKER_MODULE = "oncelog.cli.main"
+
+
+class LocalClusterError(RuntimeError):
+    """A broker (or the ZooKeeper) did not start or stop as asked."""
+
+
+@dataclass
+class LocalBroker:
+    node_id: int
+    host: str
+    port: int
+    dir: Path  # data_dir/broker-N: broker.log and data/
+    proc: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+    state: str = "stopped"  # running, paused, stopped
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "broker.log"
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _free_port(host: str, taken: set[int]) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[-1].split()
+        if fields and fields[0] == b"Z":  # exited, not reaped yet
+            return False
+    return True
+
+
+def _is_our_broker(pid: int, data_dir: str) -> bool:
+    """Whether ``pid`` is the broker process run on ``data_dir`` (not one that reused its pid)."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: trust the file
+        return True
+    return b"broker" in argv and os.fsencode(data_dir) in argv
+
+
+def _signal(pid: int, sig: int) -> None:
+    """Signal the broker's process group (it leads its own session), else the process."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _wait_gone(pids: list[int], timeout: float,
+               procs: Mapping[int, subprocess.Popen[bytes]] | None = None) -> list[int]:
+    """Wait until the processes are gone; those still alive after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for pid in pids:
+            proc = procs.get(pid) if procs else None
+            if proc is not None:
+                if proc.poll() is None:
+                    alive.append(pid)
+            elif _pid_alive(pid):
+                alive.append(pid)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def _stop_pids(pids: list[int], timeout: float,
+               procs: Mapping[int, subprocess.Popen[bytes]] | None = None) -> None:
+    """SIGTERM (and SIGCONT, for paused ones) to all, then SIGKILL to what is left."""
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+        _signal(pid, signal.SIGCONT)
+    left = _wait_gone(pids, timeout, procs)
+    for pid in left:
+        _signal(pid, signal.SIGKILL)
+    left = _wait_gone(left, 5.0, procs)
+    if left:
+        raise LocalClusterError(f"broker processes {left} survived SIGKILL")
+
+
+def read_cluster_file(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """``data_dir/cluster.json`` (FileNotFoundError when there is no cluster there)."""
+    loaded: dict[str, Any] = json.loads((Path(data_dir) / CLUSTER_FILE).read_text())
+    return loaded
+
+
+class LocalCluster:
+    """A ZooKeeper and ``brokers`` broker processes (node ids 1..N) on this machine.
+
+    ``zookeeper``: the connect string of a running ZooKeeper (``host:port[/chroot]``; without
+    a chroot, ``chroot`` is used) instead of starting one. ``base_port``: broker N listens on
+    ``base_port + N - 1``; 0 picks free ports (each broker keeps its port across restarts).
+    ``broker_settings``: ``--set`` settings for every broker (Kafka's names). ``detach``: the
+    processes outlive this one (``oncelog cluster up``); otherwise with ``die_with_parent``
+    (Linux, util-linux's setpriv) they get SIGKILL when the thread that started them ends,
+    so a killed test run leaves nothing behind. ``zookeeper_fsync=False``: no fsync per
+    ZooKeeper transaction (tests).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], brokers: int = 3,
+                 zookeeper: str | None = None, base_port: int = 0,
+                 broker_settings: Mapping[str, Any] | None = None, *,
+                 host: str = "127.0.0.1", chroot: str = DEFAULT_CHROOT,
+                 die_with_parent: bool = False, zookeeper_fsync: bool = True,
+                 startup_timeout: float = 60.0) -> None:
+        if brokers < 1:
+            raise ValueError(f"a cluster needs at least one broker, not {brokers}")
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.broker_settings = {k: str(v) for k, v in (broker_settings or {}).items()}
+        self.die_with_parent = die_with_parent
+        self.startup_timeout = startup_timeout
+        self.zookeeper_fsync = zookeeper_fsync
+        self._external_zookeeper = zookeeper
+        self._chroot = "/" + chroot.strip("/") if chroot.strip("/") else ""
+        self.zookeeper: ZooKeeperServer | None = None
+        self.connect_string = ""  # the brokers' zookeeper.connect (with the chroot)
+        self.base_port = base_port
+        self.brokers: dict[int, LocalBroker] = {
+            n: LocalBroker(n, host, base_port + n - 1 if base_port else 0,
+                           self.data_dir / f"broker-{n}")
+            for n in range(1, brokers + 1)}
+        self._started = False
+
+    # -- addresses ----------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of every broker (running or not)."""
+        return ",".join(b.address for b in self.brokers.values())
+
+    @property
+    def addresses(self) -> dict[int, str]:
+        """Node id -> ``host:port``."""
+        return {n: b.address for n, b in self.brokers.items()}
+
+    def running(self) -> list[int]:
+        """Node ids of the brokers that run and are not paused."""
+        return [n for n, b in self.brokers.items() if b.state == "running"]
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the ZooKeeper (unless external) and every broker; wait until all are
+        registered and answer. On failure everything started is stopped again."""
+        if self._started:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._check_not_running()  # before anything is touched
+        self._started = True
+        try:
+            self._start_zookeeper()
+            previous = self._previous_ports() if self.base_port == 0 else {}
+            taken: set[int] = set()
+            for b in self.brokers.values():
+                if b.port == 0:
+                    port = previous.get(b.node_id)
+                    b.port = port if port and port not in taken and \
+                        _port_free(self.host, port) else _free_port(self.host, taken)
+                taken.add(b.port)
+            deadline = time.monotonic() + self.startup_timeout
+            for b in self.brokers.values():
+                self._launch(b)
+            self._write_file()
+            for b in self.brokers.values():
+                self._wait_ready(b, set(self.brokers), deadline, first_start=True)
+            self._write_file()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _check_not_running(self) -> None:
+        """LocalClusterError if a cluster started in ``data_dir`` still runs (a broker, or its
+        ZooKeeper)."""
+        alive: list[str] = []
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+            info = read_cluster_file(self.data_dir)
+            alive += [f"broker {n}" for n, b in info["brokers"].items()
+                      if b.get("pid") and _is_our_broker(int(b["pid"]), b["data_dir"])]
+        if self._external_zookeeper is None:
+            found = running_server(self.data_dir / ZOOKEEPER_DIR)
+            if found is not None:
+                alive.append(f"ZooKeeper (pid {found[0]})")
+        if alive:
+            raise LocalClusterError(
+                f"a cluster in {self.data_dir} still runs ({', '.join(alive)}): stop it first "
+                f"(oncelog cluster down --data-dir {self.data_dir})")
+
+    def _previous_ports(self) -> dict[int, int]:
+        """The ports of an earlier run in ``data_dir``: the same bootstrap servers again."""
+        try:
+            info = read_cluster_file(self.data_dir)
+            return {int(n): int(b["port"]) for n, b in info["brokers"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def _start_zookeeper(self) -> None:
+        if self._external_zookeeper is None:
+            self.zookeeper = ZooKeeperServer(self.data_dir / ZOOKEEPER_DIR, host=self.host,
+                                             fsync=self.zookeeper_fsync,
+                                             die_with_parent=self.die_with_parent)
+            self.zookeeper.start()
+            self.connect_string = self.zookeeper.connect_string + self._chroot
+        else:
+            hosts, _slash, chroot = self._external_zookeeper.partition("/")
+            self.connect_string = (self._external_zookeeper if chroot.strip("/")
+                                   else hosts + self._chroot)
+
+    def _command(self, b: LocalBroker) -> list[str]:
+        command = [sys.executable, "-m", BROKER_MODULE, "broker", "--node-id", str(b.node_id),
+                   "--zookeeper", self.connect_string, "--data-dir", str(b.data_dir),
+                   "--host", b.host, "--port", str(b.port)]
+        for key, value in self.broker_settings.items():
+            command += ["--set", f"{key}={value}"]
+        if self.die_with_parent:
+            setpriv = shutil.which("setpriv")
+            if setpriv:  # PR_SET_PDEATHSIG, then exec python
+                command = [setpriv, "--pdeathsig", "KILL", "--", *command]
+        return command
+
+    def _launch(self, b: LocalBroker) -> None:
+        b.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        # The broker imports this very oncelog (a source checkout need not be installed).
+        src = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        with open(b.log_path, "ab") as out:
+            out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting broker "
+                      f"{b.node_id} on {b.address}\n".encode())
+            out.flush()
+            b.proc = subprocess.Popen(self._command(b), stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=subprocess.STDOUT, cwd=b.dir, env=env,
+                                      start_new_session=True)
+        b.pid = b.proc.pid
+        b.state = "running"
+
+    def _wait_ready(self, b: LocalBroker, expect: set[int], deadline: float,
+                    first_start: bool = False) -> None:
+        """Until broker ``b`` answers Metadata naming itself and the ``expect``ed brokers.
+        A broker that lost the race for its (free) port at the first start gets another."""
+        from ..client.admin import Admin
+
+        expect = expect | {b.node_id}
+        while True:
+            assert b.proc is not None
+            rc = b.proc.poll()
+            if rc is not None:
+                tail = b.tail()
+                if first_start and self.base_port == 0 and "Address already in use" in tail \
+                        and time.monotonic() < deadline:
+                    b.port = _free_port(self.host, {x.port for x in self.brokers.values()})
+                    self._launch(b)
+                    self._write_file()
+                    continue
+                b.state = "stopped"
+                raise LocalClusterError(f"broker {b.node_id} exited with code {rc}; the end "
+                                        f"of {b.log_path}:\n{tail}")
+            try:
+                with Admin(bootstrap_servers=b.address, request_timeout_ms=1000,
+                           default_api_timeout_ms=1000, retry_backoff_ms=50,
+                           reconnect_backoff_ms=50, reconnect_backoff_max_ms=200) as admin:
+                    seen = set(admin._metadata(None).brokers)
+                if expect <= seen:
+                    return
+            except (KafkaError, OSError):  # not listening yet, no view yet ...
+                pass
+            if time.monotonic() >= deadline:
+                raise LocalClusterError(f"broker {b.node_id} ({b.address}) did not answer with "
+                                        f"brokers {sorted(expect)} registered in time; the "
+                                        f"end of {b.log_path}:\n{b.tail()}")
+            time.sleep(0.1)
+
+    def _write_file(self) -> None:
+        info = {
+            "zookeeper": self.connect_string,
+            "zookeeper_dir": (str(self.zookeeper.data_dir) if self.zookeeper is not None
+                              else None),
+            "bootstrap_servers": self.bootstrap_servers,
+            "settings": self.broker_settings,
+            "brokers": {str(n): {"node_id": n, "host": b.host, "port": b.port,
+                                 "address": b.address, "pid": b.pid, "state": b.state,
+                                 "data_dir": str(b.data_dir), "log": str(b.log_path)}
+                        for n, b in self.brokers.items()},
+        }
+        path = self.data_dir / CLUSTER_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=2) + "\n")
+        tmp.replace(path)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop every broker (SIGTERM, SIGKILL after ``timeout``), then the ZooKeeper."""
+        procs = {b.pid: b.proc for b in self.brokers.values()
+                 if b.pid is not None and b.proc is not None}
+        pids = [b.pid for b in self.brokers.values()
+                if b.pid is not None and b.proc is not None and b.proc.poll() is None]
+        try:
+            _stop_pids(pids, timeout, procs)
+        finally:
+            for b in self.brokers.values():
+                self._reap(b)
+            if self.zookeeper is not None:
+                self.zookeeper.stop()
+            self._started = False
+            if (self.data_dir / CLUSTER_FILE).exists():
+                self._write_file()
+
+    def _reap(self, b: LocalBroker) -> None:
+        if b.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                b.proc.wait(timeout=5.0)
+        b.proc = None
+        b.pid = None
+        b.state = "stopped"
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- faults -------------------------------------------------------------------------------
+
+    def _broker(self, n: int) -> LocalBroker:
+        try:
+            return self.brokers[n]
+        except KeyError:
+            raise ValueError(f"no broker {n} (brokers are {sorted(self.brokers)})") from None
+
+    def _running_proc(self, n: int) -> subprocess.Popen[bytes]:
+        b = self._broker(n)
+        if b.proc is None or b.proc.poll() is not None:
+            raise LocalClusterError(f"broker {n} is not running")
+        return b.proc
+
+    def kill(self, n: int) -> None:
+        """SIGKILL broker ``n`` (a crash: its ZooKeeper session lingers until it expires)."""
+        proc = self._running_proc(n)
+        _signal(proc.pid, signal.SIGKILL)
+        self._reap(self.brokers[n])
+        self._write_file()
+
+    def pause(self, n: int) -> None:
+        """SIGSTOP broker ``n``: it neither answers nor heartbeats ZooKeeper until resumed."""
+        proc = self._running_proc(n)
+        _signal(proc.pid, signal.SIGSTOP)
+        self.brokers[n].state = "paused"
+        self._write_file()
+
+    def resume(self, n: int) -> None:
+        """SIGCONT a paused broker."""
+        proc = self._running_proc(n)
+        _signal(proc.pid, signal.SIGCONT)
+        self.brokers[n].state = "running"
+        self._write_file()
+
+    def stop_broker(self, n: int, timeout: float = 15.0) -> None:
+        """SIGTERM broker ``n`` (a clean shutdown; SIGKILL after ``timeout``)."""
+        b = self._broker(n)
+        if b.proc is not None and b.proc.poll() is None:
+            _stop_pids([b.proc.pid], timeout, {b.proc.pid: b.proc})
+        self._reap(b)
+        self._write_file()
+
+    def start_broker(self, n: int, timeout: float | None = None) -> None:
+        """Start broker ``n`` again (same port, same data directory) and wait until it is
+        registered and answers. A broker restarted right after a crash may first have to wait
+        out its old ZooKeeper session."""
+        b = self._broker(n)
+        if b.proc is not None and b.proc.poll() is None:
+            raise LocalClusterError(f"broker {n} is running already")
+        self._reap(b)
+        self._launch(b)
+        self._write_file()
+        deadline = time.monotonic() + (self.startup_timeout if timeout is None else timeout)
+        self._wait_ready(b, set(), deadline)
+
+    # -- observing ----------------------------------------------------------------------------
+
+    def describe(self, topic: str) -> dict[int, Any]:
+        """Partition index -> PartitionInfo (leader, replicas, isr), as a running broker
+        answers it (the Admin client's describe_topics)."""
+        from ..client.admin import Admin
+
+        last: Exception | None = None
+        for n in self.running() or list(self.brokers):
+            try:
+                with Admin(bootstrap_servers=self.brokers[n].address, request_timeout_ms=2000,
+                           default_api_timeout_ms=3000, retry_backoff_ms=50) as admin:
+                    described = admin.describe_topics([topic])[topic]
+                return {p.partition: p for p in described.partitions}
+            except (KafkaError, OSError) as exc:  # that broker is away: ask another
+                last = exc
+        raise LocalClusterError(f"no running broker described {topic!r}: {last!r}")
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        """The partition's leader (node id; -1 while it has none)."""
+        return int(self.describe(topic)[partition].leader)
+
+    def wait_for_isr(self, topic: str, partition: int, size: int, timeout: float = 30.0
+                     ) -> Any:
+        """Until the partition has a leader and exactly ``size`` in-sync replicas; its
+        PartitionInfo (LocalClusterError after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while True:
+            with contextlib.suppress(LocalClusterError):
+                last = self.describe(topic).get(partition)
+                if last is not None and last.leader >= 0 and len(last.isr) == size:
+                    return last
+            if time.monotonic() >= deadline:
+                raise LocalClusterError(f"{topic}-{partition}: no ISR of {size} within "
+                                        f"{timeout:g} s (last seen: {last})")
+            time.sleep(0.1)
+
+    def wait_for_leader(self, topic: str, partition: int, *, not_on: int | None = None,
+                        timeout: float = 30.0) -> int:
+        """Until the partition has a leader (other than ``not_on``); its node id."""
+        deadline = time.monotonic() + timeout
+        leader = -1
+        while True:
+            with contextlib.suppress(LocalClusterError):
+                leader = self.leader_of(topic, partition)
+                if leader >= 0 and leader != not_on:
+                    return leader
+            if time.monotonic() >= deadline:
+                raise LocalClusterError(f"{topic}-{partition}: no leader (other than "
+                                        f"{not_on}) within {timeout:g} s (last: {leader})")
+            time.sleep(0.05)
+
+    def __repr__(self) -> str:
+        states = ", ".join(f"{n}:{b.state}" for n, b in self.brokers.items())
+        return f"LocalCluster({self.data_dir}, {self.connect_string or 'not started'}, {states})"
+
+
+def cluster_down(data_dir: str | os.PathLike[str], timeout: float = 15.0) -> dict[str, Any]:
+    """Stop the cluster another process started in ``data_dir`` (``cluster.json``): its
+    brokers (SIGTERM, SIGKILL after ``timeout``), then its ZooKeeper if it started one. What was
+    stopped: ``{"brokers": [node ids], "zookeeper": bool}``. FileNotFoundError when there is no
+    cluster.json."""
+    data_dir = Path(data_dir).resolve()
+    info = read_cluster_file(data_dir)
+    stopped: list[int] = []
+    pids: list[int] = []
+    for n, b in sorted(info.get("brokers", {}).items(), key=lambda kv: int(kv[0])):
+        pid = b.get("pid")
+        if pid and _is_our_broker(int(pid), b["data_dir"]):
+            pids.append(int(pid))
+            stopped.append(int(n))
+    _stop_pids(pids, timeout)
+    zookeeper = False
+    zk_dir = info.get("zookeeper_dir")
+    if zk_dir:
+        zookeeper = stop_server(zk_dir, timeout)
+    for b in info.get("brokers", {}).values():
+        b["pid"], b["state"] = None, "stopped"
+    path = data_dir / CLUSTER_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    tmp.replace(path)
+    return {"brokers": stopped, "zookeeper": zookeeper}
+
+
+# -- ``oncelog cluster up`` / ``down`` ----------------------------------------------------------
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    import argparse
+
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def add_arguments(parser: Any) -> None:
+    """The ``cluster`` subcommands (``up``, ``down``) on an argparse parser."""
+    sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    up = sub.add_parser("up", help="start a local cluster (ZooKeeper and brokers) in the "
+                        "background", description="Start a ZooKeeper (unless --zookeeper) and "
+                        "N brokers in the background, wait until all are registered, print "
+                        "their addresses and exit; `oncelog cluster down` stops them.")
+    up.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    up.add_argument("--data-dir", required=True,
+                    help="directory for the brokers, the ZooKeeper and cluster.json")
+    up.add_argument("--zookeeper", default=None, metavar="HOST:PORT[/CHROOT]",
+                    help=f"use this running ZooKeeper (default: start one; chroot "
+                    f"{DEFAULT_CHROOT} unless given)")
+    up.add_argument("--host", default="127.0.0.1", help="address the brokers listen on")
+    up.add_argument("--base-port", type=int, default=0,
+                    help="broker N listens on BASE_PORT+N-1 (default: free ports, the same "
+                    "ones again when the data dir was used before)")
+    up.add_argument("--set", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                    help="a setting for every broker, e.g. zookeeper.session.timeout.ms=3000 "
+                    "(repeatable)")
+    up.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds to wait for the cluster to come up (default 60)")
+    down = sub.add_parser("down", help="stop a cluster started by `oncelog cluster up`",
+                          description="Stop the brokers (SIGTERM, SIGKILL after --timeout) and "
+                          "the ZooKeeper of the cluster in --data-dir.")
+    down.add_argument("--data-dir", required=True)
+    down.add_argument("--timeout", type=float, default=15.0,
+                      help="seconds before SIGKILL (default 15)")
+
+
+def run_command(args: Any) -> int:
+    """``oncelog cluster up`` / ``down``."""
+    from .zookeeper import ZooKeeperError, ZooKeeperNotFoundError
+
+    if args.cluster_command == "down":
+        try:
+            stopped = cluster_down(args.data_dir, args.timeout)
+        except FileNotFoundError:
+            print(f"oncelog cluster down: no cluster in {args.data_dir} (no {CLUSTER_FILE})",
+                  file=sys.stderr)
+            return 1
+        except (LocalClusterError, ZooKeeperError) as exc:
+            print(f"oncelog cluster down: {exc}", file=sys.stderr)
+            return 1
+        brokers = ", ".join(map(str, stopped["brokers"])) or "none running"
+        print(f"stopped brokers: {brokers}"
+              + ("; stopped ZooKeeper" if stopped["zookeeper"] else ""))
+        return 0
+    try:
+        cluster = LocalCluster(args.data_dir, args.brokers, args.zookeeper, args.base_port,
+                               dict(args.set), host=args.host, startup_timeout=args.timeout)
+        cluster.start()
+    except (ValueError, LocalClusterError, ZooKeeperError, ZooKeeperNotFoundError,
+            OSError) as exc:
+        print(f"oncelog cluster up: {exc}", file=sys.stderr)
+        return 1
+    # The processes run in sessions of their own: they outlive this command.
+    print(f"zookeeper: {cluster.connect_string}")
+    for n, b in cluster.brokers.items():
+        print(f"broker {n}: {b.address} (pid {b.pid}, log {b.log_path})")
+    print(f"bootstrap servers: {cluster.bootstrap_servers}")
+    print(f"stop with: oncelog cluster down --data-dir {cluster.data_dir}")
+    return 0
