@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from ..errors import KafkaError
+from .relay import Relay
 from .zookeeper import ZooKeeperServer, running_server, stop_server
 
 __all__ = ["CLUSTER_FILE", "DEFAULT_CHROOT", "LocalBroker", "LocalCluster", "LocalClusterError",
@@ -194,7 +195,7 @@ class LocalCluster:
                  broker_settings: Mapping[str, Any] | None = None, *,
                  host: str = "127.0.0.1", chroot: str = DEFAULT_CHROOT,
                  die_with_parent: bool = False, zookeeper_fsync: bool = True,
-                 startup_timeout: float = 60.0) -> None:
+                 startup_timeout: float = 60.0, relays: bool = False) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
         self.data_dir = Path(data_dir).resolve()
@@ -213,13 +214,33 @@ class LocalCluster:
                            self.data_dir / f"broker-{n}")
             for n in range(1, brokers + 1)}
         self._started = False
+        # relays: each broker is reached (by clients and by the other brokers) only through a
+        # TCP relay of its own (advertised.listeners), which ``cut`` and ``heal`` control.
+        self.use_relays = relays
+        self.relays: dict[int, Relay] = {}
 
     # -- addresses ----------------------------------------------------------------------------
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port,...`` of every broker (running or not)."""
+        """``host:port,...`` of every broker (running or not; its relay's, with relays)."""
+        if self.use_relays:
+            return ",".join(self._relay(b).address for b in self.brokers.values())
         return ",".join(b.address for b in self.brokers.values())
+
+    def _relay(self, b: LocalBroker) -> Relay:
+        relay = self.relays.get(b.node_id)
+        if relay is None:
+            relay = self.relays[b.node_id] = Relay(b.host, 0, b.host, b.port).start()
+        return relay
+
+    def cut(self, n: int) -> None:
+        """Cut broker ``n`` off the network (relays only): every connection to it dropped,
+        new ones refused; its ZooKeeper session is untouched."""
+        self._relay(self._broker(n)).cut()
+
+    def heal(self, n: int) -> None:
+        self._relay(self._broker(n)).heal()
 
     @property
     def addresses(self) -> dict[int, str]:
@@ -305,6 +326,9 @@ class LocalCluster:
                    "--host", b.host, "--port", str(b.port)]
         for key, value in self.broker_settings.items():
             command += ["--set", f"{key}={value}"]
+        if self.use_relays:
+            command += ["--set",
+                        f"advertised.listeners=PLAINTEXT://{self._relay(b).address}"]
         if self.die_with_parent:
             setpriv = shutil.which("setpriv")
             if setpriv:  # PR_SET_PDEATHSIG, then exec python
@@ -393,6 +417,9 @@ class LocalCluster:
                 self._reap(b)
             if self.zookeeper is not None:
                 self.zookeeper.stop()
+            for relay in self.relays.values():
+                relay.stop()
+            self.relays.clear()
             self._started = False
             if (self.data_dir / CLUSTER_FILE).exists():
                 self._write_file()

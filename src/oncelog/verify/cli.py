@@ -23,6 +23,11 @@ def add_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT",
                    help="a running broker to verify (default: start one in a temporary "
                    "directory)")
+    v.add_argument("--cluster", action="store_true",
+                   help="run against a 3-broker replicated cluster this command starts (Debian's "
+                   "ZooKeeper), with broker faults: kill-leader, kill-coordinator, pause, cut "
+                   "(default: all of them, one after another); writers of both clients, "
+                   "oncelog and confluent, unless --clients names others")
     v.add_argument("--duration", type=float, default=10.0, metavar="S",
                    help="seconds of writing (default 10)")
     v.add_argument("--faults", default=DEFAULT_FAULTS,
@@ -73,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         _print_verdict(verdict, args.json)
         return 0 if verdict.ok else 1
 
+    if args.cluster:
+        return _run_cluster(args)
     faults = [f.strip() for f in args.faults.split(",") if f.strip() and f.strip() != "none"]
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
@@ -95,6 +102,53 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(WRITER_KINDS)})", file=sys.stderr)
         return 2
     return _run_workload(args, faults, clients)
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    from .cluster import CLUSTER_FAULTS, run_cluster
+
+    if args.bootstrap_server or args.set:
+        print("oncelog verify: --cluster starts a cluster of its own (no --bootstrap-server, "
+              "--set)", file=sys.stderr)
+        return 2
+    if args.faults == DEFAULT_FAULTS:
+        faults = list(CLUSTER_FAULTS)
+    else:
+        faults = [f.strip() for f in args.faults.split(",")
+                  if f.strip() and f.strip() != "none"]
+    unknown = [f for f in faults if f not in CLUSTER_FAULTS]
+    # Both clients unless told otherwise (--clients' default is ours alone).
+    clients_arg = "oncelog,confluent" if args.clients == "oncelog" else args.clients
+    clients = tuple(c.strip() for c in clients_arg.split(",") if c.strip())
+    bad = [c for c in clients if c not in ("oncelog", "confluent")]
+    if unknown or bad or not clients:
+        print(f"oncelog verify --cluster: faults are {', '.join(CLUSTER_FAULTS)}; clients "
+              "oncelog, confluent", file=sys.stderr)
+        return 2
+    duration = max(args.duration, 8.0 * len(faults) + 6)
+    print(f"oncelog verify --cluster: {len(clients) * args.writers_per_client} writers "
+          f"({', '.join(clients)}), {args.readers} readers, {duration:g} s, faults: "
+          f"{', '.join(faults) or 'none'}")
+    tmp = Path(tempfile.mkdtemp(prefix="oncelog-verify-cluster-"))
+    try:
+        run = run_cluster(tmp, faults, duration=duration, clients=clients,
+                          writers_per_client=args.writers_per_client, readers=args.readers,
+                          partitions=args.partitions, seed=args.seed, progress=print)
+    except Exception as exc:  # noqa: BLE001 (the run failed; say why)
+        print(f"oncelog verify: the run failed: {exc!r}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.history:
+        run.history.save(args.history)
+    _print_verdict(run.verdict, args.json)
+    for error in run.errors:
+        print(f"oncelog verify: a writer failed: {error!r}", file=sys.stderr)
+    for w in run.stalled:
+        print(f"oncelog verify: {w} made no progress after the faults healed", file=sys.stderr)
+    if run.errors:
+        return 2
+    return 0 if run.ok else 1
 
 
 def _run_workload(args: argparse.Namespace, faults: list[str], clients: list[str]) -> int:
