@@ -28,7 +28,7 @@ def _zookeeper_installed() -> None:
 def test_exactly_once_under_broker_faults(tmp_path: Path) -> None:
     faults = ["kill-leader", "kill-coordinator", "pause", "cut"]
     lines: list[str] = []
-    run = run_cluster(tmp_path / "cluster", faults, duration=36.0, progress=lines.append)
+    run = run_cluster(tmp_path / "cluster", faults, duration=50.0, progress=lines.append)
     report = "\n".join(lines) + "\n" + run.verdict.table()
     assert not run.errors, report
     assert run.verdict.ok, report

@@ -125,7 +125,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
         print(f"oncelog verify --cluster: faults are {', '.join(CLUSTER_FAULTS)}; clients "
               "oncelog, confluent", file=sys.stderr)
         return 2
-    duration = max(args.duration, 8.0 * len(faults) + 6)
+    duration = max(args.duration, 10.0 * len(faults) + 10)
     print(f"oncelog verify --cluster: {len(clients) * args.writers_per_client} writers "
           f"({', '.join(clients)}), {args.readers} readers, {duration:g} s, faults: "
           f"{', '.join(faults) or 'none'}")

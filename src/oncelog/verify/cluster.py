@@ -89,7 +89,8 @@ def run_cluster(data_dir: Path, faults: list[str], *, duration: float = 30.0,
         for p in range(partitions):
             cluster.wait_for_isr(cfg.topic, p, 3, 60)
         first_txn_id = f"{cfg.run_id}-{cfg.writers[0]}-0"
-        plan = [(duration * (i + 1) / (len(faults) + 2), f) for i, f in enumerate(faults)]
+        # Faults in the first part of the run: the rest shows every writer committing again.
+        plan = [(duration * (i + 1) / (len(faults) + 3), f) for i, f in enumerate(faults)]
         heals: list[tuple[float, str, Callable[[], None]]] = []
         healed_at: list[Counter] = []
 
