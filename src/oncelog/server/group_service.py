@@ -129,10 +129,23 @@ class GroupService:
         """Cluster mode: NOT_COORDINATOR unless this broker leads the group's partition."""
         if self.broker.cluster is None:
             return None
-        n = self.broker.cluster.internal_partition_count(CONSUMER_OFFSETS)
-        if n is None or coordinator_partition(group_id, n) not in self.owned:
-            return "not_coordinator"
-        return None
+        index = self.partition_index(group_id)
+        return "not_coordinator" if index is None or index not in self.owned else None
+
+    def partition_index(self, group_id: str, *, create: bool = False) -> int | None:
+        """The group's partition of ``__consumer_offsets`` (Kafka's abs(hash) % its partition
+        count). A single node creates the topic on first use; in cluster mode None until the
+        cluster has it (its creation is asked for with ``create``)."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            n = self.broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms()).partition_count
+        else:
+            n = cluster.internal_partition_count(CONSUMER_OFFSETS)
+            if n is None:
+                if create:
+                    cluster.request_internal_topic(CONSUMER_OFFSETS)
+                return None
+        return coordinator_partition(group_id, n)
 
     async def replicated(self, group_id: str) -> str | None:
         """Cluster mode: wait until what was appended for the group is on the whole ISR
@@ -188,14 +201,12 @@ class GroupService:
         return self._partition(group_id)
 
     def _partition(self, group_id: str):
-        if self.broker.cluster is not None:
-            t = self.broker.topics.get(CONSUMER_OFFSETS)
-            p = t.hosted(coordinator_partition(group_id, t.partition_count)) if t else None
-            if p is None:
-                raise LookupError(f"this broker does not host the partition of group {group_id}")
-            return p
-        topic = self.broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms())
-        return topic.partitions[coordinator_partition(group_id, topic.partition_count)]
+        index = self.partition_index(group_id)
+        t = self.broker.topics.get(CONSUMER_OFFSETS)
+        p = t.hosted(index) if t is not None and index is not None else None
+        if p is None:
+            raise LookupError(f"this broker does not host the partition of group {group_id}")
+        return p
 
     def append(self, e: WriteRecords, producer: tuple[int, int] | None = None, *,
                verification=None, require_verification: bool = False) -> str | None:

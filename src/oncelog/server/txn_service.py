@@ -2,10 +2,10 @@
 
 - ``WriteTxnLog``: append the transactional id's record to its partition of
   ``__transaction_state`` (Kafka's ``abs(hash) % transaction.state.log.num.partitions``);
-- ``SendMarkers``: a WriteTxnMarkers request per transaction, through the same handler a
-  remote coordinator's request reaches (server/handlers/txn_markers.py), retried for the
-  partitions that could not take it yet, until every marker is written; then the transaction
-  completes.
+- ``SendMarkers``: a WriteTxnMarkers request per transaction and partition leader (on a single
+  node, or for partitions this broker leads, in process through the same handler a remote
+  coordinator's request reaches: server/handlers/txn_markers.py), retried for the partitions
+  that could not take it yet, until every marker is written; then the transaction completes.
 
 At startup the coordinator epoch is bumped (persisted in the data directory, so markers from
 this incarnation outrank those of any earlier one) and the transaction log is replayed;
@@ -259,52 +259,17 @@ class TxnService:
         return True
 
     async def _send_markers(self, e: SendMarkers) -> None:
-        """spec 000 step 5.2: WriteTxnMarkers to the partition leaders (this broker), retried
-        until every partition has its marker."""
+        """spec 000 step 5.2: WriteTxnMarkers to each partition's leader (in process when that
+        is this broker: always so on a single node), retried until every partition has its
+        marker; a partition without a leader is waited for (spec 000, "Discussion on
+        Unavailable Partitions"), one whose topic is gone needs none."""
         from .broker import RequestContext  # the broker imports this module
-        from .handlers.txn_markers import handle_write_txn_markers
-
-        if self.broker.cluster is not None:
-            await self._send_markers_to_leaders(e)
-            return
-        left = set(e.partitions)
-        mod = request_module(ApiKey.WRITE_TXN_MARKERS, 1)
-        ctx = RequestContext(RequestHeader(ApiKey.WRITE_TXN_MARKERS, 1, 0, "txn-coordinator", 0),
-                             "txn-coordinator")
-        while left:
-            by_topic: dict[str, list[int]] = {}
-            for t, p in sorted(left):
-                by_topic.setdefault(t, []).append(p)
-            request = make(mod.WriteTxnMarkersRequest, markers=(make(
-                mod.WritableTxnMarker, producer_id=e.producer_id,
-                producer_epoch=e.producer_epoch, transaction_result=e.commit,
-                coordinator_epoch=e.coordinator_epoch,
-                topics=tuple(make(mod.WritableTxnMarkerTopic, name=t, partition_indexes=tuple(ps))
-                             for t, ps in by_topic.items())),))
-            response = await handle_write_txn_markers(self.broker, ctx, request)
-            for t in response.markers[0].topics:
-                for p in t.partitions:
-                    name = p.error_code.name if p.error_code else None
-                    if name is None or name in _FINAL_MARKER_ERRORS:
-                        if name is not None:
-                            log.warning("marker for %r on %s-%d: %s (not retried)",
-                                        e.transactional_id, t.name, p.partition_index, name)
-                        left.discard((t.name, p.partition_index))
-            if left:
-                await asyncio.sleep(MARKER_RETRY_S)
-
-    async def _send_markers_to_leaders(self, e: SendMarkers) -> None:
-        """Cluster mode: WriteTxnMarkers to each partition's leader (in process when that is
-        this broker), retried until every partition has its marker; a partition without a
-        leader is waited for (spec 000, "Discussion on Unavailable Partitions")."""
-        from .broker import RequestContext
         from .handlers.txn_markers import handle_write_txn_markers
 
         cluster = self.broker.cluster
         mod = request_module(ApiKey.WRITE_TXN_MARKERS, 1)
         ctx = RequestContext(RequestHeader(ApiKey.WRITE_TXN_MARKERS, 1, 0, "txn-coordinator", 0),
                              "txn-coordinator")
-        left = set(e.partitions)
 
         async def send(node: int, tps: list[tuple[str, int]]):
             by_topic: dict[str, list[int]] = {}
@@ -326,19 +291,20 @@ class TxnService:
                 log.info("markers for %r to broker %d: %s", e.transactional_id, node, exc)
                 return None
 
+        left = set(e.partitions)
         while left:
             by_node: dict[int, list[tuple[str, int]]] = {}
-            for tp in left:
-                if cluster.view is not None and tp[0] not in cluster.view.topics:
-                    by_node.setdefault(-1, []).append(tp)  # deleted: nothing to mark
+            for tp in list(left):
+                if cluster is None:
+                    leader: int | None = self.broker.node_id
+                elif cluster.view is not None and tp[0] not in cluster.view.topics:
+                    left.discard(tp)  # deleted: nothing to mark
                     continue
-                leader = cluster.leader_of(*tp)
+                else:
+                    leader = cluster.leader_of(*tp)
                 if leader is not None:
                     by_node.setdefault(leader, []).append(tp)
-            for tp in by_node.pop(-1, []):
-                left.discard(tp)
-            nodes = list(by_node)
-            responses = await asyncio.gather(*(send(n, by_node[n]) for n in nodes))
+            responses = await asyncio.gather(*(send(n, tps) for n, tps in by_node.items()))
             for response in responses:
                 if response is None:
                     continue

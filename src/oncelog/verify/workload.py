@@ -18,6 +18,7 @@ the last stable offset back and the reader ends stuck.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -191,12 +192,19 @@ class ConfluentWriter(_Writer):
     def open(self) -> None:
         from confluent_kafka import Producer as CProducer
 
-        self.producer = CProducer({
+        conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
             "request.timeout.ms": self.cfg.request_timeout_ms, "linger.ms": 2,
             "message.timeout.ms": self.cfg.request_timeout_ms * 2,
             "transaction.timeout.ms": self.cfg.transaction_timeout_ms,
-            "metadata.recovery.strategy": "none"})
+            "metadata.recovery.strategy": "none"}
+        # Diagnostics: ONCELOG_VERIFY_RDKAFKA_DEBUG=<contexts> logs librdkafka's debug output
+        # (e.g. "eos,broker,protocol") to the "oncelog.verify.rdkafka" logger.
+        debug = os.environ.get("ONCELOG_VERIFY_RDKAFKA_DEBUG")
+        if debug:
+            conf.update({"debug": debug,
+                         "logger": logging.getLogger(f"oncelog.verify.rdkafka.{self.name}")})
+        self.producer = CProducer(conf)
         self.producer.init_transactions(30)
 
     def close(self) -> None:

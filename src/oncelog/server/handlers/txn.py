@@ -13,7 +13,7 @@ from ...protocol import ApiKey, make, millis, response_module
 from ...txn.coordinator import Outcome
 from ...txn.state import TransactionState
 from ..clock import now_ms
-from ..topics import CONSUMER_OFFSETS, INTERNAL_TOPICS, coordinator_partition
+from ..topics import CONSUMER_OFFSETS, INTERNAL_TOPICS
 from . import acl
 from .util import error_code
 
@@ -153,17 +153,13 @@ async def handle_add_offsets_to_txn(broker, ctx, request):
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
                     error_code=error_code("group_authorization_failed"))
     core, refused = broker.txn_coordinator.core_for(request.transactional_id)
-    if broker.cluster is not None:
-        n = broker.cluster.internal_partition_count(CONSUMER_OFFSETS)
-        if n is None:
-            broker.cluster.request_internal_topic(CONSUMER_OFFSETS)
-            refused = refused or "coordinator_not_available"
-    else:
-        n = broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms()).partition_count
-    if core is None or refused:
+    index = broker.group_coordinator.partition_index(request.group_id, create=True)
+    if index is None:
+        refused = refused or "coordinator_not_available"
+    if core is None or index is None or refused:
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
                     error_code=error_code(refused))
-    tp = (CONSUMER_OFFSETS, coordinator_partition(request.group_id, n))
+    tp = (CONSUMER_OFFSETS, index)
     outcome = core.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, [tp], now_ms(),
         version=ctx.version, api="add_offsets", txn_version=min(broker.transaction_version, 1))
