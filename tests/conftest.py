@@ -361,3 +361,30 @@ def fake_broker():
 # ================================================================================================
 # end of the client tests section
 # ================================================================================================
+
+
+# -- cluster tests --------------------------------------------------------------------------------
+
+
+def require_zookeeper() -> None:
+    """Skip the test, saying why, on a machine without Debian's ZooKeeper (and Java)."""
+    from oncelog.cluster.zookeeper import ZooKeeperNotFoundError, find_zookeeper
+
+    try:
+        find_zookeeper()
+    except ZooKeeperNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory):
+    """One ZooKeeper server for the session's cluster tests (each test takes a chroot of its
+    own)."""
+    from oncelog.cluster.zookeeper import ZooKeeperServer
+
+    require_zookeeper()
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), fsync=False,
+                             die_with_parent=True)
+    server.start()
+    yield server
+    server.stop()

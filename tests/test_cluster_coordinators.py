@@ -12,11 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import require_zookeeper
 from test_exactly_once_app import App
 
 from oncelog import Admin, NewTopic, Producer
 from oncelog.cluster.local import LocalCluster
-from oncelog.cluster.zookeeper import ZooKeeperNotFoundError, find_zookeeper
 from oncelog.examples.purchases import GROUP, INVOICES, PURCHASES, SHIPMENTS, purchase
 from oncelog.server.topics import CONSUMER_OFFSETS, TRANSACTION_STATE, coordinator_partition
 
@@ -33,10 +33,7 @@ TXN_ID = "purchases-app-1"  # the app's default transactional id
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    try:
-        find_zookeeper()
-    except ZooKeeperNotFoundError as exc:
-        pytest.skip(str(exc))
+    require_zookeeper()
     c = LocalCluster(tmp_path / "cluster", 3, broker_settings=SETTINGS, die_with_parent=True,
                      zookeeper_fsync=False)
     c.start()

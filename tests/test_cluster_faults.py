@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import require_zookeeper
 
-from oncelog.cluster.zookeeper import ZooKeeperNotFoundError, find_zookeeper
 from oncelog.verify.cluster import run_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -19,10 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 @pytest.fixture(autouse=True)
 def _zookeeper_installed() -> None:
-    try:
-        find_zookeeper()
-    except ZooKeeperNotFoundError as exc:
-        pytest.skip(str(exc))
+    require_zookeeper()
 
 
 @pytest.mark.skip(reason="issue 6 in progress: a fresh-clone CI run (2026-11-23) found lost_write "

@@ -28,14 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require_zookeeper
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.cluster.local import LocalCluster, cluster_down, read_cluster_file
-from oncelog.cluster.zookeeper import (
-    ZooKeeperNotFoundError,
-    ZooKeeperServer,
-    find_zookeeper,
-)
+from oncelog.cluster.zookeeper import ZooKeeperServer, pid_alive
 from oncelog.errors import NotEnoughReplicasError
 from oncelog.records.batch import HEADER_SIZE, decode_batch, parse_header
 
@@ -62,28 +59,15 @@ def wait_until(predicate: Callable[[], Any], timeout: float = DEADLINE_S, what: 
 # -- fixtures -------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    try:
-        find_zookeeper()
-    except ZooKeeperNotFoundError as exc:
-        pytest.skip(str(exc))
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), fsync=False,
-                             die_with_parent=True)
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def make_cluster(zookeeper: ZooKeeperServer, tmp_path: Path
+def make_cluster(zookeeper_server: ZooKeeperServer, tmp_path: Path
                  ) -> Iterator[Callable[..., LocalCluster]]:
     """Start a 3-broker cluster under a chroot of its own (settings: SETTINGS plus extras)."""
     started: list[LocalCluster] = []
 
     def make(**settings: Any) -> LocalCluster:
         cluster = LocalCluster(tmp_path / f"cluster{len(started)}", 3,
-                               zookeeper=f"{zookeeper.connect_string}/t-{uuid.uuid4().hex[:10]}",
+                               zookeeper=f"{zookeeper_server.connect_string}/t-{uuid.uuid4().hex[:10]}",
                                broker_settings={**SETTINGS, **settings}, die_with_parent=True)
         started.append(cluster)
         return cluster.start()
@@ -270,19 +254,20 @@ def settle(cluster: LocalCluster, topic: str, partitions: int, history: History)
 # -- the tests --------------------------------------------------------------------------------------
 
 
-def test_leader_killed_during_acks_all_stream_restarts_and_catches_up(make_cluster) -> None:
-    cluster = make_cluster()
-    partitions = 3
-    topic = create_topic(cluster, partitions)
+def stream_through_fault(cluster: LocalCluster, topic: str, partitions: int, name: str,
+                         fault: Callable[[int], None], heal: Callable[[int], None]) -> None:
+    """acks=all sends to every partition while partition 0's leader suffers ``fault``: acked
+    before it, on the new leader while it lasts, and after ``heal`` with the full ISR back; no
+    send fails, every acknowledged record is read once, and the replicas end up equal."""
     victim = cluster.leader_of(topic, 0)
     history = History()
-    stream = Stream(producer(cluster), topic, history, "a", partitions)
+    stream = Stream(producer(cluster), topic, history, name, partitions)
     try:
-        stream.wait_acked(300)
-        cluster.kill(victim)
+        stream.wait_acked(200)
+        fault(victim)
         new_leader = cluster.wait_for_leader(topic, 0, not_on=victim)
-        stream.wait_acked(300)  # on the new leaders, with 2 in-sync replicas
-        cluster.start_broker(victim)
+        stream.wait_acked(200)  # on the new leaders, with 2 in-sync replicas
+        heal(victim)
         for p in range(partitions):
             cluster.wait_for_isr(topic, p, 3, DEADLINE_S)
         stream.wait_acked(200)
@@ -297,29 +282,17 @@ def test_leader_killed_during_acks_all_stream_restarts_and_catches_up(make_clust
     check_replicas_equal(cluster, topic, partitions)
 
 
-def test_paused_broker_past_its_session_rejoins_truncates_and_catches_up(make_cluster) -> None:
+def test_leader_killed_during_acks_all_stream_restarts_and_catches_up(make_cluster) -> None:
     cluster = make_cluster()
-    topic = create_topic(cluster)
-    victim = cluster.leader_of(topic, 0)
-    history = History()
-    stream = Stream(producer(cluster), topic, history, "b")
-    try:
-        stream.wait_acked(200)
-        cluster.pause(victim)  # produce requests pile up in its socket meanwhile
-        new_leader = cluster.wait_for_leader(topic, 0, not_on=victim)
-        stream.wait_acked(200)
-        cluster.resume(victim)  # it leads no more: it must notice, rejoin and follow
-        cluster.wait_for_isr(topic, 0, 3, DEADLINE_S)
-        stream.wait_acked(200)
-    finally:
-        stream.stop()
-        stream.p.close()
-    assert not history.failed, f"{len(history.failed)} sends failed: " \
-        f"{next(iter(history.failed.values()))!r}"
-    assert new_leader != victim
-    settle(cluster, topic, 1, history)
-    check_history(history, read_all(cluster, topic, 1))
-    check_replicas_equal(cluster, topic, 1)
+    stream_through_fault(cluster, create_topic(cluster, 3), 3, "a", cluster.kill,
+                         cluster.start_broker)
+
+
+def test_paused_broker_past_its_session_rejoins_truncates_and_catches_up(make_cluster) -> None:
+    # Produce requests pile up in the paused leader's socket; resumed, it leads no more: it
+    # must notice, rejoin and follow.
+    cluster = make_cluster()
+    stream_through_fault(cluster, create_topic(cluster), 1, "b", cluster.pause, cluster.resume)
 
 
 def test_two_brokers_down_refuses_acks_all_until_one_returns(make_cluster) -> None:
@@ -516,22 +489,8 @@ class _Rec:
 # -- oncelog cluster up / down ----------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as f:
-        if f.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
-            return False
-    return True
-
-
 def test_cli_cluster_up_and_down_leave_nothing_behind(tmp_path: Path) -> None:
-    try:
-        find_zookeeper()
-    except ZooKeeperNotFoundError as exc:
-        pytest.skip(str(exc))
+    require_zookeeper()
     data_dir = tmp_path / "cli-cluster"
     cli = [sys.executable, "-m", "oncelog.cli.main", "cluster"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -549,7 +508,7 @@ def test_cli_cluster_up_and_down_leave_nothing_behind(tmp_path: Path) -> None:
         for b in info["brokers"].values():
             assert b["address"] in up.stdout
         # The command has exited; the cluster runs on.
-        assert all(_alive(pid) for pid in [*pids, zk_pid])
+        assert all(pid_alive(pid) for pid in [*pids, zk_pid])
         twice = subprocess.run([*cli, "up", "--data-dir", str(data_dir)], check=False,
                                capture_output=True, text=True, timeout=60, env=env)
         assert twice.returncode == 1 and "still runs" in twice.stderr, twice.stderr
@@ -564,7 +523,7 @@ def test_cli_cluster_up_and_down_leave_nothing_behind(tmp_path: Path) -> None:
                               check=False, capture_output=True, text=True, timeout=60, env=env)
         assert down.returncode == 0, down.stderr
         assert "stopped brokers: 1, 2, 3; stopped ZooKeeper" in down.stdout
-        left = [pid for pid in [*pids, zk_pid] if _alive(pid)]
+        left = [pid for pid in [*pids, zk_pid] if pid_alive(pid)]
         assert not left, f"processes left behind: {left}"
         for n in (1, 2, 3):
             assert "stopped cleanly" in (data_dir / f"broker-{n}" / "broker.log").read_text()

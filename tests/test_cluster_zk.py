@@ -203,17 +203,9 @@ def test_find_zookeeper_names_the_package_when_missing(monkeypatch: pytest.Monke
 # ================================================================================================
 
 
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    try:
-        find_zookeeper()
-    except ZooKeeperNotFoundError as exc:
-        pytest.skip(str(exc))
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), fsync=False,
-                             die_with_parent=True)
-    server.start()
-    yield server
-    server.stop()
+@pytest.fixture
+def zk_server(zookeeper_server: ZooKeeperServer) -> ZooKeeperServer:
+    return zookeeper_server
 
 
 @pytest.fixture

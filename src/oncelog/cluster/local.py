@@ -40,7 +40,14 @@ from typing import Any, Self
 
 from ..errors import KafkaError
 from .relay import Relay
-from .zookeeper import ZooKeeperServer, running_server, stop_server
+from .zookeeper import (
+    ZooKeeperServer,
+    running_server,
+    runs_with,
+    signal_group,
+    stop_server,
+    wait_gone,
+)
 
 __all__ = ["CLUSTER_FILE", "DEFAULT_CHROOT", "LocalBroker", "LocalCluster", "LocalClusterError",
            "cluster_down", "read_cluster_file"]
@@ -102,71 +109,21 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[-1].split()
-        if fields and fields[0] == b"Z":  # exited, not reaped yet
-            return False
-    return True
-
-
 def _is_our_broker(pid: int, data_dir: str) -> bool:
     """Whether ``pid`` is the broker process run on ``data_dir`` (not one that reused its pid)."""
-    if not _pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: trust the file
-        return True
-    return b"broker" in argv and os.fsencode(data_dir) in argv
-
-
-def _signal(pid: int, sig: int) -> None:
-    """Signal the broker's process group (it leads its own session), else the process."""
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
-def _wait_gone(pids: list[int], timeout: float,
-               procs: Mapping[int, subprocess.Popen[bytes]] | None = None) -> list[int]:
-    """Wait until the processes are gone; those still alive after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = []
-        for pid in pids:
-            proc = procs.get(pid) if procs else None
-            if proc is not None:
-                if proc.poll() is None:
-                    alive.append(pid)
-            elif _pid_alive(pid):
-                alive.append(pid)
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.02)
+    return runs_with(pid, b"broker", os.fsencode(data_dir))
 
 
 def _stop_pids(pids: list[int], timeout: float,
                procs: Mapping[int, subprocess.Popen[bytes]] | None = None) -> None:
     """SIGTERM (and SIGCONT, for paused ones) to all, then SIGKILL to what is left."""
     for pid in pids:
-        _signal(pid, signal.SIGTERM)
-        _signal(pid, signal.SIGCONT)
-    left = _wait_gone(pids, timeout, procs)
+        signal_group(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGCONT)
+    left = wait_gone(pids, timeout, procs)
     for pid in left:
-        _signal(pid, signal.SIGKILL)
-    left = _wait_gone(left, 5.0, procs)
+        signal_group(pid, signal.SIGKILL)
+    left = wait_gone(left, 5.0, procs)
     if left:
         raise LocalClusterError(f"broker processes {left} survived SIGKILL")
 
@@ -455,21 +412,21 @@ class LocalCluster:
     def kill(self, n: int) -> None:
         """SIGKILL broker ``n`` (a crash: its ZooKeeper session lingers until it expires)."""
         proc = self._running_proc(n)
-        _signal(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         self._reap(self.brokers[n])
         self._write_file()
 
     def pause(self, n: int) -> None:
         """SIGSTOP broker ``n``: it neither answers nor heartbeats ZooKeeper until resumed."""
         proc = self._running_proc(n)
-        _signal(proc.pid, signal.SIGSTOP)
+        signal_group(proc.pid, signal.SIGSTOP)
         self.brokers[n].state = "paused"
         self._write_file()
 
     def resume(self, n: int) -> None:
         """SIGCONT a paused broker."""
         proc = self._running_proc(n)
-        _signal(proc.pid, signal.SIGCONT)
+        signal_group(proc.pid, signal.SIGCONT)
         self.brokers[n].state = "running"
         self._write_file()
 

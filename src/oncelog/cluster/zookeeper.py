@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -137,7 +138,8 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` lives (a zombie, exited but not reaped yet, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -152,10 +154,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _is_our_server(pid: int, config_path: Path) -> bool:
-    """Whether ``pid`` is the ZooKeeper started with ``config_path`` (and not a process that
-    reused the pid of one that is gone)."""
-    if not _pid_alive(pid):
+def runs_with(pid: int, *args: bytes) -> bool:
+    """Whether the live process ``pid`` has every one of ``args`` on its command line: it is the
+    process that was started, not one that reused its pid."""
+    if not pid_alive(pid):
         return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -164,11 +166,17 @@ def _is_our_server(pid: int, config_path: Path) -> bool:
         return False
     except OSError:  # no /proc: trust the pid file
         return True
-    return MAIN_CLASS.encode() in argv and os.fsencode(config_path) in argv
+    return all(a in argv for a in args)
 
 
-def _signal_group(pid: int, sig: int) -> None:
-    # The server leads its own session (and process group): signal the group.
+def _is_our_server(pid: int, config_path: Path) -> bool:
+    """Whether ``pid`` is the ZooKeeper started with ``config_path``."""
+    return runs_with(pid, MAIN_CLASS.encode(), os.fsencode(config_path))
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Signal the process group ``pid`` leads (servers and brokers run in sessions of their
+    own), else the process."""
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -176,17 +184,27 @@ def _signal_group(pid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _wait_gone(pid: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+def wait_gone(pids: list[int], timeout: float,
+              procs: Mapping[int, subprocess.Popen[bytes]] | None = None) -> list[int]:
+    """Wait until the processes are gone (reaping children we started: ``procs``); those still
+    alive after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
-        if proc is not None:
-            if proc.poll() is not None:
-                return True
-        elif not _pid_alive(pid):
-            return True
-        if time.monotonic() >= deadline:
-            return False
+        alive = []
+        for pid in pids:
+            proc = procs.get(pid) if procs else None
+            if proc is not None:
+                if proc.poll() is None:
+                    alive.append(pid)
+            elif pid_alive(pid):
+                alive.append(pid)
+        if not alive or time.monotonic() >= deadline:
+            return alive
         time.sleep(0.02)
+
+
+def _wait_gone(pid: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    return not wait_gone([pid], timeout, {pid: proc} if proc is not None else None)
 
 
 def _read_config(data_dir: Path) -> dict[str, str]:
@@ -227,9 +245,9 @@ def stop_server(data_dir: str | os.PathLike[str], timeout: float = 10.0) -> bool
         (data_dir / PID_FILE).unlink(missing_ok=True)
         return False
     pid = found[0]
-    _signal_group(pid, signal.SIGTERM)
+    signal_group(pid, signal.SIGTERM)
     if not _wait_gone(pid, timeout):
-        _signal_group(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
         if not _wait_gone(pid, 5.0):
             raise ZooKeeperError(f"ZooKeeper (pid {pid}) survived SIGKILL")
     (data_dir / PID_FILE).unlink(missing_ok=True)
@@ -403,9 +421,9 @@ class ZooKeeperServer:
             stop_server(self.data_dir, timeout)
             return
         if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             if not _wait_gone(proc.pid, timeout, proc):
-                _signal_group(proc.pid, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
         self._reap()
 
     def kill(self) -> None:
@@ -414,12 +432,12 @@ class ZooKeeperServer:
         if proc is None:
             found = running_server(self.data_dir)
             if found is not None:
-                _signal_group(found[0], signal.SIGKILL)
+                signal_group(found[0], signal.SIGKILL)
                 _wait_gone(found[0], 5.0)
                 self.pid_path.unlink(missing_ok=True)
             return
         if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
         self._reap()
 
     def _reap(self) -> None:
