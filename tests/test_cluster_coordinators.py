@@ -7,6 +7,7 @@ and started again: read_committed, every purchase has exactly one invoice and on
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -129,3 +130,43 @@ def test_transaction_coordinator_moves_and_prepared_commit_rolls_forward(cluster
 
     got = [v.decode() if isinstance(v, bytes) else v for v in read_ours(bootstrap, topic, 3)]
     assert sorted(got) == sorted(committed)
+
+
+def test_a_client_that_hangs_up_mid_write_leaves_no_hanging_transaction(cluster):
+    """InitProducerId reaches the coordinator, whose transaction log write then waits for a
+    paused follower; the client hangs up meanwhile (its request is cancelled). The write must
+    still finish and settle the transactional id: before the fix its pending transition stayed
+    set for ever, and every later request was answered CONCURRENT_TRANSACTIONS."""
+    from raw_wire import RawConnection
+
+    from oncelog.protocol import ApiKey, encode_request, make, request_module
+
+    bootstrap = cluster.bootstrap_servers
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1, replication_factor=3)])
+    with Producer(bootstrap_servers=bootstrap, transactional_id="warm-up") as p:
+        p.init_transactions(30)  # the transaction log exists from here on
+    txn_id = "hangs-up"
+    index = coordinator_partition(txn_id, 3)
+    cluster.wait_for_isr(TRANSACTION_STATE, index, 3, 30)
+    described = cluster.describe(TRANSACTION_STATE)[index]
+    follower = next(r for r in described.replicas if r != described.leader)
+    mod = request_module(ApiKey.INIT_PRODUCER_ID, 4)
+    request = make(mod.InitProducerIdRequest, transactional_id=txn_id,
+                   transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
+    cluster.pause(follower)
+    try:
+        conn = RawConnection(cluster.brokers[described.leader].address)
+        conn.send(encode_request(1, "hangs-up", request))
+        time.sleep(0.5)  # the write waits for the paused follower
+        conn.close()
+        time.sleep(0.5)
+    finally:
+        cluster.resume(follower)
+    with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, max_block_ms=20_000,
+                  acks="all") as p:
+        p.init_transactions(20)
+        p.begin_transaction()
+        p.send(topic, b"x")
+        p.commit_transaction(20)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -38,10 +39,23 @@ async def _serve(data_dir: Path, host: str, port: int, config: BrokerConfig) -> 
     print("oncelog broker stopped cleanly", flush=True)
 
 
+def set_log_levels(spec: str) -> None:
+    """``ONCELOG_LOG_LEVEL``: a level for everything (``DEBUG``) and/or for loggers
+    (``oncelog.txn=DEBUG,oncelog.replication=DEBUG``), as log4j's logger levels in Kafka."""
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, level = part.rpartition("=")
+        try:
+            logging.getLogger(name or None).setLevel(level.strip().upper())
+        except ValueError:
+            print(f"oncelog broker: ignoring ONCELOG_LOG_LEVEL part {part!r} (levels: DEBUG, "
+                  f"INFO, WARNING, ERROR)", file=sys.stderr)
+
+
 def run_broker(data_dir: str | Path, host: str = "127.0.0.1", port: int = 9092,
                overrides: dict[str, str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    set_log_levels(os.environ.get("ONCELOG_LOG_LEVEL", ""))
     config = BrokerConfig(overrides)
     loop = new_event_loop()
     try:

@@ -188,8 +188,24 @@ class TxnService:
     async def execute(self, effects: list[Effect],
                       core: TransactionCoordinator | None = None) -> bool:
         """Carry out a request's effects: its log write now (False if it failed: the change
-        is dropped and the client should retry), what follows in the background."""
+        is dropped and the client should retry), what follows in the background.
+
+        The work runs in a task of its own, shielded from the request: a client that
+        disconnects cancels its request, and a transaction log write cancelled while it waits
+        for the ISR would leave its transaction's pending transition set for ever (every later
+        request answered CONCURRENT_TRANSACTIONS, the transaction never timed out: a hanging
+        transaction). The write finishes and ``write_done`` runs whatever the client does."""
         core = core or self.core
+        task = asyncio.get_running_loop().create_task(self._execute(effects, core))
+        self._track(task, core)  # cancelled only with its coordinator (leadership lost)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():  # the coordinator went away: nothing was decided
+                return False
+            raise
+
+    async def _execute(self, effects: list[Effect], core: TransactionCoordinator) -> bool:
         ok = True
         for e in effects:
             if isinstance(e, WriteTxnLog):
@@ -205,7 +221,9 @@ class TxnService:
         if not effects:
             return
         core = core or self.core
-        task = asyncio.get_running_loop().create_task(self._drive(effects, core))
+        self._track(asyncio.get_running_loop().create_task(self._drive(effects, core)), core)
+
+    def _track(self, task: asyncio.Task, core: TransactionCoordinator) -> None:
         self._tasks.add(task)
         mine = self._core_tasks.setdefault(id(core), set())
         mine.add(task)
@@ -316,7 +334,11 @@ class TxnService:
                                 log.warning("marker for %r on %s-%d: %s (not retried)",
                                             e.transactional_id, t.name, p.partition_index, name)
                             left.discard((t.name, p.partition_index))
+                        else:
+                            log.debug("marker for %r on %s-%d: %s (again)", e.transactional_id,
+                                      t.name, p.partition_index, name)
             if left:
+                log.debug("markers for %r: waiting for %s", e.transactional_id, sorted(left))
                 await asyncio.sleep(MARKER_RETRY_S)
 
     # -- metrics ------------------------------------------------------------------------------

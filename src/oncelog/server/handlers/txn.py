@@ -8,6 +8,7 @@ change (an EndTxn: once PrepareCommit / PrepareAbort is written; the markers fol
 from __future__ import annotations
 
 import datetime
+import logging
 
 from ...protocol import ApiKey, make, millis, response_module
 from ...txn.coordinator import Outcome
@@ -16,6 +17,8 @@ from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS, INTERNAL_TOPICS
 from . import acl
 from .util import error_code
+
+log = logging.getLogger("oncelog.txn.requests")
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -26,14 +29,18 @@ def _timestamp(ms: int) -> datetime.datetime:
     return _EPOCH + datetime.timedelta(milliseconds=max(ms, 0))
 
 
-async def _run(broker, outcome, core=None) -> str | None:
+async def _run(broker, outcome, core=None, txn_id: str = "") -> str | None:
     """Carry out the outcome's effects; the error name to answer with, or None."""
     service = broker.txn_coordinator
     if outcome.error is None and outcome.effects and \
             not await service.execute(outcome.effects, core):
+        log.debug("%r: the transaction log write failed: coordinator_not_available", txn_id)
         return "coordinator_not_available"
     if outcome.error is not None and outcome.effects:
         await service.execute(outcome.effects, core)  # e.g. fencing, answered CONCURRENT_...
+    if outcome.error is not None and log.isEnabledFor(logging.DEBUG):
+        txn = core.transactions.get(txn_id) if core is not None else None
+        log.debug("%r: %s (state %s)", txn_id, outcome.error, txn and txn.state.name)
     return outcome.error
 
 
@@ -57,7 +64,7 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
             producer_id=getattr(request, "producer_id", -1),
             producer_epoch=getattr(request, "producer_epoch", -1), version=ctx.version,
             enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared)
-    err = await _run(broker, outcome, core)
+    err = await _run(broker, outcome, core, txn_id)
     ok = err is None
     return make(mod.InitProducerIdResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
@@ -92,7 +99,7 @@ async def add_partitions(broker, transactional_id: str, producer_id: int, produc
                 for tp in wanted}
     outcome = core.add_partitions(transactional_id, producer_id, producer_epoch, wanted,
                                   now_ms(), version=version, txn_version=txn_version)
-    err = await _run(broker, outcome, core)
+    err = await _run(broker, outcome, core, transactional_id)
     return {tp: err for tp in wanted}
 
 
@@ -164,7 +171,7 @@ async def handle_add_offsets_to_txn(broker, ctx, request):
         request.transactional_id, request.producer_id, request.producer_epoch, [tp], now_ms(),
         version=ctx.version, api="add_offsets", txn_version=min(broker.transaction_version, 1))
     return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
-                error_code=error_code(await _run(broker, outcome, core)))
+                error_code=error_code(await _run(broker, outcome, core, request.transactional_id)))
 
 
 async def handle_end_txn(broker, ctx, request):
@@ -183,7 +190,7 @@ async def handle_end_txn(broker, ctx, request):
     outcome = core.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch,
         bool(request.committed), now_ms(), version=ctx.version, txn_version=txn_version)
-    err = await _run(broker, outcome, core)
+    err = await _run(broker, outcome, core, request.transactional_id)
     ok = err is None
     return make(mod.EndTxnResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
