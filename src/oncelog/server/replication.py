@@ -65,6 +65,10 @@ class Replica:
     waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
     needs_truncation: bool = False  # follower: ask the leader where our logs diverge first
     isr_change_in_flight: bool = False
+    # The ISR being written to ZooKeeper. Until the write is confirmed the high watermark
+    # counts its members too (Kafka's "maximal ISR"): once written, the controller may elect
+    # a replica just added, which must then hold everything acknowledged.
+    pending_isr: tuple[int, ...] = ()
 
     @property
     def tp(self) -> TP:
@@ -287,7 +291,7 @@ class ReplicaManager:
             return
         plog = r.log
         ends = [plog.log_end_offset]
-        for f in r.isr:
+        for f in dict.fromkeys(r.isr + r.pending_isr):
             if f != self.node_id:
                 progress = r.followers.get(f)
                 ends.append(progress.leo if progress is not None else -1)
@@ -353,6 +357,7 @@ class ReplicaManager:
         if r.isr_change_in_flight or isr == r.isr or not isr:
             return
         r.isr_change_in_flight = True
+        r.pending_isr = isr
         from kazoo.exceptions import KazooException
 
         from ..cluster.zk import LeaderAndIsr
@@ -370,6 +375,7 @@ class ReplicaManager:
                 version = None
             finally:
                 r.isr_change_in_flight = False
+                r.pending_isr = ()
             if version is None:
                 return  # conflict: the controller or a newer view wins; the watch tells us
             if r.is_leader and r.leader_epoch == state.leader_epoch and r.zk_version == expected:
