@@ -49,11 +49,12 @@ def broker():
         yield b
 
 
-def attempt(writer, n: int, batch: int, rows: list[bytes], slow: str | None = None):
+def attempt(writer, n: int, batch: int, rows: list[bytes], slow: str | None = None,
+            partition: int = 0):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONCELOG_SPARK_")}
     if slow:
         env["ONCELOG_SPARK_SLOW"] = slow
-    task = base64.b64encode(pickle.dumps((writer, 0, n, batch, rows))).decode()
+    task = base64.b64encode(pickle.dumps((writer, partition, n, batch, rows))).decode()
     return subprocess.Popen([sys.executable, "-c", ATTEMPT, task], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 

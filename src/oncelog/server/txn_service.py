@@ -300,14 +300,17 @@ class TxnService:
                 topics=tuple(make(mod.WritableTxnMarkerTopic, name=t,
                                   partition_indexes=tuple(ps))
                              for t, ps in by_topic.items())),))
-            if node == self.broker.node_id:
-                return await handle_write_txn_markers(self.broker, ctx, request)
             try:
+                if node == self.broker.node_id:
+                    return await handle_write_txn_markers(self.broker, ctx, request)
                 return await self.broker.replication.client.request(node, request, 30.0,
                                                                     purpose="markers")
             except ConnectionError as exc:
                 log.info("markers for %r to broker %d: %s", e.transactional_id, node, exc)
-                return None
+            except Exception:  # a bug must not leave the transaction prepared for ever
+                log.exception("markers for %r to broker %d failed; again", e.transactional_id,
+                              node)
+            return None
 
         left = set(e.partitions)
         while left:
