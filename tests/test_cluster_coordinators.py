@@ -122,6 +122,12 @@ def test_transaction_coordinator_moves_and_prepared_commit_rolls_forward(cluster
             if batch == 2:
                 old = _coordinator(cluster, TRANSACTION_STATE, txn_id)
                 cluster.kill(old)
+                # The admin client finds the coordinator again while it moves (the dead
+                # broker still leads the partition until its ZooKeeper session expires).
+                with Admin(bootstrap_servers=bootstrap, default_api_timeout_ms=30_000) as a:
+                    described = a.describe_transactions([txn_id])[txn_id]
+                assert described.producer_id >= 0 and described.state in (
+                    "CompleteCommit", "PrepareCommit", "Empty"), described
         new = _coordinator(cluster, TRANSACTION_STATE, txn_id)
         assert new != old
     finally:

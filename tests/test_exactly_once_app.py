@@ -140,3 +140,19 @@ def test_app_killed_repeatedly_and_broker_killed_once_processes_each_purchase_on
             missing = expected - got
             twice = {k: c for k, c in got.items() if c > 1}
             assert not missing and not twice, (topic, len(missing), list(twice.items())[:5])
+
+
+def test_the_app_restarts_itself_when_a_confluent_call_hangs_past_its_timeout():
+    """librdkafka can hang in send_offsets_to_transaction past its timeout (its issues 5456 and
+    5511); the app then replaces its process with a fresh one, with the same arguments (and
+    environment, which carries its count of committed purchases)."""
+    script = ("import sys, time; sys.argv = ['purchases', '--help']; "
+              "from oncelog.examples import purchases as app; "
+              "app.TXN_TIMEOUT_S = app.HANG_GRACE_S = 0.1; "
+              "app._bounded(lambda *a: time.sleep(30))")
+    env = dict(os.environ, ONCELOG_PURCHASES_COMMITTED="7")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=20, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "<lambda> hung past its timeout" in out.stdout
+    assert "usage:" in out.stdout and "--transactional-id" in out.stdout  # the app, again

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
 
 from ..errors import (
@@ -228,9 +228,9 @@ class Admin:
         deadline = self._deadline()
         out = {}
         for txn_id in transactional_ids:
-            node = self._net.find_coordinator(1, txn_id, deadline)
-            r = self._net.request_any(ApiKey.DESCRIBE_TRANSACTIONS,
-                                      {"transactional_ids": [txn_id]}, deadline, node_id=node)
+            r = self._to_txn_coordinator(
+                txn_id, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn_id]}, deadline,
+                lambda r: int(r.transaction_states[0].error_code))
             (s,) = r.transaction_states
             if int(s.error_code):
                 raise error_for_code(int(s.error_code))(f"transactional id {txn_id!r}")
@@ -290,20 +290,35 @@ class Admin:
         current producer is fenced."""
         deadline = time.monotonic() + (timeout if timeout is not None
                                        else self.config.default_api_timeout_ms / 1000)
+        # The coordinator aborts and answers CONCURRENT_TRANSACTIONS until it is done.
+        r = self._to_txn_coordinator(transactional_id, ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": transactional_id,
+            "transaction_timeout": self.config.default_api_timeout_ms,
+            "producer_id": -1, "producer_epoch": -1, "enable2_pc": False,
+            "keep_prepared_txn": False}, deadline, lambda r: int(r.error_code))
+        if int(r.error_code):
+            raise error_for_code(int(r.error_code))(f"force-terminate of {transactional_id!r}")
+
+    def _to_txn_coordinator(self, transactional_id: str, api_key: ApiKey, values: dict,
+                            deadline: float, error_of: Callable[[Any], int]) -> Any:
+        """Send to the transactional id's coordinator and return its answer, unless that is a
+        retriable error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) or the node is
+        unreachable: then find the coordinator again and retry, until ``deadline`` (a
+        coordinator moves when its broker fails)."""
         while True:
             node = self._net.find_coordinator(1, transactional_id, deadline)
-            r = self._net.request_any(ApiKey.INIT_PRODUCER_ID, {
-                "transactional_id": transactional_id,
-                "transaction_timeout": self.config.default_api_timeout_ms,
-                "producer_id": -1, "producer_epoch": -1, "enable2_pc": False,
-                "keep_prepared_txn": False}, deadline, node_id=node)
-            code = int(r.error_code)
-            if not code:
-                return
-            error = error_for_code(code)(f"force-terminate of {transactional_id!r}")
-            # The coordinator aborts and answers CONCURRENT_TRANSACTIONS until it is done.
-            if not isinstance(error, RetriableError) or time.monotonic() >= deadline:
-                raise error
+            try:
+                r = self._net.request_any(api_key, values, deadline, node_id=node,
+                                          single_attempt=True)
+            except RetriableError:
+                if time.monotonic() >= deadline:
+                    raise
+                self._net.disconnect(node)
+            else:
+                code = error_of(r)
+                if not code or not isinstance(error_for_code(code)(""), RetriableError) \
+                        or time.monotonic() >= deadline:
+                    return r
             time.sleep(self.config.retry_backoff_ms / 1000)
 
     # --- ACLs (KIP-11; CreateAcls / DescribeAcls / DeleteAcls) ---------------------------------

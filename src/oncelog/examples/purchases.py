@@ -18,13 +18,42 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 PURCHASES, INVOICES, SHIPMENTS = "purchases", "invoices", "shipments"
 GROUP = "purchases-app"
+TXN_TIMEOUT_S = 30  # for each transactional call of confluent-kafka's
+HANG_GRACE_S = 5
+COMMITTED_ENV = "ONCELOG_PURCHASES_COMMITTED"  # the count, carried over a restart
+
+
+def _bounded(call: Callable[..., Any], *args: Any) -> Any:
+    """Call a transactional method of confluent-kafka's (its timeout TXN_TIMEOUT_S); should it hang
+    well past that, restart this process in place. librdkafka 2.10+ can wait for ever in
+    send_offsets_to_transaction for a group coordinator that dropped out of the metadata
+    while its broker was down (librdkafka issues 5456 and 5511, open): the call cannot be
+    interrupted, but a new process is a new producer instance, which fences the hung one
+    and aborts its transaction, so nothing is lost or doubled."""
+    timer = threading.Timer(TXN_TIMEOUT_S + HANG_GRACE_S, _restart,
+                            args=(getattr(call, "__name__", "a transactional call"),))
+    timer.daemon = True
+    timer.start()
+    try:
+        return call(*args, TXN_TIMEOUT_S)
+    finally:
+        timer.cancel()
+
+
+def _restart(what: str) -> None:
+    print(f"{what} hung past its timeout (librdkafka issue 5511); restarting the process",
+          flush=True)
+    os.execv(sys.executable, [sys.executable, "-m", "oncelog.examples.purchases",
+                              *sys.argv[1:]])
 
 
 def invoice_and_shipment(purchase: bytes | None) -> tuple[bytes, bytes]:
@@ -109,7 +138,7 @@ def run_confluent(bootstrap: str, transactional_id: str, batch: int, idle_exit: 
                          "heartbeat.interval.ms": session_timeout_ms // 3})
     total = 0
     try:
-        producer.init_transactions(60)
+        _bounded(producer.init_transactions)
         consumer.subscribe([PURCHASES])
         idle_since = time.monotonic()
         while idle_exit is None or time.monotonic() - idle_since < idle_exit:
@@ -125,14 +154,14 @@ def run_confluent(bootstrap: str, transactional_id: str, batch: int, idle_exit: 
                     producer.produce(INVOICES, invoice, key=m.key())
                     producer.produce(SHIPMENTS, shipment, key=m.key())
                     offsets[(m.topic(), m.partition())] = (m.offset() or 0) + 1
-                producer.send_offsets_to_transaction(
-                    [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                    consumer.consumer_group_metadata(), 60)
-                producer.commit_transaction(60)
+                _bounded(producer.send_offsets_to_transaction,
+                         [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                         consumer.consumer_group_metadata())
+                _bounded(producer.commit_transaction)
             except KafkaException as exc:
                 if not exc.args[0].txn_requires_abort():
                     raise
-                producer.abort_transaction(60)
+                _bounded(producer.abort_transaction)
                 raise Restart(exc) from exc
             total += len(msgs)
             on_commit(len(msgs))
@@ -157,10 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop after this many idle seconds (default: run forever)")
     args = ap.parse_args(argv)
 
-    committed = [0]
+    committed = [int(os.environ.get(COMMITTED_ENV, "0"))]
 
     def report(n: int) -> None:  # after each committed transaction of n purchases
         committed[0] += n
+        os.environ[COMMITTED_ENV] = str(committed[0])  # kept if the process restarts itself
         print(f"committed {committed[0]}", flush=True)
 
     while True:
