@@ -18,6 +18,7 @@ import logging
 import re
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -388,3 +389,16 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory):
     server.start()
     yield server
     server.stop()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something true (returned), or fail after
+    ``timeout`` seconds naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.02)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_zookeeper
+from conftest import require_zookeeper, wait_until
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.cluster.local import LocalCluster, cluster_down, read_cluster_file
@@ -43,17 +43,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 SESSION_MS = 2000
 SETTINGS = {"zookeeper.session.timeout.ms": SESSION_MS, "replica.lag.time.max.ms": 2000}
 DEADLINE_S = 30.0
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = DEADLINE_S, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -118,6 +107,13 @@ class History:
                     self.failed[value] = exc
 
         future.add_done_callback(done)
+
+    def send(self, p: Producer, topic: str, prefix: str, count: int) -> None:
+        """Send ``prefix-0`` .. ``prefix-<count-1>``, tracked, and wait until all are done."""
+        for i in range(count):
+            value = f"{prefix}-{i}".encode()
+            self.track(value, p.send(topic, value))
+        p.flush()
 
     def record(self, value: bytes, partition: int, offset: int) -> None:
         with self._lock:
@@ -304,10 +300,7 @@ def test_two_brokers_down_refuses_acks_all_until_one_returns(make_cluster) -> No
     # An idempotent producer that gives a record up after 4 s.
     with contextlib.closing(producer(cluster, delivery_timeout_ms=4000,
                                      request_timeout_ms=1000)) as p:
-        for i in range(100):
-            value = f"before-{i}".encode()
-            history.track(value, p.send(topic, value))
-        p.flush()
+        history.send(p, topic, "before", 100)
         assert len(history) == 100 and not history.failed
         down = [n for n in cluster.brokers if n != leader]
         for n in down:
@@ -318,19 +311,13 @@ def test_two_brokers_down_refuses_acks_all_until_one_returns(make_cluster) -> No
                 pytest.raises(NotEnoughReplicasError):
             once.send(topic, b"refused").result(DEADLINE_S)
         # Retried until the delivery timeout: nothing acknowledged.
-        for i in range(20):
-            value = f"refused-{i}".encode()
-            refused.track(value, p.send(topic, value))
-        p.flush()
+        refused.send(p, topic, "refused", 20)
         assert not refused.acked, f"acknowledged with one in-sync replica: {refused.acked}"
         assert len(refused.failed) == 20
         # One broker back: acks=all works again, for the same producer.
         cluster.start_broker(down[0])
         cluster.wait_for_isr(topic, 0, 2, DEADLINE_S)
-        for i in range(100):
-            value = f"after-{i}".encode()
-            history.track(value, p.send(topic, value))
-        p.flush()
+        history.send(p, topic, "after", 100)
     assert len(history) == 200 and not history.failed, history.failed
     cluster.start_broker(down[1])
     settle(cluster, topic, 1, history)
@@ -350,10 +337,7 @@ def test_old_leader_truncates_records_the_new_leader_never_had(make_cluster) -> 
     followers = [n for n in cluster.brokers if n != old]
     history = History()
     with contextlib.closing(producer(cluster)) as p:
-        for i in range(100):
-            value = f"replicated-{i}".encode()
-            history.track(value, p.send(topic, value))
-        p.flush()
+        history.send(p, topic, "replicated", 100)
     assert len(history) == 100 and not history.failed
     # Followers frozen: acks=1 writes land on the leader only; then the leader crashes.
     unreplicated: set[bytes] = set()
@@ -378,10 +362,7 @@ def test_old_leader_truncates_records_the_new_leader_never_had(make_cluster) -> 
     assert new in followers
     # The new leader writes its own records over the offsets the old one used.
     with contextlib.closing(producer(cluster)) as p:
-        for i in range(100):
-            value = f"new-leader-{i}".encode()
-            history.track(value, p.send(topic, value))
-        p.flush()
+        history.send(p, topic, "new-leader", 100)
     assert len(history) == 200 and not history.failed
     assert min(history.acked[f"new-leader-{i}".encode()][1] for i in range(100)) < end_on_old
     cluster.start_broker(old)

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from conftest import wait_until
 from kazoo.exceptions import KazooException
 
 from oncelog.cluster.controller import (
@@ -57,17 +58,6 @@ from oncelog.cluster.zookeeper import (
 )
 
 L = LeaderAndIsr
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 # ================================================================================================
