@@ -7,13 +7,14 @@ and started again: read_committed, every purchase has exactly one invoice and on
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import require_zookeeper
+from conftest import require_zookeeper, wait_until
 from test_exactly_once_app import App
 
 from oncelog import Admin, NewTopic, Producer
@@ -176,3 +177,74 @@ def test_a_client_that_hangs_up_mid_write_leaves_no_hanging_transaction(cluster)
         p.begin_transaction()
         p.send(topic, b"x")
         p.commit_transaction(20)
+
+
+def test_a_completion_the_log_refused_is_written_once_the_isr_is_back(tmp_path: Path):
+    """spec 000 step 5.3 with the transaction log below its min ISR at the last moment: EndTxn
+    is answered (PrepareCommit replicated), the markers wait for the data partition's leader
+    (killed), the coordinator's broker is cut off the network (its followers drop out of the
+    ISR), the leader comes back and takes the markers, and the CompleteCommit write is refused
+    (NOT_ENOUGH_REPLICAS). Once the coordinator is reconnected it must write it again: before
+    the fix the transaction stayed PrepareCommit for ever (InitProducerId answered
+    CONCURRENT_TRANSACTIONS, the transactional id unusable), as the cut fault test found."""
+    require_zookeeper()
+    with LocalCluster(tmp_path / "cluster", 3, broker_settings=SETTINGS, die_with_parent=True,
+                      zookeeper_fsync=False, relays=True) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        topic = f"t-{uuid.uuid4().hex[:8]}"
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, 3, replication_factor=1)])
+        with Producer(bootstrap_servers=bootstrap, transactional_id="warm-up") as p:
+            p.init_transactions(30)  # the transaction log exists from here on
+        txn_id = "completes-later"
+        index = coordinator_partition(txn_id, 3)
+        cluster.wait_for_isr(TRANSACTION_STATE, index, 3, 30)
+        coordinator = cluster.leader_of(TRANSACTION_STATE, index)
+        partition, leader = next((p, info.leader) for p, info in cluster.describe(topic).items()
+                                 if info.leader != coordinator)
+        values = [f"v{i}".encode() for i in range(5)]
+        p = Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, acks="all",
+                     max_block_ms=30_000)
+        committed: list[BaseException | None] = []
+
+        def commit() -> None:
+            try:
+                p.commit_transaction(90)  # answered once the transaction is complete
+                committed.append(None)
+            except BaseException as exc:  # noqa: BLE001 (reported by the test)
+                committed.append(exc)
+
+        committer = threading.Thread(target=commit, daemon=True)
+        admin = Admin(bootstrap_servers=bootstrap, default_api_timeout_ms=30_000)
+        try:
+            p.init_transactions(30)
+            p.begin_transaction()
+            for v in values:
+                p.send(topic, v, partition=partition)
+            p.flush(30)
+            cluster.kill(leader)  # the markers for its partition wait for it
+            committer.start()
+            wait_until(lambda: admin.describe_transactions([txn_id])[txn_id].state
+                       == "PrepareCommit", 30, "PrepareCommit written")
+            coordinator_log = cluster.brokers[coordinator].log_path
+            refused = f"transaction log write for '{txn_id}'"
+            seen = coordinator_log.read_text(errors="replace").count(refused)
+            cluster.cut(coordinator)
+            cluster.wait_for_isr(TRANSACTION_STATE, index, 1, 30)
+            cluster.start_broker(leader)  # takes the markers; CompleteCommit is refused
+            wait_until(lambda: coordinator_log.read_text(errors="replace").count(refused) > seen,
+                       30, "the CompleteCommit write refused")
+            cluster.heal(coordinator)
+            wait_until(lambda: admin.describe_transactions([txn_id])[txn_id].state
+                       == "CompleteCommit", 30, "the transaction completed")
+            committer.join(60)
+            assert committed == [None]
+        finally:
+            admin.close()
+            p.close(5)
+        with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, acks="all",
+                      max_block_ms=20_000) as again:
+            again.init_transactions(20)  # the transactional id is usable again
+        from test_interop_transactions import read_ours
+
+        assert sorted(read_ours(bootstrap, topic, 3)) == sorted(values)

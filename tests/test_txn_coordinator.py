@@ -11,7 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncelog.txn.coordinator import SendMarkers, TransactionCoordinator, WriteTxnLog
+from oncelog.txn.coordinator import (
+    COMPLETE_RETRY_MS,
+    Pause,
+    SendMarkers,
+    TransactionCoordinator,
+    WriteTxnLog,
+)
 from oncelog.txn.log_format import (
     TxnLogFormatError,
     decode_key,
@@ -241,6 +247,29 @@ def test_failed_log_write_changes_nothing():
     assert h.core.add_partitions("t1", pid, 0, [TP], T0).error == "concurrent_transactions"
     h.core.write_done("t1", False)
     assert h.state().state == S.EMPTY and outcome.error is None
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_failed_completion_write_is_written_again(commit):
+    """The markers are written but the CompleteCommit/CompleteAbort record is not (the
+    transaction log's ISR fell below its minimum): the coordinator writes it again after a
+    pause, and answers CONCURRENT_TRANSACTIONS meanwhile. Before, the transaction stayed
+    prepared for ever and the transactional id could never be used again."""
+    h = Harness()
+    pid = h.init().producer_id
+    h.call("add_partitions", "t1", pid, 0, [TP], T0)
+    h.call("end_txn", "t1", pid, 0, commit, T0, markers_succeed=False)
+    complete = h.core.markers_done("t1", T0 + 5)
+    assert [type(e) for e in complete] == [WriteTxnLog]
+    again = h.core.write_done("t1", False)
+    assert again == [Pause(COMPLETE_RETRY_MS), complete[0]]
+    prepared = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+    assert h.state().state == prepared
+    assert h.core.init_producer_id("t1", 60_000, T0 + 10).error == "concurrent_transactions"
+    assert h.core.write_done("t1", False) == again  # and again, while the log refuses it
+    h.run([WriteTxnLog("t1", complete[0].metadata)])  # the write goes through this time
+    assert h.state().state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT)
+    assert h.init(now=T0 + 20).error is None
 
 
 def test_list_filters():

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..log import LogAppendError, LogWriteError
 from ..protocol import ApiKey, RequestHeader, make, request_module
 from ..records import build_batch, split_batches
-from ..txn.coordinator import Effect, SendMarkers, TransactionCoordinator, WriteTxnLog
+from ..txn.coordinator import Effect, Pause, SendMarkers, TransactionCoordinator, WriteTxnLog
 from ..txn.log_format import (
     TxnLogFormatError,
     decode_key,
@@ -237,6 +237,8 @@ class TxnService:
             if isinstance(e, WriteTxnLog):
                 ok = await self._append(e)
                 queue.extend(core.write_done(e.transactional_id, ok))
+            elif isinstance(e, Pause):
+                await asyncio.sleep(e.ms / 1000)
             else:
                 await self._send_markers(e)
                 queue.extend(core.markers_done(e.transactional_id, now_ms()))

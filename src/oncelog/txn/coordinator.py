@@ -13,7 +13,8 @@ from the markers' id and epoch (an overflow, or a kept two-phase-commit transact
 It takes requests and the current time and returns an ``Outcome``: an error name or the
 answer, and the effects to carry out, in order. Effects are ``WriteTxnLog`` (append this record
 to the transaction log; report back with ``write_done``) and ``SendMarkers`` (write these
-COMMIT/ABORT markers; report back with ``markers_done``). A state change becomes visible only
+COMMIT/ABORT markers; report back with ``markers_done``) and ``Pause`` (wait before the
+effects after it: the completion record is written again after a failed write). A state change becomes visible only
 once its record is written: until then the transactional id has a pending change, and requests
 for it answer CONCURRENT_TRANSACTIONS. server/txn_service.py carries the effects out.
 """
@@ -49,7 +50,16 @@ class SendMarkers:
     coordinator_epoch: int
 
 
-Effect = WriteTxnLog | SendMarkers
+@dataclass(frozen=True)
+class Pause:
+    """Wait this long before carrying out the effects after it."""
+    ms: int
+
+
+Effect = WriteTxnLog | SendMarkers | Pause
+
+# A transaction's completion record that could not be written is written again after this.
+COMPLETE_RETRY_MS = 500
 
 
 @dataclass
@@ -106,6 +116,17 @@ class TransactionCoordinator:
         follows: the markers once a PrepareCommit / PrepareAbort is durable."""
         new = self.pending.pop(transactional_id)
         if not ok:
+            current = self.transactions.get(transactional_id)
+            if (new is not None and current is not None
+                    and current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+                    and new.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)):
+                # The markers are written; only the completion's record is missing, and no
+                # request can finish the transaction for it (the client's retries are
+                # answered CONCURRENT_TRANSACTIONS, a prepared transaction never times out).
+                # Write it again, after a pause, for as long as this is the coordinator (as
+                # Kafka's marker channel manager retries its log appends); a new coordinator
+                # rolls the prepared transaction forward itself.
+                return [Pause(COMPLETE_RETRY_MS), self._stage(new)]
             return []
         if new is None:
             self.transactions.pop(transactional_id, None)

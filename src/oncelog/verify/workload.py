@@ -20,8 +20,10 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -329,6 +331,7 @@ def run_writers(bootstrap: str, cfg: WorkloadConfig, history: History, duration:
         t.start()
     started = time.monotonic()
     last_report = started
+    watch = _StallWatch(writers, progress)
     while (elapsed := time.monotonic() - started) < duration:
         time.sleep(min(0.5, max(0.0, duration - elapsed)))
         if during is not None:
@@ -337,10 +340,48 @@ def run_writers(bootstrap: str, cfg: WorkloadConfig, history: History, duration:
             last_report = time.monotonic()
             done = sum(1 for op in history.ops if isinstance(op, Txn))
             progress(f"  {time.monotonic() - started:5.1f}s: {done} transactions ended")
+        watch.check(time.monotonic() - started)
     stop.set()
     for t in threads:
         t.join(90)
     return [w.error for w in writers if w.error is not None]
+
+
+class _StallWatch:
+    """Diagnostics: when a writer has ended no transaction for ``STALL_S`` seconds (longer than
+    a transaction may take with the verify timeouts), the stacks of every thread of this
+    process (the writer's and its client's) go to the progress lines, once per stall."""
+
+    STALL_S = 12.0
+
+    def __init__(self, writers: list[_Writer], progress: Callable[[str], None] | None) -> None:
+        self.writers = writers
+        self.progress = progress
+        self.seen = {w.name: (w.txn, 0.0) for w in writers}
+        self.reported: set[str] = set()
+
+    def check(self, elapsed: float) -> None:
+        for w in self.writers:
+            txn, since = self.seen[w.name]
+            if w.txn != txn:
+                self.seen[w.name] = (w.txn, elapsed)
+                self.reported.discard(w.name)
+            elif elapsed - since >= self.STALL_S and w.name not in self.reported:
+                self.reported.add(w.name)
+                self.report(w, elapsed - since)
+
+    def report(self, writer: _Writer, stalled_for: float) -> None:
+        lines = [(f"writer {writer.name}: no transaction ended for {stalled_for:.0f} s "
+                  f"(in transaction {writer.txn}); the threads' stacks:")]
+        names = {t.ident: t.name for t in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():
+            lines.append(f"  thread {names.get(ident, ident)}:")
+            lines += ["    " + line.rstrip() for entry in traceback.format_stack(frame)
+                      for line in entry.splitlines()]
+        text = "\n".join(lines)
+        log.warning("%s", text)
+        if self.progress is not None:
+            self.progress(text)
 
 
 def read_all(bootstrap: str, cfg: WorkloadConfig, history: History, name: str) -> ReaderEnd:
