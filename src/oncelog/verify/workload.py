@@ -258,11 +258,16 @@ class ConfluentWriter(_Writer):
             err = exc.args[0] if exc.args else None
             detail = repr(exc)
             if getattr(err, "txn_requires_abort", lambda: False)():
+                outcome = "aborted"
                 try:
                     p.abort_transaction(30)
-                except KafkaException:
+                except KafkaException as exc2:
+                    # An earlier attempt's EndTxn(commit) may have been written (the abort is
+                    # then refused, INVALID_TXN_STATE, fatal in librdkafka): undecided.
+                    detail = f"{detail}; abort: {exc2!r}"
+                    if commit:
+                        outcome = "unknown"
                     self._recreate()
-                outcome = "aborted"
             else:
                 outcome = "unknown" if commit else "aborted"
                 self._recreate()
