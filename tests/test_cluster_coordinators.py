@@ -33,14 +33,16 @@ SETTINGS = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.part
 TXN_ID = "purchases-app-1"  # the app's default transactional id
 
 
+def _new_cluster(tmp_path: Path, relays: bool = False) -> LocalCluster:
+    require_zookeeper()
+    return LocalCluster(tmp_path / "cluster", 3, broker_settings=SETTINGS, die_with_parent=True,
+                        zookeeper_fsync=False, relays=relays)
+
+
 @pytest.fixture
 def cluster(tmp_path: Path):
-    require_zookeeper()
-    c = LocalCluster(tmp_path / "cluster", 3, broker_settings=SETTINGS, die_with_parent=True,
-                     zookeeper_fsync=False)
-    c.start()
-    yield c
-    c.stop()
+    with _new_cluster(tmp_path) as c:
+        yield c
 
 
 def _seed(bootstrap: str) -> None:
@@ -64,6 +66,20 @@ def _purchase_ids(bootstrap: str, topic: str) -> Counter:
 
 def _coordinator(cluster: LocalCluster, topic: str, key: str) -> int:
     return cluster.leader_of(topic, coordinator_partition(key, 3))
+
+
+def _topic_and_txn_log(cluster: LocalCluster, partitions: int, replication_factor: int,
+                       txn_id: str) -> tuple[str, int]:
+    """A new topic, and the transaction log created, with ``txn_id``'s partition of it fully
+    in sync; returns the topic's name and that partition's index."""
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        admin.create_topics([NewTopic(topic, partitions, replication_factor=replication_factor)])
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="warm-up") as p:
+        p.init_transactions(30)  # the transaction log exists from here on
+    index = coordinator_partition(txn_id, 3)
+    cluster.wait_for_isr(TRANSACTION_STATE, index, 3, 30)
+    return topic, index
 
 
 @pytest.mark.parametrize("client", ["oncelog", "confluent"])
@@ -149,14 +165,8 @@ def test_a_client_that_hangs_up_mid_write_leaves_no_hanging_transaction(cluster)
     from oncelog.protocol import ApiKey, encode_request, make, request_module
 
     bootstrap = cluster.bootstrap_servers
-    topic = f"t-{uuid.uuid4().hex[:8]}"
-    with Admin(bootstrap_servers=bootstrap) as admin:
-        admin.create_topics([NewTopic(topic, 1, replication_factor=3)])
-    with Producer(bootstrap_servers=bootstrap, transactional_id="warm-up") as p:
-        p.init_transactions(30)  # the transaction log exists from here on
     txn_id = "hangs-up"
-    index = coordinator_partition(txn_id, 3)
-    cluster.wait_for_isr(TRANSACTION_STATE, index, 3, 30)
+    topic, index = _topic_and_txn_log(cluster, 1, 3, txn_id)
     described = cluster.describe(TRANSACTION_STATE)[index]
     follower = next(r for r in described.replicas if r != described.leader)
     mod = request_module(ApiKey.INIT_PRODUCER_ID, 4)
@@ -187,18 +197,10 @@ def test_a_completion_the_log_refused_is_written_once_the_isr_is_back(tmp_path: 
     (NOT_ENOUGH_REPLICAS). Once the coordinator is reconnected it must write it again: before
     the fix the transaction stayed PrepareCommit for ever (InitProducerId answered
     CONCURRENT_TRANSACTIONS, the transactional id unusable), as the cut fault test found."""
-    require_zookeeper()
-    with LocalCluster(tmp_path / "cluster", 3, broker_settings=SETTINGS, die_with_parent=True,
-                      zookeeper_fsync=False, relays=True) as cluster:
+    with _new_cluster(tmp_path, relays=True) as cluster:
         bootstrap = cluster.bootstrap_servers
-        topic = f"t-{uuid.uuid4().hex[:8]}"
-        with Admin(bootstrap_servers=bootstrap) as admin:
-            admin.create_topics([NewTopic(topic, 3, replication_factor=1)])
-        with Producer(bootstrap_servers=bootstrap, transactional_id="warm-up") as p:
-            p.init_transactions(30)  # the transaction log exists from here on
         txn_id = "completes-later"
-        index = coordinator_partition(txn_id, 3)
-        cluster.wait_for_isr(TRANSACTION_STATE, index, 3, 30)
+        topic, index = _topic_and_txn_log(cluster, 3, 1, txn_id)
         coordinator = cluster.leader_of(TRANSACTION_STATE, index)
         partition, leader = next((p, info.leader) for p, info in cluster.describe(topic).items()
                                  if info.leader != coordinator)

@@ -12,11 +12,11 @@ from the markers' id and epoch (an overflow, or a kept two-phase-commit transact
 
 It takes requests and the current time and returns an ``Outcome``: an error name or the
 answer, and the effects to carry out, in order. Effects are ``WriteTxnLog`` (append this record
-to the transaction log; report back with ``write_done``) and ``SendMarkers`` (write these
-COMMIT/ABORT markers; report back with ``markers_done``) and ``Pause`` (wait before the
-effects after it: the completion record is written again after a failed write). A state change becomes visible only
-once its record is written: until then the transactional id has a pending change, and requests
-for it answer CONCURRENT_TRANSACTIONS. server/txn_service.py carries the effects out.
+to the transaction log; report back with ``write_done``), ``SendMarkers`` (write these
+COMMIT/ABORT markers; report back with ``markers_done``) and ``Pause`` (wait before the effects
+after it: a refused completion record is written again after one). A state change becomes
+visible only once its record is written: until then the transactional id has a pending change,
+and requests for it answer CONCURRENT_TRANSACTIONS. server/txn_service.py carries the effects out.
 """
 
 from __future__ import annotations
