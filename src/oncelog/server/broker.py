@@ -23,6 +23,7 @@ from ..protocol import ApiKey, ProtocolError, RequestHeader
 from ..protocol.apis import TRANSACTION_VERSION_FEATURE, supported_versions
 from .clock import now_ms
 from .config import BrokerConfig
+from .dir_lock import DataDirLock
 from .fetch_sessions import FetchSessionCache
 from .group_service import GroupService
 from .producer_ids import ClusterProducerIds, ProducerIdManager
@@ -75,6 +76,15 @@ class Broker:
                  host: str = "127.0.0.1", port: int = 9092) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything in the directory is read or written (Kafka's LogManager lockLogDirs).
+        self.dir_lock = DataDirLock(self.data_dir)
+        try:
+            self._open(config, host, port)
+        except BaseException:
+            self.dir_lock.release()
+            raise
+
+    def _open(self, config: BrokerConfig | None, host: str, port: int) -> None:
         self.config = config or BrokerConfig()
         self.node_id = self.config.int("node.id")
         self.host = host
@@ -213,7 +223,9 @@ class Broker:
     # -- maintenance --------------------------------------------------------------------------
 
     async def join_cluster(self) -> None:
-        """Cluster mode, once the socket is bound (the address is registered)."""
+        """Once the socket is bound: the lock file names the address, and in cluster mode the
+        address is registered."""
+        self.dir_lock.record_address(self.host, self.port)
         if self.cluster is not None:
             await self.cluster.start()
 
@@ -246,3 +258,4 @@ class Broker:
         self.group_coordinator.close()
         self.topics.close(now_ms())
         self.preallocator.stop()
+        self.dir_lock.release()
