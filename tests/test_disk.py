@@ -8,6 +8,7 @@ import os
 import re
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from raw_wire import (
 )
 
 from oncelog.records import build_batch, iter_batches
+from oncelog.server import BrokerConfig, ConfigError
 from oncelog.server.embedded import EmbeddedBroker
 
 TOPIC = "disk"
@@ -265,3 +267,64 @@ def test_bytes_past_the_last_batch_of_a_sealed_segment_are_cut(tmp_path):
         assert f"the batches end at byte {size} of {size + 100}; rebuilding" in log, log
         assert "dropped 100 bytes holding only zeros" in log, log
         _assert_every_record_served(broker)
+
+
+# -- log.retention.check.interval.ms -----------------------------------------------------------
+
+# Segments of one batch each, whose records (an hour old) are past retention.ms at once.
+RETENTION = {"log.segment.bytes": "200", "log.retention.ms": "1000",
+             "producer.snapshot.interval.ms": "50"}
+
+
+def _fill_expired_segments(broker: BrokerProcess) -> list[Path]:
+    with RawConnection(broker.bootstrap_servers) as conn:
+        assert conn.request(create_topics_request(TOPIC)).topics[0].error_code == 0
+        for n in range(5):
+            batch = build_batch([(None, b"x" * 100, [], BASE_TIMESTAMP)])
+            assert produce(conn, TOPIC, 0, batch).base_offset == n
+    logs = sorted((broker.data_dir / f"{TOPIC}-0").glob("*.log"))
+    assert len(logs) >= 4
+    return logs
+
+
+def _earliest_offset(broker: BrokerProcess) -> int:
+    with RawConnection(broker.bootstrap_servers) as conn:
+        response = conn.request(list_offsets_request(TOPIC, 0, -2))
+    return response.topics[0].partitions[0].offset
+
+
+def test_retention_runs_every_check_interval(tmp_path):
+    settings = {**RETENTION, "log.retention.check.interval.ms": "200"}
+    with BrokerProcess(tmp_path / "data", settings=settings) as broker:
+        logs = _fill_expired_segments(broker)
+        deadline = time.monotonic() + 30
+        while _earliest_offset(broker) != 4:  # every segment but the active one goes
+            assert time.monotonic() < deadline, "retention never ran"
+            time.sleep(0.05)
+        assert not any(p.exists() for p in logs[:-1])
+
+
+def test_retention_waits_for_the_check_interval(tmp_path):
+    """With the default interval (5 minutes) nothing is deleted while the broker's other
+    periodic work (the 1 s maintenance tick: producer snapshots every 50 ms here) runs, as it
+    did before the interval was honoured."""
+    with BrokerProcess(tmp_path / "data", settings=RETENTION) as broker:
+        logs = _fill_expired_segments(broker)
+        # Rewritten at the log end by every tick.
+        snapshot = broker.data_dir / f"{TOPIC}-0" / "00000000000000000005.snapshot"
+        seen = set()
+        deadline = time.monotonic() + 30
+        while len(seen) < 3:  # two maintenance ticks after the first one seen
+            assert time.monotonic() < deadline, "the maintenance tick never ran"
+            time.sleep(0.05)
+            try:
+                seen.add(snapshot.stat().st_ino)
+            except FileNotFoundError:
+                pass  # between the tick's write and rename
+        assert _earliest_offset(broker) == 0
+        assert all(p.exists() for p in logs)
+
+
+def test_the_retention_check_interval_must_be_positive():
+    with pytest.raises(ConfigError, match="log.retention.check.interval.ms"):
+        BrokerConfig({"log.retention.check.interval.ms": "0"})

@@ -684,8 +684,8 @@ class PartitionLog:
     # -- periodic maintenance -----------------------------------------------------------------
 
     def maintain(self, now_ms: int) -> None:
-        """Retention, producer-id expiration, age-based roll and periodic snapshots."""
-        self.apply_retention(now_ms)
+        """Producer-id expiration, age-based roll and periodic snapshots. (Retention runs on
+        its own interval, ``log.retention.check.interval.ms``: ``apply_retention``.)"""
         self.producer_state.expire(now_ms, self.config.producer_id_expiration_ms)
         seg = self.active_segment
         if seg.size and now_ms - (seg.first_batch_timestamp or now_ms) >= self.config.segment_ms:

@@ -38,6 +38,8 @@ from .txn_verification import TxnVerifier
 
 log = logging.getLogger("oncelog.broker")
 
+INITIAL_TASK_DELAY_MS = 30_000  # Kafka's LogManager.InitialTaskDelayMs
+
 
 class CloseConnection(Exception):
     """The request cannot be answered; Kafka's answer is to close the connection."""
@@ -117,6 +119,7 @@ class Broker:
         self.txn_verifier = TxnVerifier(self)
         self.security = Security(self.config, self.data_dir)
         self._maintenance_task: asyncio.Task | None = None
+        self._retention_task: asyncio.Task | None = None
         from .handlers import HANDLERS
 
         self.handlers = HANDLERS
@@ -232,6 +235,7 @@ class Broker:
     def start_maintenance(self, interval_s: float = 1.0) -> None:
         self._maintenance_task = asyncio.get_running_loop().create_task(
             self._maintain_forever(interval_s))
+        self._retention_task = asyncio.get_running_loop().create_task(self._retain_forever())
         self.txn_coordinator.start()
         self.group_coordinator.start()
 
@@ -239,6 +243,22 @@ class Broker:
         while True:
             await asyncio.sleep(interval_s)
             self.maintain(now_ms())
+
+    async def _retain_forever(self) -> None:
+        """Kafka's kafka-log-retention task: every ``log.retention.check.interval.ms``, the
+        first run after Kafka's initial task delay (30 s) or one interval if shorter."""
+        interval_ms = self.config.int("log.retention.check.interval.ms")
+        await asyncio.sleep(min(interval_ms, INITIAL_TASK_DELAY_MS) / 1000)
+        while True:
+            self.apply_retention(now_ms())
+            await asyncio.sleep(interval_ms / 1000)
+
+    def apply_retention(self, now: int) -> None:
+        for p in list(self.topics.all_partitions()):
+            try:
+                p.log.apply_retention(now)
+            except Exception:  # one partition's failure must not stop the others' retention
+                log.exception("retention of %s-%d failed", p.topic, p.index)
 
     def maintain(self, now: int) -> None:
         for p in list(self.topics.all_partitions()):
@@ -251,6 +271,8 @@ class Broker:
         """Clean shutdown: every log flushed, producer state snapshotted, marked clean."""
         if self._maintenance_task is not None:
             self._maintenance_task.cancel()
+        if self._retention_task is not None:
+            self._retention_task.cancel()
         if self.cluster is not None:
             self.cluster.close()
         self.txn_verifier.close()
