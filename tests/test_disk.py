@@ -328,3 +328,12 @@ def test_retention_waits_for_the_check_interval(tmp_path):
 def test_the_retention_check_interval_must_be_positive():
     with pytest.raises(ConfigError, match="log.retention.check.interval.ms"):
         BrokerConfig({"log.retention.check.interval.ms": "0"})
+
+
+def test_an_embedded_broker_that_cannot_bind_frees_its_directory(tmp_path):
+    data = tmp_path / "data"
+    with EmbeddedBroker(data_dir=tmp_path / "other") as holder, \
+            pytest.raises(OSError, match="address already in use"):
+        EmbeddedBroker(data_dir=data, port=holder.port).start()
+    with EmbeddedBroker(data_dir=data):  # not "in use by another broker"
+        pass
