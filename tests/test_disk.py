@@ -4,6 +4,7 @@ figures, and retention run on ``log.retention.check.interval.ms``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import struct
@@ -23,7 +24,8 @@ from raw_wire import (
     produce,
 )
 
-from oncelog.records import build_batch, iter_batches
+from oncelog.log import LogConfig, PartitionLog
+from oncelog.records import build_batch, iter_batches, split_batches
 from oncelog.server import BrokerConfig, ConfigError
 from oncelog.server.embedded import EmbeddedBroker
 
@@ -337,3 +339,34 @@ def test_an_embedded_broker_that_cannot_bind_frees_its_directory(tmp_path):
         EmbeddedBroker(data_dir=data, port=holder.port).start()
     with EmbeddedBroker(data_dir=data):  # not "in use by another broker"
         pass
+
+
+def test_recovery_that_drops_later_unflushed_segments_says_so(tmp_path, caplog):
+    """After an unclean stop every segment past the recovery point is validated; a bad batch in
+    one of them makes the segments after it unreachable, and their deletion is logged."""
+    d = tmp_path / "t-0"
+    log = PartitionLog(d, LogConfig(segment_bytes=200), 0)
+    for n in range(6):
+        data = bytearray(build_batch([(None, b"x" * 100, [], BASE_TIMESTAMP)]))
+        log.append(data, split_batches(data), 0)
+    bases = [seg.base_offset for seg in log.segments]
+    assert bases == [0, 1, 2, 3, 4, 5]
+    sizes = [seg.size for seg in log.segments]
+    log.close_unclean()
+    (d / "recovery-point").write_text("1")  # segments 1.. may hold unflushed data
+    segment = d / "00000000000000000002.log"
+    data = bytearray(segment.read_bytes())
+    data[-1] ^= 0x01
+    segment.write_bytes(data)
+
+    with caplog.at_level(logging.WARNING, logger="oncelog.log"):
+        log = PartitionLog(d, LogConfig(segment_bytes=200), 0)
+    assert log.log_end_offset == 2 and [s.base_offset for s in log.segments] == [0, 1, 2]
+    assert not (d / "00000000000000000003.log").exists()
+    messages = [r.getMessage() for r in caplog.records]
+    assert (f"Recovery truncated {segment} at byte 0 (file {sizes[2]} bytes): batch CRC32C "
+            f"mismatch. Last good offset none (the segment starting at 2 is now empty); "
+            f"dropped {sizes[2]} bytes holding 1 record in batch headers still readable "
+            f"(offsets 2..2)") in messages
+    assert (f"Recovery of {d}: deleting the 3 segment(s) after the cut, which held offsets 3 "
+            f"and up ({sum(sizes[3:])} bytes; segments 3, 4, 5)") in messages

@@ -272,8 +272,8 @@ class LogSegment:
             pos += h.size
         dropped = self.size - cut
         if records:
-            held = (f"{records} records in batch headers still readable (offsets "
-                    f"{offsets[0]}..{offsets[-1]})")
+            held = (f"{records} record{'s' if records > 1 else ''} in batch headers still "
+                    f"readable (offsets {offsets[0]}..{offsets[-1]})")
         elif (part := _torn_batch_start(os.pread(self.fd, LOG_OVERHEAD, cut),
                                         self.next_offset)) is not None:
             held = f"part of a batch at offset {part}"
