@@ -39,7 +39,7 @@ def spark():
 
 @pytest.fixture(scope="module")
 def broker():
-    with EmbeddedBroker() as b:
+    with EmbeddedBroker(config={"log.retention.check.interval.ms": "200"}) as b:
         yield b
 
 
@@ -326,7 +326,7 @@ def test_stream_starting_offsets_latest_reads_only_later_records(spark, broker, 
 
 
 def test_fail_on_data_loss(spark, broker, tmp_path):
-    # A segment per batch, and retention keeps only the active one (checked every second).
+    # A segment per batch, and retention keeps only the active one (checked every 200 ms).
     create(broker, NewTopic("lossy", 1, config={"segment.bytes": "100",
                                                 "retention.bytes": "1"}))
     p = plain_producer(broker)

@@ -17,6 +17,7 @@ Single-threaded: the broker's event loop is the only caller.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import struct
@@ -59,6 +60,8 @@ HIGH_WATERMARK_FILE = "high-watermark"
 SNAPSHOTS_TO_KEEP = 2  # spec 000, "PID Snapshots": keep the two most recent
 MAX_LONG = 2**63 - 1
 _OFFSET_LENGTH = struct.Struct(">qi")
+
+log = logging.getLogger("oncelog.log")
 
 __all__ = [
     "AbortedTxn",
@@ -179,10 +182,18 @@ class PartitionLog:
                 self._recovered_from = seg.base_offset
             truncated = seg.load(recover=recover)
             self.recovered_bytes += truncated
-            if truncated and not is_last:
-                # Anything after a corrupt batch is unreachable: drop the later segments.
-                for later in self.segments[i + 1 :]:
-                    later.delete()
+            if truncated and recover and not is_last:
+                # Unflushed data after a corrupt batch cannot be trusted: drop the later
+                # segments. (A flushed segment validated only because its index was wrong keeps
+                # its successors, with a gap where the cut went, as Kafka's LogLoader does.)
+                later = self.segments[i + 1 :]
+                log.warning("Recovery of %s: deleting the %d segment(s) after the cut, "
+                            "which held offsets %d and up (%d bytes; segments %s)",
+                            self.directory, len(later), later[0].base_offset,
+                            sum(s.size for s in later),
+                            ", ".join(str(s.base_offset) for s in later))
+                for seg_after in later:
+                    seg_after.delete()
                 del self.segments[i + 1 :]
                 break
         if not self.segments:
@@ -673,8 +684,8 @@ class PartitionLog:
     # -- periodic maintenance -----------------------------------------------------------------
 
     def maintain(self, now_ms: int) -> None:
-        """Retention, producer-id expiration, age-based roll and periodic snapshots."""
-        self.apply_retention(now_ms)
+        """Producer-id expiration, age-based roll and periodic snapshots. (Retention runs on
+        its own interval, ``log.retention.check.interval.ms``: ``apply_retention``.)"""
         self.producer_state.expire(now_ms, self.config.producer_id_expiration_ms)
         seg = self.active_segment
         if seg.size and now_ms - (seg.first_batch_timestamp or now_ms) >= self.config.segment_ms:

@@ -10,6 +10,7 @@ derived data: when one is missing or damaged it is rebuilt from the log.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import struct
 import threading
@@ -19,6 +20,7 @@ from pathlib import Path
 from ..records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC,
     BatchHeader,
     CorruptRecordError,
     decode_batch,
@@ -30,11 +32,36 @@ from .txn_index import TransactionIndex
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _OFFSET_LENGTH = struct.Struct(">qi")
+# A batch header's base offset, length, lastOffsetDelta and maxTimestamp (records/batch.py)
+_INDEX_CHECK = struct.Struct(">qi11xi8xq")
 _ZEROS = bytes(1 << 20)
+
+log = logging.getLogger("oncelog.log")
 
 
 class LogWriteError(OSError):
     """Writing to the log failed (disk full, IO error); the segment was left unchanged."""
+
+
+def _all_zeros(fd: int, start: int, end: int) -> bool:
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(len(_ZEROS), end - pos), pos)
+        if not chunk or chunk.count(0) != len(chunk):
+            return False
+        pos += len(chunk)
+    return True
+
+
+def _torn_batch_start(head: bytes, next_offset: int) -> int | None:
+    """The base offset of a batch whose write stopped inside its header, when its first 12
+    bytes (base offset, length) are there and plausible."""
+    if len(head) < LOG_OVERHEAD:
+        return None
+    base, length = _OFFSET_LENGTH.unpack(head)
+    if base < next_offset or base > next_offset + (1 << 31) or length < HEADER_SIZE - LOG_OVERHEAD:
+        return None
+    return base
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -79,61 +106,112 @@ class LogSegment:
 
         With ``recover`` every batch is validated (CRC, framing) and the file is truncated at
         the first bad one; the indexes are rebuilt. Returns the number of bytes truncated.
-        Without, the indexes are loaded if sane (else rebuilt) and only headers are read.
+        Without, the indexes are loaded if sane; an index that is not is rebuilt with a full
+        recovery of the segment (Kafka's LogLoader on a failed index sanity check), with a
+        warning. A truncation is always logged with its figures.
         """
         truncated = 0
-        if recover or not self._load_indexes():
-            truncated = self._rebuild(validate=recover)
-        else:
-            self._scan_tail_from_last_index_entry()
+        problem = None
+        if not recover:
+            problem = self._load_indexes() or self._scan_tail_from_last_index_entry()
+            if problem is not None:
+                log.warning("%s: %s; rebuilding the indexes and validating the segment",
+                            self.log_path, problem)
+        if recover or problem is not None:
+            truncated = self._rebuild()
         self._open_index_files()
         self.txn_index.load()
         self.txn_index.truncate_to(self.next_offset)
         return truncated
 
-    def _load_indexes(self) -> bool:
+    def _load_indexes(self) -> str | None:
+        """Load the offset and time indexes if they are sane; otherwise say what is wrong.
+
+        Kafka's sanity check looks at the file sizes and the last entry; this goes further, as
+        a wrong entry sends a fetch or a timestamp lookup to the wrong place: every offset-index
+        entry must name the base offset of the batch that starts at its position (one header
+        read each), and every time-index entry the last offset and max timestamp of a batch
+        (usually one of those just read; else a few header reads from the offset-index entry
+        before it). About 1 µs an entry, an entry per ``index.interval.bytes`` of log.
+        """
         try:
             raw = self.index_path.read_bytes()
             traw = self.timeindex_path.read_bytes()
-        except FileNotFoundError:
-            return False
-        if len(raw) % _OFFSET_ENTRY.size or len(traw) % _TIME_ENTRY.size:
-            return False
+        except FileNotFoundError as exc:
+            return f"{Path(str(exc.filename)).name} is missing"
+        for path, data, entry in ((self.index_path, raw, _OFFSET_ENTRY),
+                                  (self.timeindex_path, traw, _TIME_ENTRY)):
+            if len(data) % entry.size:
+                return f"{path.name} is {len(data)} bytes, not whole {entry.size}-byte entries"
         offsets: list[int] = []
         positions: list[int] = []
-        for rel, pos in _OFFSET_ENTRY.iter_unpack(raw):
-            if pos >= self.size or (positions and (pos <= positions[-1] or rel <= offsets[-1] - self.base_offset)):
-                return False
-            offsets.append(self.base_offset + rel)
+        # last offset -> max timestamp of the indexed batches: most time-index entries name
+        # one of them, and are then checked without another read.
+        indexed: dict[int, int] = {}
+        for i, (rel, pos) in enumerate(_OFFSET_ENTRY.iter_unpack(raw)):
+            offset = self.base_offset + rel
+            if positions and (pos <= positions[-1] or offset <= offsets[-1]) or rel < 0:
+                return f"{self.index_path.name} entry {i} ({offset} at byte {pos}) is out of order"
+            head = os.pread(self.fd, HEADER_SIZE, pos) if pos >= 0 else b""
+            if len(head) < HEADER_SIZE:
+                return (f"{self.index_path.name} entry {i} ({offset} at byte {pos}) is past "
+                        f"the last batch of the segment ({self.size} bytes)")
+            base, length, last_delta, max_timestamp = _INDEX_CHECK.unpack_from(head)
+            if base != offset or length < HEADER_SIZE - LOG_OVERHEAD \
+                    or pos + LOG_OVERHEAD + length > self.size:
+                return (f"{self.index_path.name} entry {i} ({offset} at byte {pos}) does not "
+                        f"point at the start of batch {offset}")
+            indexed[base + last_delta] = max_timestamp
+            offsets.append(offset)
             positions.append(pos)
+        self.index_offsets, self.index_positions = offsets, positions
         tts: list[int] = []
         toffs: list[int] = []
-        for ts, rel in _TIME_ENTRY.iter_unpack(traw):
+        for i, (ts, rel) in enumerate(_TIME_ENTRY.iter_unpack(traw)):
+            offset = self.base_offset + rel
+            if tts and (ts <= tts[-1] or offset <= toffs[-1]) or rel < 0:
+                return f"{self.timeindex_path.name} entry {i} ({ts}, {offset}) is out of order"
+            if indexed.get(offset) != ts:
+                found = self.find_batch(offset)
+                if found is None or found[1].last_offset != offset \
+                        or found[1].max_timestamp != ts:
+                    return (f"{self.timeindex_path.name} entry {i} ({ts}, {offset}) is not "
+                            f"the max timestamp and last offset of a batch")
             tts.append(ts)
-            toffs.append(self.base_offset + rel)
-        self.index_offsets, self.index_positions = offsets, positions
+            toffs.append(offset)
         self.time_timestamps, self.time_offsets = tts, toffs
-        return True
+        return None
 
-    def _scan_tail_from_last_index_entry(self) -> None:
-        """Recompute next offset and max timestamp, scanning only from the last index entry."""
+    def _scan_tail_from_last_index_entry(self) -> str | None:
+        """Recompute next offset and max timestamp, scanning only from the last index entry;
+        say what is wrong when the batches there do not end where the file ends."""
         start = self.index_positions[-1] if self.index_positions else 0
         # max timestamp: the time index keeps the running maximum at each entry
         if self.time_timestamps:
             self.max_timestamp = self.time_timestamps[-1]
             self.offset_of_max_timestamp = self.time_offsets[-1]
         first = True
+        end = start
         for pos, h in self.iter_headers(start):
             if first and pos == 0:
                 self.first_batch_timestamp = h.max_timestamp
             first = False
             self._track(h)
+            end = pos + h.size
+        if end != self.size:
+            # A sealed or cleanly closed segment ends with its last batch (rolls and clean
+            # shutdowns cut preallocated space): anything else is damage.
+            return f"the batches end at byte {end} of {self.size}"
         if self.first_batch_timestamp is None and self.size:
             h = self.read_header(0)
             self.first_batch_timestamp = h.max_timestamp
         self._bytes_since_index = self.size - start
+        return None
 
-    def _rebuild(self, validate: bool) -> int:
+    def _rebuild(self) -> int:
+        """Validate every batch (framing, magic, CRC, offsets in order), rebuild the indexes
+        from them, and cut the file at the first bad one, with a warning that gives the
+        figures (Kafka's LogSegment.recover). Returns the number of bytes cut."""
         self.index_offsets, self.index_positions = [], []
         self.time_timestamps, self.time_offsets = [], []
         self.next_offset = self.base_offset
@@ -142,38 +220,73 @@ class LogSegment:
         self.first_batch_timestamp = None
         self._bytes_since_index = 0
         pos = 0
-        valid_end = 0
+        problem = ""
         while pos < self.size:
+            head = os.pread(self.fd, LOG_OVERHEAD, pos)
+            if len(head) < LOG_OVERHEAD:
+                problem = f"{self.size - pos} bytes, too few for a batch"
+                break
+            _, length = _OFFSET_LENGTH.unpack(head)
+            if length < HEADER_SIZE - LOG_OVERHEAD:
+                problem = f"batch length {length} is below the header's"
+                break
+            if pos + LOG_OVERHEAD + length > self.size:
+                problem = (f"a batch of {LOG_OVERHEAD + length} bytes with only "
+                           f"{self.size - pos} in the file")
+                break
             try:
-                if validate:
-                    head = os.pread(self.fd, LOG_OVERHEAD, pos)
-                    if len(head) < LOG_OVERHEAD:
-                        break
-                    _, length = _OFFSET_LENGTH.unpack(head)
-                    if length < HEADER_SIZE - LOG_OVERHEAD or pos + LOG_OVERHEAD + length > self.size:
-                        break
-                    data = os.pread(self.fd, LOG_OVERHEAD + length, pos)
-                    h = validate_batch(data, 0)
-                else:
-                    h = self.read_header(pos)
-                    if h.size < HEADER_SIZE or pos + h.size > self.size:
-                        break
-            except CorruptRecordError:
+                h = validate_batch(os.pread(self.fd, LOG_OVERHEAD + length, pos), 0)
+            except CorruptRecordError as exc:
+                problem = str(exc)
                 break
             if h.base_offset < self.next_offset and self.next_offset != self.base_offset:
+                problem = f"batch offset {h.base_offset} is below {self.next_offset}"
                 break  # offsets must increase; anything else is garbage
             self._after_append(pos, h)
             pos += h.size
-            valid_end = pos
-        truncated = self.size - valid_end
+        truncated = self.size - pos
         if truncated:
-            os.ftruncate(self.fd, valid_end)
-            self.size = valid_end
+            self._warn_truncation(pos, problem)
+            os.ftruncate(self.fd, pos)
+            self.size = pos
         self.allocated = self.size
         for path in (self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
         self._write_index_files()
         return truncated
+
+    def _warn_truncation(self, cut: int, problem: str) -> None:
+        """Say what recovery is about to cut at byte ``cut``: the last good offset and what the
+        dropped bytes held, as far as their batch headers can still be read."""
+        records = 0
+        offsets: list[int] = []
+        pos = cut
+        while pos + HEADER_SIZE <= self.size:
+            h = self.read_header(pos)
+            if h.magic != MAGIC or h.size < HEADER_SIZE or h.records_count <= 0 \
+                    or h.records_count != h.last_offset_delta + 1 \
+                    or h.base_offset < self.next_offset:
+                break
+            records += h.records_count
+            offsets += [h.base_offset, h.last_offset]
+            pos += h.size
+        dropped = self.size - cut
+        if records:
+            held = (f"{records} record{'s' if records > 1 else ''} in batch headers still "
+                    f"readable (offsets {offsets[0]}..{offsets[-1]})")
+        elif (part := _torn_batch_start(os.pread(self.fd, LOG_OVERHEAD, cut),
+                                        self.next_offset)) is not None:
+            held = f"part of a batch at offset {part}"
+        elif _all_zeros(self.fd, cut, self.size):
+            held = "only zeros (preallocated or never written)"
+        else:
+            held = "no readable batch"
+        last_good = self.next_offset - 1 if self.next_offset > self.base_offset else None
+        log.warning("Recovery truncated %s at byte %d (file %d bytes): %s. Last good offset "
+                    "%s; dropped %d bytes holding %s", self.log_path, cut, self.size, problem,
+                    last_good if last_good is not None else
+                    f"none (the segment starting at {self.base_offset} is now empty)",
+                    dropped, held)
 
     def _write_index_files(self) -> None:
         with open(self.index_path, "wb") as f:

@@ -23,6 +23,7 @@ from ..protocol import ApiKey, ProtocolError, RequestHeader
 from ..protocol.apis import TRANSACTION_VERSION_FEATURE, supported_versions
 from .clock import now_ms
 from .config import BrokerConfig
+from .dir_lock import DataDirLock
 from .fetch_sessions import FetchSessionCache
 from .group_service import GroupService
 from .producer_ids import ClusterProducerIds, ProducerIdManager
@@ -36,6 +37,8 @@ from .txn_service import TxnService
 from .txn_verification import TxnVerifier
 
 log = logging.getLogger("oncelog.broker")
+
+INITIAL_TASK_DELAY_MS = 30_000  # Kafka's LogManager.InitialTaskDelayMs
 
 
 class CloseConnection(Exception):
@@ -75,6 +78,15 @@ class Broker:
                  host: str = "127.0.0.1", port: int = 9092) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything in the directory is read or written (Kafka's LogManager lockLogDirs).
+        self.dir_lock = DataDirLock(self.data_dir)
+        try:
+            self._open(config, host, port)
+        except BaseException:
+            self.dir_lock.release()
+            raise
+
+    def _open(self, config: BrokerConfig | None, host: str, port: int) -> None:
         self.config = config or BrokerConfig()
         self.node_id = self.config.int("node.id")
         self.host = host
@@ -107,6 +119,7 @@ class Broker:
         self.txn_verifier = TxnVerifier(self)
         self.security = Security(self.config, self.data_dir)
         self._maintenance_task: asyncio.Task | None = None
+        self._retention_task: asyncio.Task | None = None
         from .handlers import HANDLERS
 
         self.handlers = HANDLERS
@@ -213,13 +226,16 @@ class Broker:
     # -- maintenance --------------------------------------------------------------------------
 
     async def join_cluster(self) -> None:
-        """Cluster mode, once the socket is bound (the address is registered)."""
+        """Once the socket is bound: the lock file names the address, and in cluster mode the
+        address is registered."""
+        self.dir_lock.record_address(self.host, self.port)
         if self.cluster is not None:
             await self.cluster.start()
 
     def start_maintenance(self, interval_s: float = 1.0) -> None:
         self._maintenance_task = asyncio.get_running_loop().create_task(
             self._maintain_forever(interval_s))
+        self._retention_task = asyncio.get_running_loop().create_task(self._retain_forever())
         self.txn_coordinator.start()
         self.group_coordinator.start()
 
@@ -227,6 +243,22 @@ class Broker:
         while True:
             await asyncio.sleep(interval_s)
             self.maintain(now_ms())
+
+    async def _retain_forever(self) -> None:
+        """Kafka's kafka-log-retention task: every ``log.retention.check.interval.ms``, the
+        first run after Kafka's initial task delay (30 s) or one interval if shorter."""
+        interval_ms = self.config.int("log.retention.check.interval.ms")
+        await asyncio.sleep(min(interval_ms, INITIAL_TASK_DELAY_MS) / 1000)
+        while True:
+            self.apply_retention(now_ms())
+            await asyncio.sleep(interval_ms / 1000)
+
+    def apply_retention(self, now: int) -> None:
+        for p in list(self.topics.all_partitions()):
+            try:
+                p.log.apply_retention(now)
+            except Exception:  # one partition's failure must not stop the others' retention
+                log.exception("retention of %s-%d failed", p.topic, p.index)
 
     def maintain(self, now: int) -> None:
         for p in list(self.topics.all_partitions()):
@@ -239,6 +271,8 @@ class Broker:
         """Clean shutdown: every log flushed, producer state snapshotted, marked clean."""
         if self._maintenance_task is not None:
             self._maintenance_task.cancel()
+        if self._retention_task is not None:
+            self._retention_task.cancel()
         if self.cluster is not None:
             self.cluster.close()
         self.txn_verifier.close()
@@ -246,3 +280,4 @@ class Broker:
         self.group_coordinator.close()
         self.topics.close(now_ms())
         self.preallocator.stop()
+        self.dir_lock.release()

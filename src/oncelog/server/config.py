@@ -200,6 +200,7 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "transaction.version": _transaction_version,
     "transaction.partition.verification.enable": _bool,
     "transaction.two.phase.commit.enable": _bool,
+    "log.retention.check.interval.ms": _positive_int,
 }
 # Kafka's coarser aliases, normalised to their millisecond keys.
 _ALIASES = {

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 import threading
@@ -60,6 +61,10 @@ class EmbeddedBroker:
             self.port = self.server.port
         except BaseException as exc:  # noqa: BLE001 (re-raised in the starting thread)
             self._error = exc
+            if self.server is not None:  # e.g. the port is taken: free the data directory
+                with contextlib.suppress(Exception):  # the first error is the one to report
+                    self.server.broker.close()
+                self.server = None
             self._started.set()
             return
         self._started.set()
