@@ -12,6 +12,7 @@ decision forward when it starts again; a replayed batch finds its marker and wri
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -152,13 +153,28 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None) -> PreparedTask:
             return PreparedTask(txn_id, "", partition, skipped=True)  # a replay
         _crash_hook(f"task:{partition}:{attempt}:begin")
         p.begin_transaction()
-        for row in rows:
-            topic, value, key, part, headers = _row_fields(opts, row.asDict())
-            p.send(topic, value, key=key, partition=part, headers=headers)
-        if batch_id is not None:
-            p.send_offsets_to_transaction({marker: batch_id + 1}, opts.prefix)
-        _crash_hook(f"task:{partition}:{attempt}:before-prepare")
-        state = p.prepare_transaction()
+        try:
+            for row in rows:
+                topic, value, key, part, headers = _row_fields(opts, row.asDict())
+                sent = p.send(topic, value, key=key, partition=part, headers=headers)
+                failed = sent.exception() if sent.done() else None
+                if failed is not None:
+                    # Never commit a batch without one of its rows (unknown partition, too
+                    # large, ...): the task fails, Spark retries it and then fails the query.
+                    # (A row that fails later, in the sender, makes prepare raise.)
+                    where = topic if part is None else f"{topic} partition {part}"
+                    raise SinkError(f"a row for {where} cannot be written: "
+                                    f"{type(failed).__name__}: {failed}") from failed
+            if batch_id is not None:
+                p.send_offsets_to_transaction({marker: batch_id + 1}, opts.prefix)
+            _crash_hook(f"task:{partition}:{attempt}:before-prepare")
+            state = p.prepare_transaction()
+        except Exception:
+            # Abort now rather than leave the transaction open (a two-phase one never times
+            # out) until the driver's clean-up; the retry is a new attempt with an id of its own.
+            with contextlib.suppress(Exception):
+                p.abort_transaction()
+            raise
         _crash_hook(f"task:{partition}:{attempt}:after-prepare")
         if committed():
             # A straggler (a speculative race lost): another attempt's transaction for this
