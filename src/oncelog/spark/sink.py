@@ -162,7 +162,7 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None) -> PreparedTask:
                     # Never commit a batch without one of its rows (unknown partition, too
                     # large, ...): the task fails, Spark retries it and then fails the query.
                     # (A row that fails later, in the sender, makes prepare raise.)
-                    where = topic if part is None else f"{topic} partition {part}"
+                    where = f"topic {topic!r}" + ("" if part is None else f" partition {part}")
                     raise SinkError(f"a row for {where} cannot be written: "
                                     f"{type(failed).__name__}: {failed}") from failed
             if batch_id is not None:
