@@ -1,7 +1,8 @@
 """Our Producer's transactions against a real broker: init, commit, abort; read_committed
 consumers (ours and confluent-kafka's) see only committed records; a second instance with the
 same transactional id fences the first (spec 001 scenarios 2 and 3); send() outside a
-transaction is refused; send_offsets_to_transaction commits a group's offsets atomically."""
+transaction is refused; send_offsets_to_transaction commits a group's offsets atomically; a
+record that fails in send() fails its transaction (it must abort, it cannot commit without it)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import TopicPartition as ConfluentTP
 
 from oncelog import Admin, Consumer, ConsumerGroupMetadata, NewTopic, Producer, TopicPartition
-from oncelog.client import IllegalStateError
+from oncelog.client import IllegalStateError, TransactionError
 from oncelog.errors import ProducerFencedError
+from oncelog.server.embedded import EmbeddedBroker
 
 TOPIC = "txn-client"
 
@@ -149,3 +151,65 @@ def test_a_downstream_consumer_that_dies_before_committing_reads_again(bootstrap
     assert first == again == [b"invoice-0", b"invoice-1", b"invoice-2"]
     with Consumer(bootstrap_servers=bootstrap, group_id="mailer") as c:
         assert c.committed([TopicPartition(TOPIC, 0)]) == {TopicPartition(TOPIC, 0): 4}
+
+
+# A send that fails before the sender has the record: (what is sent, what the error says).
+FAILED_SENDS = {
+    "unknown-partition": ({"topic": TOPIC, "value": b"lost", "partition": 7},
+                          "partition 7 of topic 'txn-client' does not exist"),
+    "too-large": ({"topic": TOPIC, "value": b"x" * 2000, "partition": 0}, "max.request.size"),
+    "invalid-topic": ({"topic": "no spaces allowed", "value": b"lost"},
+                      "topic .no spaces allowed."),
+    "not-bytes": ({"topic": TOPIC, "value": 12345, "partition": 0},
+                  "value must be bytes or str"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILED_SENDS))
+def test_a_record_that_fails_in_send_fails_its_transaction(bootstrap, case):
+    """As the Java client (KafkaProducer.doSend -> maybeTransitionToErrorState): the failed
+    record, whether send() raised or returned a failed future, leaves the transaction
+    abortable: later sends and commit raise, abort recovers, and the next transaction
+    commits. Before, the transaction committed without the record."""
+    send, why = FAILED_SENDS[case]
+    with Producer(bootstrap_servers=bootstrap, transactional_id=f"t-failed-{case}",
+                  max_request_size=1000) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(TOPIC, b"before", partition=1)
+        try:
+            failed = p.send(**send)
+        except TypeError as exc:  # not bytes: raised, as the Java client's serializer does
+            assert case == "not-bytes" and why in str(exc)
+        else:
+            with pytest.raises(Exception, match=why):
+                failed.result(timeout=10)
+        with pytest.raises(TransactionError, match=why):
+            p.send(TOPIC, b"after", partition=1)
+        with pytest.raises(TransactionError, match=why):
+            p.commit_transaction()
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send(TOPIC, b"next", partition=0)
+        p.commit_transaction()
+    assert read_committed(bootstrap) == [b"next"]
+
+
+def test_a_metadata_timeout_in_send_fails_its_transaction():
+    """A topic that never appears (no auto-creation): send() gives up after max.block.ms and
+    the transaction cannot commit."""
+    with EmbeddedBroker(config={"auto.create.topics.enable": "false"}) as b:
+        bs = b.bootstrap_servers
+        with Admin(bootstrap_servers=bs) as admin:
+            admin.create_topics([NewTopic(TOPIC, num_partitions=2)])
+        with Producer(bootstrap_servers=bs, transactional_id="t-no-topic",
+                      max_block_ms=500) as p:
+            p.init_transactions()
+            p.begin_transaction()
+            p.send(TOPIC, b"before", partition=0)
+            with pytest.raises(Exception, match="not present in metadata"):
+                p.send("never-created", b"lost").result(timeout=10)
+            with pytest.raises(TransactionError, match="never-created"):
+                p.commit_transaction()
+            p.abort_transaction()
+        assert read_committed(bs) == []

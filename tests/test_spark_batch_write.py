@@ -1,18 +1,22 @@
 """``df.write.format("oncelog")`` with real Spark (local[2]): one transaction per task, all
 committed together by the driver; a write that fails in one task leaves nothing visible and
-nothing open."""
+nothing open; a row the client cannot send (a partition that does not exist) fails the write
+instead of being dropped."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
+import uuid
 
 import pytest
 
 pytest.importorskip("pyspark")
 
+import oncelog.spark
 from oncelog import Admin, Consumer, NewTopic, TopicPartition
+from oncelog.errors import TransactionalIdNotFoundError
 from oncelog.server.embedded import EmbeddedBroker
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -23,10 +27,10 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    import oncelog.spark
-
     s = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+         .config("spark.sql.shuffle.partitions", "2")
+         # A cancelled task's Python worker lives on (as on a busy cluster), not killed 2 s later.
+         .config("spark.python.task.killTimeout", "60s").getOrCreate())
     oncelog.spark.register(s)
     yield s
     s.stop()
@@ -36,7 +40,8 @@ def spark():
 def broker():
     with EmbeddedBroker(config={"transaction.two.phase.commit.enable": "true"}) as b:
         with Admin(bootstrap_servers=b.bootstrap_servers) as a:
-            a.create_topics([NewTopic("out", 2), NewTopic("other", 1), NewTopic("bad", 1)])
+            a.create_topics([NewTopic("out", 2), NewTopic("other", 1), NewTopic("bad", 1),
+                             NewTopic("one", 1), NewTopic("race", 1)])
         yield b
 
 
@@ -86,4 +91,54 @@ def test_a_failed_batch_write_leaves_nothing_visible_and_nothing_open(spark, bro
         assert a.list_transactions(states=["Ongoing"]) == []
     hw = Consumer(bootstrap_servers=broker.bootstrap_servers).end_offsets(
         [TopicPartition("bad", 0)])
-    assert list(hw.values())[0] > 0  # the other tasks did write (and their writes were aborted)
+    assert next(iter(hw.values())) > 0  # the other tasks did write (and their writes were aborted)
+
+
+def test_a_row_for_a_partition_that_does_not_exist_fails_the_write(spark, broker):
+    """Row 23 is for partition 7 of a one-partition topic: its task fails with a message naming
+    the partition, the write fails, and nothing of it is visible or left open. (Before, the
+    row was dropped and the write committed the other 39.)"""
+    rows = [(f"v{i}", 7 if i == 23 else 0) for i in range(40)]
+    df = spark.createDataFrame(rows, "value string, partition int").repartition(2)
+    with pytest.raises(Exception, match="partition 7"):
+        (df.write.format("oncelog").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+         .option("topic", "one").mode("append").save())
+    out, stable = read_committed(broker, "one", 1)
+    assert out == [] and stable
+    with Admin(bootstrap_servers=broker.bootstrap_servers) as a:
+        assert a.list_transactions(states=["Ongoing"]) == []
+
+
+def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(spark, broker):
+    """Task 0 fails at once; task 1, held back (5 s) before it begins its transaction, goes on
+    after Spark cancelled it and after the driver's abort looked for open transactions: it finds
+    the write marked aborted after preparing, and aborts. (Before, its two-phase transaction stayed
+    prepared for good, holding back every read_committed reader of the topic.)"""
+    sc = spark.sparkContext
+    # The data source's Python workers get the environment it was registered with.
+    sc.environment["ONCELOG_SPARK_SLOW"] = "task:1:0:begin:5"
+    oncelog.spark.register(spark)
+    prefix = f"race-{uuid.uuid4().hex[:8]}"
+    try:
+        rows = [(f"v{i}", 7 if i == 3 else 0) for i in range(20)]  # task 0: rows 0-9
+        df = spark.createDataFrame(sc.parallelize(rows, 2), "value string, partition int")
+        with pytest.raises(Exception, match="partition 7"):
+            (df.write.format("oncelog")
+             .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+             .option("transactionalIdPrefix", prefix).option("topic", "race")
+             .mode("append").save())
+    finally:
+        del sc.environment["ONCELOG_SPARK_SLOW"]
+        oncelog.spark.register(spark)
+    straggler, state = f"{prefix}-1-0", None
+    with Admin(bootstrap_servers=broker.bootstrap_servers) as a:
+        deadline = time.monotonic() + 30
+        while state != "CompleteAbort":  # task 1 wakes up, writes, prepares, then aborts
+            assert time.monotonic() < deadline, f"{straggler} is {state}"
+            time.sleep(0.2)
+            try:
+                state = a.describe_transactions([straggler])[straggler].state
+            except TransactionalIdNotFoundError:
+                state = None
+    out, stable = read_committed(broker, "race", 1)
+    assert out == [] and stable

@@ -1,11 +1,13 @@
 """Inspecting and repairing transactions: Admin.list_transactions / describe_transactions /
 describe_producers / abort_transaction and ``oncelog transactions ...``, including a hanging
 transaction (data written with no coordinator behind it, so the LSO is stuck) that the abort
-command finds by its start offset and ends, as Kafka's kafka-transactions.sh does."""
+command finds by its start offset and ends, as Kafka's kafka-transactions.sh does; force-terminate
+refuses an id that does not exist and works whatever the broker's transaction.max.timeout.ms."""
 
 from __future__ import annotations
 
 import pytest
+from broker_process import BrokerProcess
 from raw_wire import (
     RawConnection,
     idempotent_batch,
@@ -17,7 +19,7 @@ from raw_wire import (
 from test_cli import broker, oncelog  # noqa: F401 (the fixture)
 
 from oncelog import Admin, NewTopic, Producer, TopicPartition
-from oncelog.errors import TransactionalIdNotFoundError
+from oncelog.errors import ProducerFencedError, TransactionalIdNotFoundError
 
 pytestmark = pytest.mark.slow
 
@@ -81,3 +83,52 @@ def test_a_hanging_transaction_is_found_and_aborted_by_its_start_offset(broker):
                       "--start-offset", "1", "--bootstrap-server", bs).stdout
         assert f"producer {pid}" in out
         assert lso(conn, "tools-h") == latest_offset(conn, "tools-h") == 4
+
+
+def test_force_terminate_of_an_unknown_id_fails_and_creates_nothing(broker):  # noqa: F811
+    """Before, it printed success and registered the id (a typo made a new transactional id)."""
+    bs = broker.bootstrap_servers
+    bad = oncelog("transactions", "force-terminate", "--transactional-id", "nobody-here",
+                  "--bootstrap-server", bs, check=False)
+    assert bad.returncode == 1, bad.stdout
+    assert "transactional id 'nobody-here' does not exist" in bad.stderr
+    with Admin(bootstrap_servers=bs) as admin:
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.force_terminate_transaction("nobody-here")
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions(["nobody-here"])  # still not created
+        assert "nobody-here" not in {t.transactional_id for t in admin.list_transactions()}
+
+
+def test_force_terminate_works_below_the_clients_default_transaction_timeout(tmp_path):
+    """A broker whose transaction.max.timeout.ms (1 s) is below the admin client's defaults:
+    the fencing InitProducerId asks for a transaction timeout every broker accepts (before:
+    InvalidTransactionTimeoutError). A prepared two-phase transaction (which never times out)
+    is aborted and its producer fenced."""
+    settings = {"transaction.max.timeout.ms": "1000",
+                "transaction.two.phase.commit.enable": "true"}
+    with BrokerProcess(tmp_path / "data", settings=settings) as b:
+        bs = b.bootstrap_servers
+        with Admin(bootstrap_servers=bs) as admin:
+            admin.create_topics([NewTopic("tools-f", num_partitions=1)])
+        p = Producer(bootstrap_servers=bs, transactional_id="tools-f1",
+                     transaction_two_phase_commit_enable=True, linger_ms=0)
+        try:
+            p.init_transactions(10)
+            p.begin_transaction()
+            p.send("tools-f", b"stuck", partition=0)
+            p.prepare_transaction(10)
+            with RawConnection(bs) as conn:
+                assert (lso(conn, "tools-f"), latest_offset(conn, "tools-f")) == (0, 1)
+            out = oncelog("transactions", "force-terminate", "--transactional-id", "tools-f1",
+                          "--bootstrap-server", bs).stdout
+            assert "Terminated the transaction of 'tools-f1'" in out
+            with Admin(bootstrap_servers=bs) as admin:
+                d = admin.describe_transactions(["tools-f1"])["tools-f1"]
+                assert d.state == "Empty" and not d.partitions  # aborted, a new epoch
+            with RawConnection(bs) as conn:  # the abort marker is written: LSO = HW
+                assert lso(conn, "tools-f") == latest_offset(conn, "tools-f") == 2
+            with pytest.raises(ProducerFencedError):
+                p.commit_transaction(10)
+        finally:
+            p.close()

@@ -16,7 +16,7 @@ import pytest
 from raw_wire import RawConnection, create_topics_request, list_offsets_request
 
 from oncelog import Admin, Consumer, PreparedTxnState, Producer
-from oncelog.client.transaction_manager import IllegalStateError
+from oncelog.client.transaction_manager import IllegalStateError, TransactionError
 from oncelog.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
@@ -173,7 +173,7 @@ def test_an_operator_can_force_terminate_a_prepared_transaction(broker, tmp_path
         out = subprocess.run([sys.executable, "-m", "oncelog.cli.main", "transactions",
                               "force-terminate", "--bootstrap-server", broker.bootstrap_servers,
                               "--transactional-id", "abandoned"],
-                             capture_output=True, text=True, timeout=60)
+                             check=False, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "Terminated" in out.stdout
         deadline = time.monotonic() + 10
@@ -189,6 +189,26 @@ def test_an_operator_can_force_terminate_a_prepared_transaction(broker, tmp_path
     with Admin(bootstrap_servers=broker.bootstrap_servers) as admin:
         admin.force_terminate_transaction("abandoned")  # nothing open: still fine
         assert admin.describe_transactions(["abandoned"])["abandoned"].state == "Empty"
+
+
+def test_a_record_that_fails_in_send_cannot_be_prepared(broker):
+    """KIP-939 phase one must not vouch for a transaction that lost a record: prepare raises
+    (as commit does), abort recovers. Before, prepare and commit succeeded without it."""
+    p = producer(broker, "lost-record")
+    try:
+        p.init_transactions(10)
+        p.begin_transaction()
+        p.send(TOPIC, b"kept-out", partition=0)
+        assert p.send(TOPIC, b"lost", partition=7).exception(10) is not None
+        with pytest.raises(TransactionError, match="partition 7"):
+            p.prepare_transaction(10)
+        p.abort_transaction(10)
+        p.begin_transaction()
+        p.send(TOPIC, b"next", partition=1)
+        p.complete_transaction(p.prepare_transaction(10), 10)
+    finally:
+        p.close()
+    assert committed_values(broker, 1) == [b"next"]
 
 
 def test_two_phase_commit_is_refused_unless_the_broker_allows_it():

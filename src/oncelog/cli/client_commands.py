@@ -140,9 +140,25 @@ def _transactions(args) -> int:
         elif action == "abort":
             return _abort(admin, args)
         elif action == "force-terminate":
-            admin.force_terminate_transaction(args.transactional_id)
-            print(f"Terminated the transaction of {args.transactional_id!r} (aborted; its "
-                  "producer is fenced).")
+            return _force_terminate(admin, args.transactional_id)
+    return 0
+
+
+def _force_terminate(admin, txn_id: str) -> int:
+    from ..errors import TransactionalIdNotFoundError
+
+    try:
+        before = admin.force_terminate_transaction(txn_id)
+    except TransactionalIdNotFoundError:
+        # Not created by mistake (a typo would otherwise register a new id and print success).
+        print(f"oncelog transactions: transactional id {txn_id!r} does not exist (its "
+              "coordinator does not know it); nothing was terminated", file=sys.stderr)
+        return 1
+    if before.state == "Ongoing":
+        print(f"Terminated the transaction of {txn_id!r} (aborted; its producer is fenced).")
+    else:
+        print(f"Fenced the producer of {txn_id!r} (it had no open transaction to abort: "
+              f"{before.state}).")
     return 0
 
 

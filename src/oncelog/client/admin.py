@@ -52,6 +52,14 @@ RESOURCE_TOPIC = 2  # DescribeConfigs resource type
 # retriable for a producer waiting for a topic, but final for "delete this topic").
 _RETRY_TOPIC_ERRORS = {NotControllerError.code, ThrottlingQuotaExceededError.code}
 
+# The transaction timeout of force-terminate's InitProducerId. Nothing is written under it (the
+# id is left Empty until its next producer registers its own), and 1 ms is within every
+# broker's transaction.max.timeout.ms (at least 1), as Kafka 3.x's FenceProducersHandler sends.
+# (Kafka's current handler sends FenceProducersOptions.timeoutMs or request.timeout.ms, as its
+# coordinator uses the value as the transaction log append's timeout; ours appends with a
+# log-write timeout of its own, whatever the request says.)
+_FENCE_TRANSACTION_TIMEOUT_MS = 1
+
 
 class Admin:
     """Manage topics. Configuration: bootstrap_servers=..., request_timeout_ms=...,
@@ -226,21 +234,21 @@ class Admin:
         """What each transactional id's coordinator holds. Raises
         TransactionalIdNotFoundError for an id it does not know."""
         deadline = self._deadline()
-        out = {}
-        for txn_id in transactional_ids:
-            r = self._to_txn_coordinator(
-                txn_id, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn_id]}, deadline,
-                lambda r: int(r.transaction_states[0].error_code))
-            (s,) = r.transaction_states
-            if int(s.error_code):
-                raise error_for_code(int(s.error_code))(f"transactional id {txn_id!r}")
-            start = round(s.transaction_start_time.timestamp() * 1000)
-            out[txn_id] = TransactionDescription(
-                txn_id, s.transaction_state, int(s.producer_id), int(s.producer_epoch),
-                millis(s.transaction_timeout), start if start > 0 else None,
-                frozenset(TopicPartition(t.topic, int(p)) for t in s.topics
-                          for p in t.partitions))
-        return out
+        return {txn_id: self._describe_transaction(txn_id, deadline)
+                for txn_id in transactional_ids}
+
+    def _describe_transaction(self, txn_id: str, deadline: float) -> TransactionDescription:
+        r = self._to_txn_coordinator(
+            txn_id, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn_id]}, deadline,
+            lambda r: int(r.transaction_states[0].error_code))
+        (s,) = r.transaction_states
+        if int(s.error_code):
+            raise error_for_code(int(s.error_code))(f"transactional id {txn_id!r}")
+        start = round(s.transaction_start_time.timestamp() * 1000)
+        return TransactionDescription(
+            txn_id, s.transaction_state, int(s.producer_id), int(s.producer_epoch),
+            millis(s.transaction_timeout), start if start > 0 else None,
+            frozenset(TopicPartition(t.topic, int(p)) for t in s.topics for p in t.partitions))
 
     def describe_producers(self, partitions: Iterable[TopicPartition]
                            ) -> dict[TopicPartition, list[ProducerState]]:
@@ -283,21 +291,28 @@ class Admin:
                                        f"{tp.topic}-{tp.partition}")
 
     def force_terminate_transaction(self, transactional_id: str,
-                                    timeout: float | None = None) -> None:
+                                    timeout: float | None = None) -> TransactionDescription:
         """Abort the transactional id's open transaction, prepared or not (KIP-939's
         forceTerminateTransaction, for a two-phase-commit participant that will not come back):
         an InitProducerId without keepPreparedTxn, as a new producer instance would send. Its
-        current producer is fenced."""
+        current producer is fenced. Returns what the coordinator held before.
+
+        Raises TransactionalIdNotFoundError for an id the coordinator does not know, instead of
+        creating it. The check (DescribeTransactions) and the fence are two requests, as no
+        request fences only an id that exists: an id created in between is not fenced (it did
+        not exist when asked), and one that expires in between is registered again (Empty)."""
         deadline = time.monotonic() + (timeout if timeout is not None
                                        else self.config.default_api_timeout_ms / 1000)
+        before = self._describe_transaction(transactional_id, deadline)
         # The coordinator aborts and answers CONCURRENT_TRANSACTIONS until it is done.
         r = self._to_txn_coordinator(transactional_id, ApiKey.INIT_PRODUCER_ID, {
             "transactional_id": transactional_id,
-            "transaction_timeout": self.config.default_api_timeout_ms,
+            "transaction_timeout": _FENCE_TRANSACTION_TIMEOUT_MS,
             "producer_id": -1, "producer_epoch": -1, "enable2_pc": False,
             "keep_prepared_txn": False}, deadline, lambda r: int(r.error_code))
         if int(r.error_code):
             raise error_for_code(int(r.error_code))(f"force-terminate of {transactional_id!r}")
+        return before
 
     def _to_txn_coordinator(self, transactional_id: str, api_key: ApiKey, values: dict,
                             deadline: float, error_of: Callable[[Any], int]) -> Any:

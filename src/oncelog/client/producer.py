@@ -162,9 +162,36 @@ class Producer:
         most max.block.ms; then the returned future fails (as the Java client's does). A
         future fails with the oncelog.errors class of the broker's error, or KafkaTimeoutError
         when delivery.timeout.ms passes first.
+
+        Inside a transaction, a record that fails here (raised or a failed future: unknown
+        partition, too large, no metadata in time, not bytes) fails the transaction:
+        commit_transaction and prepare_transaction raise TransactionError, abort_transaction
+        recovers. A fatal error (fenced, unauthorized) stays fatal.
         """
         if self._closed:
             raise RuntimeError("cannot send: the producer is closed")
+        txn = self._txn
+        if txn is None:
+            return self._send(topic, value, key, partition, headers, timestamp_ms)
+        txn.check_can_send()  # raises outside a transaction, as the Java client
+        # A record that fails, by a raise or a failed future, fails its transaction: commit
+        # and prepare raise, abort recovers (KafkaProducer.doSend ->
+        # maybeTransitionToErrorState). BaseException: an interrupted send may have lost it.
+        try:
+            future = self._send(topic, value, key, partition, headers, timestamp_ms)
+        except BaseException as exc:
+            txn.send_failed(exc)
+            raise
+        error = future.exception() if future.done() else None
+        if error is not None:
+            txn.send_failed(error)
+        else:
+            txn.track(future)
+        return future
+
+    def _send(self, topic: str, value: bytes | str | None, key: bytes | str | None,
+              partition: int | None, headers: HeadersArg,
+              timestamp_ms: int | None) -> Future[RecordMetadata]:
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
         key_bytes = _to_bytes(key, "key")
@@ -174,8 +201,6 @@ class Producer:
             timestamp_ms = int(time.time() * 1000)
         if self._sender.fatal_error is not None:
             return _failed(self._sender.fatal_error)
-        if self._txn is not None:
-            self._txn.check_can_send()  # raises outside a transaction, as the Java client
         size = estimate_record_size(key_bytes, value_bytes, record_headers)
         if size > self.config.max_request_size:
             return _failed(MessageTooLargeError(
@@ -210,11 +235,9 @@ class Producer:
                                 record_headers, timestamp_ms, deadline)
         except KafkaError as exc:
             if self._txn is not None and isinstance(exc, FatalError | TransactionError):
-                raise
+                raise  # the transaction manager's own failure: it is in its error state
             return _failed(exc)
         assert future is not None
-        if self._txn is not None:
-            self._txn.track(future)
         return future
 
     def _wait_for_partitions(self, topic: str, deadline: float) -> list[int]:

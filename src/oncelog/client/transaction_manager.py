@@ -352,6 +352,23 @@ class TransactionManager:
     def track(self, future: Future) -> None:
         self.futures.append(future)
 
+    def send_failed(self, error: BaseException) -> None:
+        """A record of the transaction failed in send(), before the sender had it (unknown
+        partition, too large, no metadata in time, not bytes, ...). The transaction cannot
+        commit without it, so it must abort: commit and prepare raise from now on. A fatal
+        error ends the producer. (The Java client: KafkaProducer.doSend's catch blocks ->
+        TransactionManager.maybeTransitionToErrorState.)"""
+        with self.lock:
+            if self.state == T.FATAL_ERROR:
+                return
+            if isinstance(error, FatalError):
+                self._fail(error)
+            elif self.state == T.IN_TRANSACTION:  # already abortable: keep the first cause
+                failed = TransactionError(f"a record of the transaction was not written: "
+                                          f"{type(error).__name__}: {error}")
+                failed.__cause__ = error
+                self._fail(failed)
+
     def send_offsets(self, offsets: Mapping[TopicPartition, int] | Iterable[Any],
                      group: ConsumerGroupMetadata | str, timeout: float | None) -> None:
         """spec 000 steps 4.3 and 4.4 (with KIP-447's group metadata)."""

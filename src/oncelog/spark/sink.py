@@ -12,6 +12,7 @@ decision forward when it starts again; a replayed batch finds its marker and wri
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -76,6 +77,15 @@ class SinkOptions:
                          "transaction.two.phase.commit.enable": "true", "linger.ms": "5",
                          **self.client})
 
+    def consumer(self, group: str):
+        from .. import Consumer
+
+        # Committed offsets only (read_uncommitted: pending ones are undecided, not done).
+        return Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": group,
+                         "isolation.level": "read_uncommitted", "enable.auto.commit": "false",
+                         **{k: v for k, v in self.client.items()
+                            if k.startswith(("security.", "sasl."))}})
+
     def admin(self):
         from .. import Admin
 
@@ -111,13 +121,22 @@ def _row_fields(opts: SinkOptions, d: dict) -> tuple:
     return topic, value, key, d.get("partition"), headers or None
 
 
-def _task_write(opts: SinkOptions, rows, batch_id: int | None) -> PreparedTask:
+def _aborted_marker(opts: SinkOptions, write_id: str) -> tuple[str, Any]:
+    """Where the driver records that batch write ``write_id`` was aborted: an offset of the
+    group ``{prefix}-aborted-{write_id}``."""
+    from .. import TopicPartition
+
+    return f"{opts.prefix}-aborted-{write_id}", TopicPartition(MARKER_TOPIC, 0)
+
+
+def _task_write(opts: SinkOptions, rows, batch_id: int | None,
+                write_id: str | None = None) -> PreparedTask:
     """One task's rows in one prepared transaction. ``batch_id`` is the micro-batch (its id is
     recorded in the transaction, and a replay of a committed batch writes nothing); None for a
-    batch (non-streaming) write."""
+    batch (non-streaming) write, which has its ``write_id`` instead (see ``aborted``)."""
     from pyspark import TaskContext
 
-    from .. import Consumer, TopicPartition
+    from .. import TopicPartition
 
     tc = TaskContext.get()
     if tc is None:
@@ -131,16 +150,18 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None) -> PreparedTask:
         """Is this micro-batch's marker for this partition committed (by any attempt)?"""
         if batch_id is None:
             return False
-        # Committed offsets only (read_uncommitted: pending ones are undecided, not done).
-        c = Consumer({"bootstrap.servers": opts.bootstrap_servers, "group.id": opts.prefix,
-                      "isolation.level": "read_uncommitted",
-                      **{k: v for k, v in opts.client.items()
-                         if k.startswith(("security.", "sasl."))}})
-        try:
+        with opts.consumer(opts.prefix) as c:
             done = c.committed([marker]).get(marker)
-        finally:
-            c.close()
         return done is not None and done > batch_id
+
+    def aborted() -> bool:
+        """Did the driver abort this batch write? (Its job failed while this task, cancelled,
+        went on: the driver's clean-up may have looked before this transaction was open.)"""
+        if write_id is None:
+            return False
+        group, tp = _aborted_marker(opts, write_id)
+        with opts.consumer(group) as c:
+            return c.committed([tp]).get(tp) is not None
 
     p = opts.producer(txn_id)
     try:
@@ -152,19 +173,35 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None) -> PreparedTask:
             return PreparedTask(txn_id, "", partition, skipped=True)  # a replay
         _crash_hook(f"task:{partition}:{attempt}:begin")
         p.begin_transaction()
-        for row in rows:
-            topic, value, key, part, headers = _row_fields(opts, row.asDict())
-            p.send(topic, value, key=key, partition=part, headers=headers)
-        if batch_id is not None:
-            p.send_offsets_to_transaction({marker: batch_id + 1}, opts.prefix)
-        _crash_hook(f"task:{partition}:{attempt}:before-prepare")
-        state = p.prepare_transaction()
+        try:
+            for row in rows:
+                topic, value, key, part, headers = _row_fields(opts, row.asDict())
+                sent = p.send(topic, value, key=key, partition=part, headers=headers)
+                failed = sent.exception() if sent.done() else None
+                if failed is not None:
+                    # Never commit a batch without one of its rows (unknown partition, too
+                    # large, ...): the task fails, Spark retries it and then fails the query.
+                    # (A row that fails later, in the sender, makes prepare raise.)
+                    where = f"topic {topic!r}" + ("" if part is None else f" partition {part}")
+                    raise SinkError(f"a row for {where} cannot be written: "
+                                    f"{type(failed).__name__}: {failed}") from failed
+            if batch_id is not None:
+                p.send_offsets_to_transaction({marker: batch_id + 1}, opts.prefix)
+            _crash_hook(f"task:{partition}:{attempt}:before-prepare")
+            state = p.prepare_transaction()
+        except Exception:
+            # Abort now rather than leave the transaction open (a two-phase one never times
+            # out) until the driver's clean-up; the retry is a new attempt with an id of its own.
+            with contextlib.suppress(Exception):
+                p.abort_transaction()
+            raise
         _crash_hook(f"task:{partition}:{attempt}:after-prepare")
-        if committed():
+        if committed() or aborted():
             # A straggler (a speculative race lost): another attempt's transaction for this
             # batch and partition is already committed, and the driver, which aborts every
             # transaction of this sink still open once it has committed, may have looked before
-            # this one was open. Its result will be thrown away: abort it now.
+            # this one was open. Or the batch write was aborted, and its driver may have looked
+            # before this one was open. Its result will be thrown away: abort it now.
             p.abort_transaction()
             return PreparedTask(txn_id, "", partition, skipped=True)
         return PreparedTask(txn_id, str(state), partition)
@@ -215,9 +252,15 @@ class _Driver:
         if f is not None:
             self._finish(f)
 
-    def abort(self, messages) -> None:
+    def abort(self, messages, write_id: str | None = None) -> None:
         """The batch failed: abort what its tasks prepared, and whatever else of this sink is
         open (attempts that died after preparing are in no message)."""
+        if write_id is not None:
+            # Before the listing: a task that prepares after it finds this mark and aborts
+            # itself; one that checked before it had its transaction open, so it is listed.
+            group, tp = _aborted_marker(self.opts, write_id)
+            with self.opts.consumer(group) as c:
+                c.commit({tp: 1})
         with self.opts.admin() as admin:
             for m in messages:
                 if m is not None and m.state:
@@ -282,13 +325,16 @@ class OncelogBatchWriter(DataSourceWriter):
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.opts = SinkOptions.parse(options, streaming=False)
+        # This write's own name (the writer is pickled to its tasks and to its commit or
+        # abort): its abort is recorded under it, for tasks still running.
+        self.write_id = uuid.uuid4().hex
         _Driver(self.opts).recover()
 
     def write(self, iterator):
-        return _task_write(self.opts, iterator, None)
+        return _task_write(self.opts, iterator, None, self.write_id)
 
     def commit(self, messages) -> None:
         _Driver(self.opts).commit(messages, None)
 
     def abort(self, messages) -> None:
-        _Driver(self.opts).abort(messages)
+        _Driver(self.opts).abort(messages, self.write_id)
