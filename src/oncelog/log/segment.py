@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..records.batch import (
     HEADER_SIZE,
+    INT32_MAX,
     LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
@@ -216,7 +217,12 @@ class LogSegment:
 
     def append(self, data, headers: list[tuple[int, BatchHeader]]) -> None:
         """Append already-offset-assigned batches; ``headers`` gives each one's position in
-        ``data``. On an IO error the file is cut back and LogWriteError raised."""
+        ``data``. On an IO error the file is cut back and LogWriteError raised. Offsets that
+        the 32-bit relative index entries cannot hold are refused before anything is written
+        (the log rolls first: Kafka's canConvertToRelativeOffset)."""
+        if headers and headers[-1][1].last_offset - self.base_offset > INT32_MAX:
+            raise ValueError(f"offset {headers[-1][1].last_offset} does not fit segment "
+                             f"{self.base_offset}'s index: the log must roll first")
         start = self.size
         with self.lock:
             try:
