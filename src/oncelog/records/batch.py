@@ -437,9 +437,9 @@ def _scan_records(data, count: int) -> tuple[int, int]:
                 pos += 3
             else:
                 ts, pos = dv(data, pos + 1)
-            if ts < lo:
+            if ts < lo:  # noqa: PLR1730 (no min()/max() calls in this loop: hot path)
                 lo = ts
-            if ts > hi:
+            if ts > hi:  # noqa: PLR1730
                 hi = ts
             b = data[pos]
             if b == i << 1 and b < 0x80:  # i < 64: one byte
