@@ -414,19 +414,20 @@ def _scan_records(data, count: int) -> tuple[int, int]:
         for i in range(count):
             b = data[pos]
             if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
+                end = pos + 1 + ((b >> 1) ^ -(b & 1))
                 pos += 1
             elif data[pos + 1] < 0x80:  # two bytes: records of 64 B to 8 KiB
-                length = ((b & 0x7F) | (data[pos + 1] << 7))
-                length = (length >> 1) ^ -(length & 1)
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                end = pos + 2 + ((b >> 1) ^ -(b & 1))
                 pos += 2
             else:
                 length, pos = dv(data, pos)
-            end = pos + length
+                end = pos + length
             # attributes, timestamp delta, offset delta, key length, value length, header count
-            if length < 6 or end > n:
+            if end > n or end - pos < 6:
                 raise InvalidRecordError(
-                    f"record {i}: length {length} does not fit the batch's {n - pos} bytes left")
+                    f"record {i}: length {end - pos} does not fit the batch's {n - pos} bytes "
+                    "left")
             b = data[pos + 1]
             if b < 0x80:
                 ts = (b >> 1) ^ -(b & 1)
@@ -442,9 +443,10 @@ def _scan_records(data, count: int) -> tuple[int, int]:
             if ts > hi:  # noqa: PLR1730
                 hi = ts
             b = data[pos]
-            if b == i << 1 and b < 0x80:  # i < 64: one byte
+            i2 = i << 1  # the offset delta, zig-zag encoded
+            if b == i2 and b < 0x80:  # i < 64: one byte
                 pos += 1
-            elif b == ((i << 1) & 0x7F) | 0x80 and data[pos + 1] == i >> 6:  # i < 8192
+            elif b == (i2 & 0x7F) | 0x80 and data[pos + 1] == i2 >> 7:  # i < 8192
                 pos += 2
             else:
                 od, pos = dv(data, pos)
