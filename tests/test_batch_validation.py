@@ -5,6 +5,7 @@ a refused batch leaves the log untouched, and the broker keeps serving and resta
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from pathlib import Path
@@ -263,3 +264,36 @@ def test_gigabyte_zstd_bomb_keeps_the_broker_rss_bounded(tmp_path):
         grown = vm_hwm_kib(b.proc.pid) - before
         assert grown < (DEFAULT_INFLATE_LIMIT >> 10) + 64 * 1024, f"peak RSS grew {grown} KiB"
         assert b.running
+
+
+def test_our_consumer_refuses_a_fetched_bomb_without_inflating_it():
+    """client/fetcher.py decodes fetched batches with the same bound: a 256 MiB zstd bomb (from a
+    broker that let it in) is a CorruptMessageError, and this process's peak RSS barely moves."""
+    from oncelog.client.fetcher import decode_records
+    from oncelog.client.types import TopicPartition
+    from oncelog.errors import CorruptMessageError
+
+    batch = bomb_batch(Compression.ZSTD, 256 << 20)
+    before = vm_hwm_kib(os.getpid())
+    with pytest.raises(CorruptMessageError):
+        decode_records(TopicPartition(TOPIC, 0), batch, 0, read_committed=False, aborted=None,
+                       check_crcs=True)
+    grown = vm_hwm_kib(os.getpid()) - before
+    assert grown < (DEFAULT_INFLATE_LIMIT >> 10) + 64 * 1024, f"peak RSS grew {grown} KiB"
+
+
+def test_timestamp_lookup_on_a_stored_bomb_is_bounded(tmp_path):
+    """A bomb already on disk (replicated from a leader that let it in, or written by an older
+    version): ListOffsets by timestamp reads it within the bound and reports it, instead of
+    inflating it whole."""
+    from oncelog.log import LogConfig, PartitionLog
+    from oncelog.records import CorruptRecordError
+
+    log = PartitionLog(tmp_path / "t-0", LogConfig(), 0)
+    batch = bomb_batch(Compression.ZSTD, 256 << 20)
+    assert log.append_as_follower(batch).last_offset == 0
+    before = vm_hwm_kib(os.getpid())
+    with pytest.raises(CorruptRecordError, match="limit"):
+        log.offset_for_timestamp(1)
+    grown = vm_hwm_kib(os.getpid()) - before
+    assert grown < (DEFAULT_INFLATE_LIMIT >> 10) + 64 * 1024, f"peak RSS grew {grown} KiB"

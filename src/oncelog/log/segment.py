@@ -22,7 +22,7 @@ from ..records.batch import (
     LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
-    decode_batch,
+    find_timestamp,
     parse_header,
     validate_batch,
 )
@@ -376,11 +376,9 @@ class LogSegment:
         start_offset = self.time_offsets[i] if i >= 0 else self.base_offset
         for pos, h in self.iter_headers(self.lookup_position(start_offset)):
             if h.max_timestamp >= timestamp:
-                data = os.pread(self.fd, h.size, pos)
-                _, records = decode_batch(data, 0, verify_crc=False)
-                for r in records:
-                    if r.timestamp >= timestamp:
-                        return r.offset, r.timestamp
+                found = find_timestamp(os.pread(self.fd, h.size, pos), 0, h, timestamp)
+                if found is not None:
+                    return found
         return None
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -400,6 +400,28 @@ def check_records(buf, pos: int, header: BatchHeader, limit: int = 0) -> tuple[i
     return base + lo, base + hi
 
 
+def find_timestamp(buf, pos: int, header: BatchHeader, timestamp: int
+                   ) -> tuple[int, int] | None:
+    """(offset, timestamp) of the batch's first record whose timestamp is >= ``timestamp``, or
+    None: ListOffsets by timestamp. Walks the varints without making record objects (a bounded
+    payload may still hold millions of records); CorruptRecordError as ``batch_payload``."""
+    if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+        if header.max_timestamp >= timestamp:
+            return header.base_offset, header.max_timestamp
+        return None
+    data = batch_payload(buf, pos, header)
+    base = header.base_timestamp
+    p = 0
+    for _ in range(header.records_count):
+        length, start = decode_varint(data, p)
+        ts, q = decode_varint(data, start + 1)  # after the attributes byte
+        if base + ts >= timestamp:
+            od, q = decode_varint(data, q)
+            return header.base_offset + od, base + ts
+        p = start + length
+    return None
+
+
 def _scan_records(data, count: int) -> tuple[int, int]:
     """(smallest, largest) timestamp delta of ``count`` records filling ``data`` exactly.
 
