@@ -269,3 +269,44 @@ def test_preallocated_zeros_are_never_part_of_the_log(tmp_path):
         assert os.path.getsize(log.active_segment.log_path) == log.active_segment.size
     finally:
         pre.stop()
+
+
+def test_segment_rolls_before_a_relative_offset_overflows_32_bits(tmp_path):
+    """Kafka's LogSegment.canConvertToRelativeOffset: a segment whose offsets jump (a gap, as
+    compaction leaves) rolls before the next batch's offset minus the segment's base stops
+    fitting the index's 32 bits; nothing is written and refused, and the log reopens."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    high = 2**31 - 3
+    segment = build_batch([(None, b"a", [], 1)], base_offset=0) + build_batch(
+        [(None, b"b", [], 1)], base_offset=high)
+    (d / "00000000000000000000.log").write_bytes(segment)
+    log = PartitionLog(d, LogConfig(), 0)
+    assert log.log_end_offset == high + 1
+    result = produce(log, [b"c%d" % i for i in range(5)], ts=1)
+    assert (result.base_offset, result.last_offset) == (high + 1, high + 5)
+    assert [s.base_offset for s in log.segments] == [0, high + 1]
+    assert [v for _o, v in read_all(log, high)] == [b"b"] + [b"c%d" % i for i in range(5)]
+    log.close(1_000)
+    log = PartitionLog(d, LogConfig(), 2_000)
+    assert log.log_end_offset == high + 6
+    assert [v for _o, v in read_all(log, high + 1)] == [b"c%d" % i for i in range(5)]
+
+
+def test_append_refuses_a_batch_whose_records_disagree_with_its_header(tmp_path):
+    """Kafka's LogValidator runs before anything is written: the log end does not move."""
+    import struct
+
+    from oncelog.records.batch import CRC_OFFSET, batch_crc
+
+    log = PartitionLog(tmp_path / "t-0", LogConfig(), 0)
+    produce(log, [b"x"])
+    data = bytearray(build_batch([(None, b"a", [], 1)]))
+    struct.pack_into(">i", data, 23, 2**31 - 2)  # lastOffsetDelta
+    struct.pack_into(">i", data, 57, 2**31 - 1)  # recordsCount
+    struct.pack_into(">I", data, CRC_OFFSET, batch_crc(data, 0, len(data)))
+    size = log.size_bytes
+    with pytest.raises(LogAppendError) as err:
+        log.append(data, split_batches(data), 1_000)
+    assert err.value.error_name == "invalid_record"
+    assert (log.log_end_offset, log.size_bytes) == (1, size)

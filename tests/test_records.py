@@ -157,9 +157,9 @@ def test_snappy_reads_raw_and_xerial_framing():
 
 
 def test_corrupt_compressed_payload_is_a_clear_error():
-    from oncelog.records.compression import decompress
+    from oncelog.records.compression import CompressionError, decompress
 
-    with pytest.raises(CorruptRecordError, match="cannot decompress"):
+    with pytest.raises(CompressionError, match="cannot decompress"):
         decompress(Compression.ZSTD, b"not zstd at all")
 
 
@@ -167,10 +167,68 @@ def test_error_classes_stub_is_current():
     """errors.pyi lets type checkers see the exception classes errors.py makes at import."""
     from pathlib import Path
 
-    import oncelog.errors as errors
+    from oncelog import errors
 
     stub = Path(errors.__file__).with_suffix(".pyi").read_text()
     assert stub == errors.stub_text()
     assert errors.error_for_code(45).__name__ == "OutOfOrderSequenceNumberError"
     assert issubclass(errors.error_for_code(47), errors.FatalError)  # INVALID_PRODUCER_EPOCH
     assert issubclass(errors.error_for_code(6), errors.RetriableError)  # NOT_LEADER
+
+
+@settings(max_examples=150, deadline=None)
+@given(records_st, codecs)
+def test_check_records_accepts_every_valid_batch_and_finds_its_timestamps(records, codec):
+    from oncelog.records.batch import check_records, parse_header
+
+    data = build_batch(records, compression=codec)
+    ts = [r[3] for r in records]
+    assert check_records(data, 0, parse_header(data)) == (min(ts), max(ts))
+
+
+@settings(max_examples=150, deadline=None)
+@given(records_st, st.integers(0, 2**16))
+def test_check_records_refuses_every_truncation_or_extension_of_the_records(records, cut):
+    """Any change to the payload's length (the CRC made right again) is refused: the records
+    no longer fill the batch exactly."""
+    import struct
+
+    from oncelog.records.batch import (
+        CRC_OFFSET,
+        HEADER_SIZE,
+        batch_crc,
+        check_records,
+        parse_header,
+    )
+
+    good = build_batch(records)
+    body = good[HEADER_SIZE:]
+    new_body = body[: cut % len(body)] if cut % 2 else body + bytes([cut % 256])
+    out = bytearray(good[:HEADER_SIZE] + new_body)
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">I", out, CRC_OFFSET, batch_crc(out, 0, len(out)))
+    with pytest.raises(CorruptRecordError):
+        check_records(out, 0, parse_header(out))
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4,
+                                   Compression.ZSTD])
+def test_decompress_refuses_output_past_its_limit(codec):
+    from oncelog.records.compression import CompressionError, compress, decompress
+
+    payload = bytes(range(256)) * 400
+    packed = compress(codec, payload)
+    assert decompress(codec, packed, len(payload)) == payload
+    with pytest.raises(CompressionError, match="limit"):
+        decompress(codec, packed, len(payload) - 1)
+
+
+def test_raw_snappy_is_refused_by_its_stated_length_before_inflating():
+    import cramjam
+
+    from oncelog.records.compression import CompressionError, decompress
+
+    raw = bytes(cramjam.snappy.compress_raw(bytes(100_000)))
+    assert decompress(Compression.SNAPPY, raw, 100_000) == bytes(100_000)
+    with pytest.raises(CompressionError, match="limit"):
+        decompress(Compression.SNAPPY, raw, 99_999)

@@ -29,10 +29,14 @@ from ..records.batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     HEADER_SIZE,
+    INT32_MAX,
     LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    TIMESTAMP_LOG_APPEND_TIME,
     BatchHeader,
     CorruptRecordError,
     build_control_batch,
+    check_records,
     decode_batch,
     iter_batches,
     parse_control_record,
@@ -88,6 +92,9 @@ class LogConfig:
     flush_messages: int = MAX_LONG  # 1 = fsync before acknowledging
     message_timestamp_type: str = "CreateTime"
     max_message_bytes: int = 1048588
+    # KIP-937: a CreateTime record's timestamp must lie in [now - before, now + after].
+    message_timestamp_before_max_ms: int = MAX_LONG
+    message_timestamp_after_max_ms: int = 3_600_000
     producer_id_expiration_ms: int = 24 * 3600 * 1000
     producer_snapshot_interval_ms: int = 30_000
     # How far ahead of a busy segment's end to preallocate page cache (0: never). The amount
@@ -404,6 +411,7 @@ class PartitionLog:
                     f"batch of {h.size} bytes exceeds max.message.bytes "
                     f"{self.config.max_message_bytes}",
                 )
+        self._validate_records(data, batches, now_ms)
         if len(batches) == 1:
             dup = self._check_producer(batches[0][1], new_client)
             if dup is not None:
@@ -421,6 +429,36 @@ class PartitionLog:
             self.producer_state.update(h)
         return AppendResult(assigned[0][1].base_offset, assigned[-1][1].last_offset,
                             log_append_time, self.log_start_offset)
+
+    def _validate_records(self, data, batches: list[tuple[int, BatchHeader]], now_ms: int
+                          ) -> None:
+        """Kafka's LogValidator on a producer's batches, before anything is written: the records
+        inside each batch (records/batch.py ``check_records``: count, offset deltas, lengths,
+        a payload that decompresses within records/compression.py's ``inflate_limit``) and, on a
+        CreateTime topic, every record's timestamp within [now - message.timestamp.before.max.ms,
+        now + message.timestamp.after.max.ms] (KIP-937). A producer may not claim LogAppendTime.
+        """
+        create_time = self.config.message_timestamp_type == "CreateTime"
+        before = self.config.message_timestamp_before_max_ms
+        after = self.config.message_timestamp_after_max_ms
+        for pos, h in batches:
+            if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+                raise LogAppendError("invalid_timestamp", "a producer may not set the timestamp "
+                                                          "type to LogAppendTime")
+            try:
+                lo, hi = check_records(data, pos, h)
+            except CorruptRecordError as exc:
+                raise LogAppendError(exc.error_name, f"batch of {h.records_count} records: {exc}"
+                                     ) from None
+            if not create_time or hi == NO_TIMESTAMP:
+                continue
+            if hi - now_ms > after or (lo != NO_TIMESTAMP and now_ms - lo > before):
+                bad = hi if hi - now_ms > after else lo
+                raise LogAppendError(
+                    "invalid_timestamp",
+                    f"timestamp {bad} is out of range: it must lie within "
+                    f"[{now_ms - before}, {now_ms + after}] (message.timestamp.before.max.ms, "
+                    f"message.timestamp.after.max.ms)")
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, now_ms: int, *, leader_epoch: int | None = None
@@ -497,12 +535,15 @@ class PartitionLog:
         runs: list[list[tuple[int, BatchHeader]]] = []
         run: list[tuple[int, BatchHeader]] = []
         size = self.active_segment.size
+        run_base = self.active_segment.base_offset
         for pos, h in batches:
-            if size and size + h.size > self.config.segment_bytes:
+            if size and (size + h.size > self.config.segment_bytes
+                         or h.last_offset - run_base > INT32_MAX):
                 if run:
                     runs.append(run)
                     run = []
                 size = 0
+                run_base = h.base_offset
             run.append((pos, h))
             size += h.size
         runs.append(run)
@@ -511,7 +552,8 @@ class PartitionLog:
             start = run[0][0]
             end = run[-1][0] + run[-1][1].size
             if i == 0:
-                self._maybe_roll(end - start, max(h.max_timestamp for _, h in run), now_ms)
+                self._maybe_roll(end - start, max(h.max_timestamp for _, h in run), now_ms,
+                                 run[-1][1].last_offset)
             else:
                 self.roll(now_ms)
             seg = self.active_segment
@@ -603,7 +645,8 @@ class PartitionLog:
             # Before the data, as Kafka: a crash in between leaves an entry past the log end,
             # which opening the log drops, never data whose epoch the cache misses.
             self.leader_epoch_cache.assign(leader_epoch, assigned[0][1].base_offset)
-        self._maybe_roll(len(data), max(h.max_timestamp for _, h in assigned), now_ms)
+        self._maybe_roll(len(data), max(h.max_timestamp for _, h in assigned), now_ms,
+                         assigned[-1][1].last_offset)
         seg = self.active_segment
         seg.append(data, assigned)
         self._maybe_preallocate(seg, len(data))
@@ -627,11 +670,15 @@ class PartitionLog:
         except ProducerStateError as exc:
             raise LogAppendError(exc.error_name, str(exc)) from None
 
-    def _maybe_roll(self, incoming: int, incoming_max_timestamp: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming: int, incoming_max_timestamp: int, now_ms: int,
+                    incoming_last_offset: int = -1) -> None:
         seg = self.active_segment
         if seg.size == 0:
             return
         too_big = seg.size + incoming > self.config.segment_bytes
+        # Kafka's LogSegment.canConvertToRelativeOffset: the indexes store offsets relative to
+        # the segment's base in 32 bits; roll before the incoming last offset would not fit.
+        too_big = too_big or incoming_last_offset - seg.base_offset > INT32_MAX
         # Kafka's segment.ms (LogSegment.timeWaitedForRoll): the incoming batches' timestamp
         # minus the first batch's, so that records carrying old timestamps do not roll a segment
         # per append; wall-clock age only when the segment has no timestamped batch.

@@ -19,11 +19,12 @@ from pathlib import Path
 
 from ..records.batch import (
     HEADER_SIZE,
+    INT32_MAX,
     LOG_OVERHEAD,
     MAGIC,
     BatchHeader,
     CorruptRecordError,
-    decode_batch,
+    find_timestamp,
     parse_header,
     validate_batch,
 )
@@ -329,7 +330,12 @@ class LogSegment:
 
     def append(self, data, headers: list[tuple[int, BatchHeader]]) -> None:
         """Append already-offset-assigned batches; ``headers`` gives each one's position in
-        ``data``. On an IO error the file is cut back and LogWriteError raised."""
+        ``data``. On an IO error the file is cut back and LogWriteError raised. Offsets that
+        the 32-bit relative index entries cannot hold are refused before anything is written
+        (the log rolls first: Kafka's canConvertToRelativeOffset)."""
+        if headers and headers[-1][1].last_offset - self.base_offset > INT32_MAX:
+            raise ValueError(f"offset {headers[-1][1].last_offset} does not fit segment "
+                             f"{self.base_offset}'s index: the log must roll first")
         start = self.size
         with self.lock:
             try:
@@ -483,11 +489,9 @@ class LogSegment:
         start_offset = self.time_offsets[i] if i >= 0 else self.base_offset
         for pos, h in self.iter_headers(self.lookup_position(start_offset)):
             if h.max_timestamp >= timestamp:
-                data = os.pread(self.fd, h.size, pos)
-                _, records = decode_batch(data, 0, verify_crc=False)
-                for r in records:
-                    if r.timestamp >= timestamp:
-                        return r.offset, r.timestamp
+                found = find_timestamp(os.pread(self.fd, h.size, pos), 0, h, timestamp)
+                if found is not None:
+                    return found
         return None
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from . import compression as _compression
-from .compression import Compression
+from .compression import Compression, CompressionError, decompress, inflate_limit
+from .compression import compress as _compress
 
 MAGIC = 2
 HEADER_SIZE = 61
@@ -47,7 +47,9 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 INT32_MAX = 0x7FFFFFFF
+INT64_MAX = 2**63 - 1
 
+NO_TIMESTAMP = -1
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
 
@@ -65,7 +67,18 @@ _H = struct.Struct(">h")
 
 
 class CorruptRecordError(ValueError):
-    """A batch failed validation: bad CRC, bad magic, wrong record count, truncated."""
+    """A batch failed validation: bad CRC, bad magic, unknown codec, truncated, a payload that
+    does not decompress (Kafka's CORRUPT_MESSAGE)."""
+
+    error_name = "corrupt_message"
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A batch whose frame is intact but whose records are not what its header says: a record
+    count or offset range that does not match the records, malformed records, trailing bytes
+    (Kafka's InvalidRecordException: INVALID_RECORD)."""
+
+    error_name = "invalid_record"
 
 
 class BatchHeader(NamedTuple):
@@ -159,8 +172,12 @@ def validate_batch(buf, pos: int = 0) -> BatchHeader:
         )
     if batch_crc(buf, pos, header.size) != header.crc:
         raise CorruptRecordError("batch CRC32C mismatch")
-    if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+    if header.attributes & ATTR_COMPRESSION_MASK > Compression.ZSTD:
         raise CorruptRecordError(
+            f"unknown compression codec {header.attributes & ATTR_COMPRESSION_MASK}")
+    if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+        # Kafka's LogValidator.validateBatch: "Inconsistent batch offset range".
+        raise InvalidRecordError(
             f"record count {header.records_count} does not match "
             f"lastOffsetDelta {header.last_offset_delta}"
         )
@@ -334,16 +351,187 @@ def decode_record_set(data, count: int, base_offset: int, base_timestamp: int,
     return out
 
 
-def decode_batch(buf, pos: int = 0, verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
-    """Decode one complete batch at ``pos``: header plus its records, decompressed."""
-    header = validate_batch(buf, pos) if verify_crc else parse_header(buf, pos)
+def batch_payload(buf, pos: int, header: BatchHeader, limit: int = 0) -> bytes | memoryview:
+    """The records of the batch at ``pos``, decompressed: at most ``limit`` bytes (default:
+    ``inflate_limit`` of the batch's own size), CorruptRecordError otherwise (issue 16,
+    decompression bombs)."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
-    codec = header.compression
-    data = _compression.decompress(codec, body) if codec else body
+    codec = header.attributes & ATTR_COMPRESSION_MASK
+    if not codec:
+        return body
+    try:
+        return decompress(codec, body, limit or inflate_limit(header.size))
+    except CompressionError as exc:
+        raise CorruptRecordError(str(exc)) from None
+
+
+def decode_batch(buf, pos: int = 0, verify_crc: bool = True, *, limit: int = 0
+                 ) -> tuple[BatchHeader, list[Record]]:
+    """Decode one complete batch at ``pos``: header plus its records, decompressed (at most
+    ``limit`` bytes of them: see ``batch_payload``)."""
+    header = validate_batch(buf, pos) if verify_crc else parse_header(buf, pos)
+    data = batch_payload(buf, pos, header, limit)
     lat = header.max_timestamp if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME else None
     records = decode_record_set(data, header.records_count, header.base_offset,
                                 header.base_timestamp, lat)
     return header, records
+
+
+def check_records(buf, pos: int, header: BatchHeader, limit: int = 0) -> tuple[int, int]:
+    """Validate the records inside a batch whose frame ``validate_batch`` accepted, as Kafka's
+    LogValidator and DefaultRecord.readFrom do, and return the (smallest, largest) record
+    timestamp. Kafka's checks: the payload decompresses (within ``limit``, see
+    ``batch_payload``) and holds exactly ``recordsCount`` records, no more bytes; each record's
+    length covers exactly its fields; offset deltas run 0..count-1 (we store batches as sent,
+    so we refuse what Kafka would rewrite); header keys are not null; the batch's maxTimestamp
+    is its largest record timestamp (the time index and retention trust it).
+
+    One pass over the varints, no record objects: this runs on every produced batch.
+    CorruptRecordError (undecompressable) or InvalidRecordError (the records are wrong).
+    """
+    data = batch_payload(buf, pos, header, limit)
+    count = header.records_count
+    lo, hi = _scan_records(data, count)
+    base = header.base_timestamp
+    if header.timestamp_type == TIMESTAMP_CREATE_TIME and base + hi != header.max_timestamp:
+        raise InvalidRecordError(
+            f"maxTimestamp {header.max_timestamp} is not the largest record timestamp "
+            f"{base + hi}")
+    return base + lo, base + hi
+
+
+def find_timestamp(buf, pos: int, header: BatchHeader, timestamp: int
+                   ) -> tuple[int, int] | None:
+    """(offset, timestamp) of the batch's first record whose timestamp is >= ``timestamp``, or
+    None: ListOffsets by timestamp. Walks the varints without making record objects (a bounded
+    payload may still hold millions of records); CorruptRecordError as ``batch_payload``."""
+    if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+        if header.max_timestamp >= timestamp:
+            return header.base_offset, header.max_timestamp
+        return None
+    data = batch_payload(buf, pos, header)
+    base = header.base_timestamp
+    p = 0
+    for _ in range(header.records_count):
+        length, start = decode_varint(data, p)
+        ts, q = decode_varint(data, start + 1)  # after the attributes byte
+        if base + ts >= timestamp:
+            od, q = decode_varint(data, q)
+            return header.base_offset + od, base + ts
+        p = start + length
+    return None
+
+
+def _scan_records(data, count: int) -> tuple[int, int]:
+    """(smallest, largest) timestamp delta of ``count`` records filling ``data`` exactly.
+
+    Hand-inlined single-byte varint fast paths: this is the produce path's per-record cost.
+    """
+    n = len(data)
+    pos = 0
+    lo, hi = INT64_MAX, -INT64_MAX
+    dv = decode_varint
+    i = 0
+    try:
+        for i in range(count):
+            b = data[pos]
+            if b < 0x80:
+                end = pos + 1 + ((b >> 1) ^ -(b & 1))
+                pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: records of 64 B to 8 KiB
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                end = pos + 2 + ((b >> 1) ^ -(b & 1))
+                pos += 2
+            else:
+                length, pos = dv(data, pos)
+                end = pos + length
+            # attributes, timestamp delta, offset delta, key length, value length, header count
+            if end > n or end - pos < 6:
+                raise InvalidRecordError(
+                    f"record {i}: length {end - pos} does not fit the batch's {n - pos} bytes "
+                    "left")
+            b = data[pos + 1]
+            if b < 0x80:
+                ts = (b >> 1) ^ -(b & 1)
+                pos += 2
+            elif data[pos + 2] < 0x80:
+                ts = (b & 0x7F) | (data[pos + 2] << 7)
+                ts = (ts >> 1) ^ -(ts & 1)
+                pos += 3
+            else:
+                ts, pos = dv(data, pos + 1)
+            if ts < lo:  # noqa: PLR1730 (no min()/max() calls in this loop: hot path)
+                lo = ts
+            if ts > hi:  # noqa: PLR1730
+                hi = ts
+            b = data[pos]
+            i2 = i << 1  # the offset delta, zig-zag encoded
+            if b == i2 and b < 0x80:  # i < 64: one byte
+                pos += 1
+            elif b == (i2 & 0x7F) | 0x80 and data[pos + 1] == i2 >> 7:  # i < 8192
+                pos += 2
+            else:
+                od, pos = dv(data, pos)
+                if od != i:
+                    raise InvalidRecordError(f"record {i} has offset delta {od}")
+            b = data[pos]  # key length: -1 (null) or the bytes that follow
+            if b < 0x80 and not b & 1:
+                pos += 1 + (b >> 1)
+            elif b == 1:
+                pos += 1
+            elif not b & 1 and data[pos + 1] < 0x80:
+                pos += 2 + (((b & 0x7F) | (data[pos + 1] << 7)) >> 1)
+            else:
+                ln, pos = dv(data, pos)
+                if ln < -1:
+                    raise InvalidRecordError(f"record {i}: key length {ln}")
+                pos += max(ln, 0)
+            b = data[pos]  # value length: -1 (null) or the bytes that follow
+            if b < 0x80 and not b & 1:
+                pos += 1 + (b >> 1)
+            elif b == 1:
+                pos += 1
+            elif not b & 1 and data[pos + 1] < 0x80:
+                pos += 2 + (((b & 0x7F) | (data[pos + 1] << 7)) >> 1)
+            else:
+                ln, pos = dv(data, pos)
+                if ln < -1:
+                    raise InvalidRecordError(f"record {i}: value length {ln}")
+                pos += max(ln, 0)
+            if data[pos] == 0:  # no headers: the common case
+                pos += 1
+            else:
+                pos = _scan_headers(data, pos, i)
+            if pos != end:
+                raise InvalidRecordError(f"record {i}: its length does not match its fields")
+    except IndexError:
+        raise InvalidRecordError(f"record {i} overruns the batch") from None
+    except InvalidRecordError:
+        raise
+    except CorruptRecordError as exc:  # a varint decode_varint refused
+        raise InvalidRecordError(f"record {i}: {exc}") from None
+    if pos != n:
+        raise InvalidRecordError(
+            f"{n - pos} bytes after the last of the header's {count} records")
+    return lo, hi
+
+
+def _scan_headers(data, pos: int, i: int) -> int:
+    nheaders, pos = decode_varint(data, pos)
+    if nheaders < 0:
+        raise InvalidRecordError(f"record {i}: {nheaders} headers")
+    for _ in range(nheaders):
+        ln, pos = decode_varint(data, pos)
+        if ln < 0:
+            raise InvalidRecordError(f"record {i}: a header key is null")
+        pos += ln
+        ln, pos = decode_varint(data, pos)
+        if ln < -1:
+            raise InvalidRecordError(f"record {i}: header value length {ln}")
+        pos += max(ln, 0)
+        if pos > len(data):
+            raise IndexError
+    return pos
 
 
 def build_batch(
@@ -369,7 +557,7 @@ def build_batch(
         max_ts = max(max_ts, ts)
         body += encode_record(i, ts - base_ts, key, value, headers)
     codec = Compression(compression)
-    payload = _compression.compress(codec, bytes(body)) if codec else bytes(body)
+    payload = _compress(codec, bytes(body)) if codec else bytes(body)
     attrs = int(codec)
     if timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
         attrs |= ATTR_TIMESTAMP_TYPE

@@ -1,8 +1,14 @@
-"""Compression codecs of the v2 batch (attributes bits 0-2), all through cramjam."""
+"""Compression codecs of the v2 batch (attributes bits 0-2), all through cramjam.
+
+Every decompression is bounded (issue 16, "Decompression bombs"): the caller names the most bytes
+the records may inflate to, and a payload that would produce more is refused after producing at
+most that many, never inflated whole in memory first.
+"""
 
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 
 import cramjam
@@ -27,6 +33,25 @@ class Compression(enum.IntEnum):
             ) from None
 
 
+class CompressionError(ValueError):
+    """A payload that does not decompress, names no known codec, or inflates past its limit."""
+
+
+# How far a batch's records may inflate. Kafka bounds nothing explicitly (its iterators stream one
+# record at a time); we inflate a batch whole, so the bound is what its records could reasonably
+# be: INFLATE_RATIO times the largest batch its reader accepts (the broker: the topic's
+# max.message.bytes; our client: max.partition.fetch.bytes or the batch itself if larger), and
+# never less than DEFAULT_INFLATE_LIMIT (64 x Kafka's default message.max.bytes of 1 MiB).
+INFLATE_RATIO = 64
+DEFAULT_INFLATE_LIMIT = 64 << 20
+
+
+def inflate_limit(max_batch_bytes: int) -> int:
+    """The most bytes a batch's records may inflate to when batches are at most
+    ``max_batch_bytes`` (see INFLATE_RATIO)."""
+    return max(DEFAULT_INFLATE_LIMIT, INFLATE_RATIO * max_batch_bytes)
+
+
 # The Java client frames snappy the xerial way; librdkafka writes raw snappy. Read both,
 # write xerial so that every client (Java included) can read what we produce.
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -44,18 +69,50 @@ def _snappy_compress(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _snappy_decompress(data) -> bytes:
-    data = bytes(data)
+def _snappy_decompress(data: bytes, limit: int) -> bytes:
+    # Raw snappy states its uncompressed length up front (a varint preamble): check it before
+    # inflating anything; xerial is a sequence of raw blocks, each checked the same way.
     if not data.startswith(_XERIAL_MAGIC):
+        if cramjam.snappy.decompress_raw_len(data) > limit:
+            raise CompressionError(f"SNAPPY payload inflates past the limit of {limit} bytes")
         return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
+    blocks = []
+    total = 0
     pos = len(_XERIAL_HEADER)
     while pos < len(data):
+        if pos + 4 > len(data):
+            raise CompressionError("SNAPPY (xerial) block length truncated")
         (n,) = _BE32.unpack_from(data, pos)
         pos += 4
-        out += bytes(cramjam.snappy.decompress_raw(data[pos : pos + n]))
+        if n < 0 or pos + n > len(data):
+            raise CompressionError("SNAPPY (xerial) block overruns the payload")
+        block = data[pos : pos + n]
+        total += cramjam.snappy.decompress_raw_len(block)
+        if total > limit:
+            raise CompressionError(f"SNAPPY payload inflates past the limit of {limit} bytes")
+        blocks.append(block)
         pos += n
-    return bytes(out)
+    return b"".join(bytes(cramjam.snappy.decompress_raw(b)) for b in blocks)
+
+
+def _streamed(module, data: bytes, limit: int) -> bytes:
+    """Decompress with cramjam's streaming decoder into an anonymous mapping of ``limit + 1``
+    bytes: the decoder stops when the mapping is full, and only the pages it wrote are ever
+    resident, so a bomb costs at most ``limit`` bytes and the time to produce them."""
+    out = mmap.mmap(-1, limit + 1)
+    try:
+        try:
+            n = module.decompress_into(data, out)
+        except Exception as exc:  # cramjam's DecompressionError, also when the mapping is full
+            if "whole buffer" in str(exc):
+                raise CompressionError(f"payload inflates past the limit of {limit} bytes"
+                                       ) from None
+            raise
+        if n > limit:
+            raise CompressionError(f"payload inflates past the limit of {limit} bytes")
+        return out[:n]
+    finally:
+        out.close()
 
 
 def compress(codec: Compression, data: bytes) -> bytes:
@@ -72,22 +129,24 @@ def compress(codec: Compression, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def decompress(codec: Compression | int, data) -> bytes:
-    from .batch import CorruptRecordError
+_STREAMED = {Compression.GZIP: cramjam.gzip, Compression.LZ4: cramjam.lz4,
+             Compression.ZSTD: cramjam.zstd}
 
+
+def decompress(codec: Compression | int, data, limit: int = DEFAULT_INFLATE_LIMIT) -> bytes:
+    """The payload decompressed, at most ``limit`` bytes; CompressionError otherwise."""
+    if codec not in Compression.__members__.values():
+        raise CompressionError(f"unknown compression codec {codec}")
+    name = Compression(codec).name
     try:
-        if codec == Compression.GZIP:
-            return bytes(cramjam.gzip.decompress(bytes(data)))
-        if codec == Compression.SNAPPY:
-            return _snappy_decompress(data)
-        if codec == Compression.LZ4:
-            return bytes(cramjam.lz4.decompress(bytes(data)))
-        if codec == Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(bytes(data)))
         if codec == Compression.NONE:
+            if len(data) > limit:
+                raise CompressionError(f"payload larger than the limit of {limit} bytes")
             return bytes(data)
-    except CorruptRecordError:
-        raise
+        if codec == Compression.SNAPPY:
+            return _snappy_decompress(bytes(data), limit)
+        return _streamed(_STREAMED[Compression(codec)], bytes(data), limit)
+    except CompressionError as exc:
+        raise CompressionError(f"{name}: {exc}") from None
     except Exception as exc:  # cramjam raises its own DecompressionError
-        raise CorruptRecordError(f"cannot decompress {Compression(codec).name}: {exc}") from exc
-    raise CorruptRecordError(f"unknown compression codec {codec}")
+        raise CompressionError(f"cannot decompress {name}: {exc}") from exc

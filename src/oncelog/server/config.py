@@ -58,6 +58,13 @@ def _long(v: str) -> int:
     return int(v)
 
 
+def _non_negative_long(v: str) -> int:
+    n = int(v)
+    if n < 0:
+        raise ConfigError(f"must be >= 0: {v!r}")
+    return n
+
+
 @dataclass(frozen=True)
 class TopicConfigKey:
     name: str  # topic-level name
@@ -83,6 +90,10 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
                        "message_timestamp_type"),
         TopicConfigKey("max.message.bytes", "message.max.bytes", _positive_int,
                        "max_message_bytes"),
+        TopicConfigKey("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms",
+                       _non_negative_long, "message_timestamp_before_max_ms"),
+        TopicConfigKey("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
+                       _non_negative_long, "message_timestamp_after_max_ms"),
         TopicConfigKey("min.insync.replicas", "min.insync.replicas", _positive_int, None),
     ]
 }
@@ -104,6 +115,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.flush.interval.messages": str(MAX_LONG),
     "log.message.timestamp.type": "CreateTime",
     "message.max.bytes": "1048588",
+    # KIP-937 (Kafka 3.6): how far a CreateTime record's timestamp may lie before / after the
+    # broker's clock (INVALID_TIMESTAMP otherwise); Kafka 4.0's defaults: unbounded, one hour.
+    "log.message.timestamp.before.max.ms": str(MAX_LONG),
+    "log.message.timestamp.after.max.ms": "3600000",
     "min.insync.replicas": "1",
     "log.retention.check.interval.ms": "300000",
     "producer.id.expiration.ms": "86400000",

@@ -3,7 +3,10 @@ read_committed), max timestamp (-3), or the first offset at or after a timestamp
 
 from __future__ import annotations
 
+import logging
+
 from ...protocol import ApiKey, make, response_module
+from ...records import CorruptRecordError
 from ..replication import ReplicationError
 from . import acl
 from .util import error_code
@@ -12,6 +15,8 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
+
+log = logging.getLogger("oncelog.broker.list_offsets")
 
 
 async def handle_list_offsets(broker, ctx, request):
@@ -50,7 +55,13 @@ async def handle_list_offsets(broker, ctx, request):
                 elif p.timestamp < 0:
                     err = "invalid_request"
                 else:
-                    found = plog.offset_for_timestamp(p.timestamp)
+                    try:
+                        found = plog.offset_for_timestamp(p.timestamp)
+                    except CorruptRecordError as exc:
+                        # A stored batch that does not decompress within its bound (issue 16):
+                        # the request gets an error, the connection and the broker go on.
+                        log.warning("ListOffsets on %s-%d: %s", t.name, p.partition_index, exc)
+                        found, err = None, "corrupt_message"
                     if found is not None:
                         offset, ts = found
             parts_out.append(make(mod.ListOffsetsPartitionResponse,

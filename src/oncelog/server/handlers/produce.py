@@ -1,6 +1,7 @@
 """Produce: spec 000, "Client-Broker request handling" (the ProduceRequest steps).
 
-Per partition: validate every batch (magic 2, CRC32C, record count), refuse what a client may
+Per partition: validate every batch's frame (magic 2, CRC32C, codec, record count; the records
+inside and their timestamps are the log's LogValidator step, log/log.py), refuse what a client may
 not write (control batches, internal topics); where a transactional batch would open its
 producer's transaction, ask the transaction coordinator first (KIP-890: verify for older
 clients, add the partition for Produce v12+; server/txn_verification.py); then let the log
@@ -59,8 +60,8 @@ def _prepare(broker, topic: str, index: int, records, acks: int):
         raise _Reject("corrupt_message", "empty record set")
     try:
         batches = split_batches(records)
-    except CorruptRecordError as exc:
-        raise _Reject("corrupt_message", str(exc)) from None
+    except CorruptRecordError as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD (a wrong count)
+        raise _Reject(exc.error_name, str(exc)) from None
     for _pos, h in batches:
         if h.is_control:
             raise _Reject("invalid_record", "clients may not write control batches")
