@@ -348,7 +348,7 @@ def test_recovery_that_drops_later_unflushed_segments_says_so(tmp_path, caplog):
     log = PartitionLog(d, LogConfig(segment_bytes=200), 0)
     for n in range(6):
         data = bytearray(build_batch([(None, b"x" * 100, [], BASE_TIMESTAMP)]))
-        log.append(data, split_batches(data), 0)
+        log.append(data, split_batches(data), BASE_TIMESTAMP)
     bases = [seg.base_offset for seg in log.segments]
     assert bases == [0, 1, 2, 3, 4, 5]
     sizes = [seg.size for seg in log.segments]
