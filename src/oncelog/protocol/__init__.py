@@ -27,6 +27,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from .apis import API_NAMES, ApiKey
+from .bounds import BoundsError, check_body
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -219,6 +220,11 @@ def parse_request_header(frame) -> RequestHeader:
 def decode_request_body(header: RequestHeader, frame) -> Any:
     cls = request_class(header.api_key, header.api_version)
     try:
+        # Every length checked before kio's native reader reserves memory for it (bounds.py).
+        check_body(cls, frame, header.body_offset)
+    except BoundsError as exc:
+        raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {exc}") from None
+    try:
         obj, size = _reader(cls)(frame, header.body_offset)
     except Exception as exc:
         raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {exc}") from exc
@@ -304,6 +310,7 @@ def decode_response(api_key: int, version: int, frame) -> tuple[int, Any]:
     if cls.__header_schema__.__version__ >= 1:
         pos = _skip_tagged_fields(frame, pos)
     try:
+        check_body(cls, frame, pos)  # a hostile broker must not end our process either
         obj, _size = _reader(cls)(frame, pos)
     except Exception as exc:
         raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from exc

@@ -212,6 +212,8 @@ class GroupService:
                verification=None, require_verification: bool = False) -> str | None:
         """Append the records (as the producer's transactional batch when given); the error
         name, or None."""
+        if not e.records:  # an OffsetCommit naming no topics: nothing to write (Kafka's
+            return None    # storeOffsets answers an empty commit without appending)
         now = now_ms()
         records = []
         for key, value in e.records:

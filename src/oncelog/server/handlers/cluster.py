@@ -95,8 +95,27 @@ def _cluster_metadata(broker, ctx, request, mod):
                 topics=tuple(topics_out), cluster_authorized_operations=-2147483648)
 
 
+def _topic_ids_refused(ctx, request, mod):
+    """Topic ids in a Metadata request before v12 are an invalid request (KafkaApis refuses
+    them; v10 and v11 carry the field but answer names only, never null): every topic is
+    answered INVALID_REQUEST under its name, "" where it had none, as Kafka's error response
+    for Metadata does."""
+    if ctx.version >= 12 or not request.topics or all(
+            t.name is not None and t.topic_id in (None, _NULL_UUID) for t in request.topics):
+        return None
+    return make(mod.MetadataResponse, throttle_time=0, brokers=(), cluster_id=None,
+                controller_id=-1, cluster_authorized_operations=-2147483648, topics=tuple(
+                    make(mod.MetadataResponseTopic, error_code=error_code("invalid_request"),
+                         name=t.name or "", topic_id=t.topic_id or _NULL_UUID,
+                         is_internal=False, partitions=())
+                    for t in request.topics))
+
+
 async def handle_metadata(broker, ctx, request):
     mod = response_module(ApiKey.METADATA, ctx.version)
+    refused = _topic_ids_refused(ctx, request, mod) if ctx.version >= 10 else None
+    if refused is not None:
+        return refused
     if broker.cluster is not None:
         return _cluster_metadata(broker, ctx, request, mod)
     topics_out = []
