@@ -5,6 +5,7 @@ case goes on serving every other connection."""
 from __future__ import annotations
 
 import socket
+import uuid
 import struct
 
 import pytest
@@ -23,6 +24,7 @@ from oncelog.protocol.apis import SUPPORTED_VERSIONS
 from oncelog.records import build_batch
 
 CORRUPT_MESSAGE = 2
+INVALID_REQUEST = 42
 INVALID_TOPIC_EXCEPTION = 17
 UNSUPPORTED_VERSION = 35
 MAX_REQUEST_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes default
@@ -228,4 +230,47 @@ def test_produce_to_a_bad_topic_name_is_refused(broker):
     with RawConnection(broker.bootstrap_servers) as conn:
         response = conn.request(produce_request("bad/name", 0, build_batch([(None, b"v", [], 1)])))
         assert response.responses[0].partition_responses[0].error_code == INVALID_TOPIC_EXCEPTION
+    assert_still_serving(broker)
+
+
+@pytest.mark.parametrize("version", [2, 8])
+def test_an_offset_commit_naming_no_topics_gets_an_empty_answer(broker, version):
+    """Kafka answers an empty commit without writing anything; it closed the connection (an
+    empty batch was built for __consumer_offsets)."""
+    mod = request_module(ApiKey.OFFSET_COMMIT, version)
+    with RawConnection(broker.bootstrap_servers) as conn:
+        response = conn.request(make(mod.OffsetCommitRequest, group_id="empty-commit",
+                                     generation_id_or_member_epoch=-1, member_id="",
+                                     group_instance_id=None, retention_time=-1, topics=()))
+        assert response.topics == ()
+        assert conn.request(api_versions_request()).error_code == 0  # same connection
+    assert_still_serving(broker)
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_topic_ids_in_metadata_before_v12_are_an_invalid_request(broker, version):
+    """v10 and v11 carry a topic id field but answer names only: Kafka refuses topic ids there
+    (INVALID_REQUEST, the name answered as ""); the null name made our answer unencodable and
+    the connection was closed."""
+    mod = request_module(ApiKey.METADATA, version)
+    request = make(mod.MetadataRequest, allow_auto_topic_creation=False,
+                   include_cluster_authorized_operations=False,
+                   include_topic_authorized_operations=False,
+                   topics=(make(mod.MetadataRequestTopic, topic_id=uuid.uuid4(), name=None),))
+    with RawConnection(broker.bootstrap_servers) as conn:
+        response = conn.request(request)
+        assert [(t.error_code, t.name) for t in response.topics] == [(INVALID_REQUEST, "")]
+        assert conn.request(api_versions_request()).error_code == 0
+    assert_still_serving(broker)
+
+
+def test_a_null_in_a_non_nullable_field_closes_only_that_connection(broker):
+    """CreateTopics v5 with a null topic array: malformed (Kafka's parser refuses it), where the
+    handler failed on None."""
+    header = bytes.fromhex("00130005") + struct.pack(">i", 9) + struct.pack(">h", -1) + b"\x00"
+    body = b"\x00" + struct.pack(">i", 1000) + b"\x00" + b"\x00"  # topics: null (compact 0)
+    with RawConnection(broker.bootstrap_servers) as conn:
+        conn.send(frame(header + body))
+        assert conn.closed_by_broker()
+    assert "non-nullable" in broker.stderr_tail(5)
     assert_still_serving(broker)
