@@ -5,8 +5,8 @@ case goes on serving every other connection."""
 from __future__ import annotations
 
 import socket
-import uuid
 import struct
+import uuid
 
 import pytest
 from broker_process import BrokerProcess
