@@ -21,6 +21,7 @@ from .. import protocol
 from ..log.preallocator import Preallocator
 from ..protocol import ApiKey, ProtocolError, RequestHeader
 from ..protocol.apis import TRANSACTION_VERSION_FEATURE, supported_versions
+from ..protocol.error_response import error_response
 from .clock import now_ms
 from .config import BrokerConfig
 from .dir_lock import DataDirLock
@@ -195,10 +196,23 @@ class Broker:
         except ProtocolError as exc:
             raise CloseConnection(str(exc)) from None
         ctx = RequestContext(header, client_address, session)
-        response = await self.handlers[ApiKey(api_key)](self, ctx, request)
-        if response is None:
-            return None
-        return protocol.encode_response_parts(header.correlation_id, response)
+        try:
+            response = await self.handlers[ApiKey(api_key)](self, ctx, request)
+            if response is None:
+                return None
+            return protocol.encode_response_parts(header.correlation_id, response)
+        except (CloseConnection, asyncio.CancelledError):
+            raise
+        except Exception:
+            # As Kafka's KafkaApis.handleError: log, and answer the request with
+            # UNKNOWN_SERVER_ERROR for everything it named; the connection stays open.
+            log.exception("%s v%d from %s failed unexpectedly; answered UNKNOWN_SERVER_ERROR",
+                          protocol.API_NAMES[api_key], version, client_address)
+            if api_key == ApiKey.PRODUCE and request.acks == 0:
+                # Never answered: closing is how Kafka tells an acks=0 producer.
+                raise CloseConnection("a Produce with acks=0 failed") from None
+            response = error_response(protocol.response_class(api_key, version), request)
+            return protocol.encode_response_parts(header.correlation_id, response)
 
     def api_versions_response(self, version: int, error: ErrorCode = ErrorCode.none):
         mod = protocol.response_module(ApiKey.API_VERSIONS, version)
