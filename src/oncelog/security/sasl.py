@@ -70,6 +70,7 @@ class PlainServer:
         self.passwords = passwords
         self.done = False
         self.username: str | None = None
+        self.attempted: str | None = None  # who tried, for the log of a failed attempt
 
     def step(self, token: bytes) -> bytes:
         parts = token.split(b"\0")
@@ -82,6 +83,7 @@ class PlainServer:
                 from None
         if not user:
             raise AuthenticationFailed("Authentication failed: no username")
+        self.attempted = user
         if authzid and authzid != user:
             raise AuthenticationFailed("Authentication failed: the authorization id must be "
                                        "the username")
@@ -110,6 +112,7 @@ class ScramServer:
         self._gs2 = ""
         self._cred: ScramCredential | None = None
         self._user = ""
+        self.attempted: str | None = None  # who tried, for the log of a failed attempt
 
     def step(self, token: bytes) -> bytes:
         try:
@@ -136,6 +139,7 @@ class ScramServer:
             raise AuthenticationFailed("malformed SCRAM client-first message")
         authzid = self._gs2[2:-1]
         self._user = _unescape(attrs["n"])
+        self.attempted = self._user
         if authzid and _unescape(authzid.removeprefix("a=")) != self._user:
             raise AuthenticationFailed("SCRAM: the authorization id must be the username")
         self._cred = self.credentials.get(self._user)

@@ -162,7 +162,7 @@ class Broker:
         if session is None:
             session = Session()
         if session.raw_tokens:
-            return self.security.raw_token(session, frame)
+            return await self.security.raw_token(session, frame, client_address)
         try:
             header = protocol.parse_request_header(frame)
         except ProtocolError as exc:

@@ -151,6 +151,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "sasl.users.file": "",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "super.users": "",
+    # A failed authentication is answered this much later (Kafka's default): slows guessing.
+    "connection.failed.authentication.delay.ms": "100",
     # Empty: false once SASL is on (as the issue asks), true otherwise.
     "allow.everyone.if.no.acl.found": "",
     # The group coordinator (Kafka's defaults).

@@ -10,6 +10,7 @@ SASL_AUTHENTICATION_FAILED with the reason, then the connection is closed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from pathlib import Path
@@ -29,6 +30,7 @@ class Security:
     def __init__(self, config, data_dir: Path) -> None:
         self.sasl_enabled = config.get("security.protocol") == "SASL_PLAINTEXT"
         self.mechanisms = [m for m in str(config.get("sasl.enabled.mechanisms")).split(",") if m]
+        self.failed_delay_ms = config.int("connection.failed.authentication.delay.ms")
         self.passwords: dict[str, str] = {}
         self.scram: dict = {}
         if self.sasl_enabled:
@@ -60,8 +62,12 @@ class Security:
         session.raw_tokens = version == 0
         return None
 
-    def authenticate(self, session, token: bytes) -> tuple[str | None, str | None, bytes]:
-        """SaslAuthenticate: (error name, message, the server's next token)."""
+    async def authenticate(self, session, token: bytes, peer: str
+                           ) -> tuple[str | None, str | None, bytes]:
+        """SaslAuthenticate: (error name, message, the server's next token). A failure is
+        logged with the user name and the peer, and answered only after
+        ``connection.failed.authentication.delay.ms`` (Kafka's defence against guessing; the
+        wait holds this connection alone)."""
         server = session.sasl
         if server is None or session.authenticated:
             session.close_after_response = True
@@ -71,7 +77,9 @@ class Security:
         except AuthenticationFailed as exc:
             session.close_after_response = True
             session.sasl = None
-            log.info("authentication with %s failed: %s", session.mechanism, exc)
+            log.warning("failed authentication of user %r from %s with %s: %s",
+                        getattr(server, "attempted", None), peer, session.mechanism, exc)
+            await asyncio.sleep(self.failed_delay_ms / 1000)
             return "sasl_authentication_failed", str(exc), b""
         if server.done:
             session.authenticated = True
@@ -80,9 +88,9 @@ class Security:
             session.raw_tokens = False
         return None, None, answer
 
-    def raw_token(self, session, frame: bytes) -> list[bytes] | None:
+    async def raw_token(self, session, frame: bytes, peer: str) -> list[bytes] | None:
         """SaslHandshake v0: a bare token in, a bare token out (or the connection closes)."""
-        error, message, answer = self.authenticate(session, frame)
+        error, message, answer = await self.authenticate(session, frame, peer)
         if error is not None:
             from .broker import CloseConnection
 

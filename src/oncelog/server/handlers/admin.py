@@ -138,7 +138,15 @@ async def handle_describe_configs(broker, ctx, request):
         wanted = set(res.configuration_keys) if res.configuration_keys else None
         entries = []
         err, msg = None, None
-        if res.resource_type == RESOURCE_TOPIC:
+        # Kafka: DescribeConfigs on the topic, or on the cluster for a broker's settings;
+        # refused before anything is looked up, so that neither existence nor values leak.
+        if res.resource_type == RESOURCE_TOPIC and not acl.topic(
+                broker, ctx, acl.Op.DESCRIBE_CONFIGS, res.resource_name):
+            err = "topic_authorization_failed"
+        elif res.resource_type == RESOURCE_BROKER and not acl.cluster(
+                broker, ctx, acl.Op.DESCRIBE_CONFIGS):
+            err = "cluster_authorization_failed"
+        elif res.resource_type == RESOURCE_TOPIC:
             topic = broker.topics.get(res.resource_name)
             if topic is None:
                 err, msg = "unknown_topic_or_partition", f"topic {res.resource_name!r} not found"

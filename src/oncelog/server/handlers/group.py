@@ -85,7 +85,10 @@ async def handle_leave_group(broker, ctx, request):
         members = [(request.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
-    refused = _elsewhere(broker, request.group_id)
+    # Kafka: Read on the group (GROUP_AUTHORIZATION_FAILED), or any user could evict another
+    # user's (static) members.
+    refused = ("group_authorization_failed" if _group_denied(broker, ctx, request.group_id)
+               else _elsewhere(broker, request.group_id))
     if refused:
         if ctx.version < 3:
             return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused))
@@ -180,12 +183,20 @@ async def handle_txn_offset_commit(broker, ctx, request):
         err))
 
 
-def _fetch_group(broker, mod, names: tuple[str, str, str], group_id, topics, require_stable):
+def _fetch_group(broker, ctx, mod, names: tuple[str, str, str], group_id, topics,
+                 require_stable):
     topic_cls, part_cls = names[0], names[1]
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = broker.group_coordinator.core.fetch_offsets(group_id, wanted, require_stable)
+    described = acl.topics_checker(broker, ctx, acl.Op.DESCRIBE)
     by_topic: dict[str, list] = {}
     for (topic, p), value, err in found:
+        # Kafka: offsets of a topic the caller may not Describe are not shown; named
+        # partitions are answered TOPIC_AUTHORIZATION_FAILED, an all-topics fetch omits them.
+        if not described(topic):
+            if wanted is None:
+                continue
+            value, err = None, "topic_authorization_failed"
         by_topic.setdefault(topic, []).append(make(
             getattr(mod, part_cls), partition_index=p,
             committed_offset=value.offset if value else NO_OFFSET,
@@ -207,7 +218,7 @@ async def handle_offset_fetch(broker, ctx, request):
                  error_code=error_code(_elsewhere(broker, g.group_id)), topics=())
             if _elsewhere(broker, g.group_id) else
             make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=0,
-                 topics=_fetch_group(broker, mod, ("OffsetFetchResponseTopics",
+                 topics=_fetch_group(broker, ctx, mod, ("OffsetFetchResponseTopics",
                                                    "OffsetFetchResponsePartitions", ""),
                                      g.group_id, g.topics, require_stable))
             for g in request.groups)
@@ -218,7 +229,7 @@ async def handle_offset_fetch(broker, ctx, request):
     if refused:
         return make(mod.OffsetFetchResponse, throttle_time=0, topics=(),
                     error_code=error_code(refused))
-    topics = _fetch_group(broker, mod, ("OffsetFetchResponseTopic",
+    topics = _fetch_group(broker, ctx, mod, ("OffsetFetchResponseTopic",
                                         "OffsetFetchResponsePartition", ""),
                           request.group_id, request.topics, require_stable)
     return make(mod.OffsetFetchResponse, throttle_time=0, topics=topics, error_code=0)

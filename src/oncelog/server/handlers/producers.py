@@ -14,9 +14,14 @@ async def handle_describe_producers(broker, ctx, request):
     topics_out = []
     for t in request.topics:
         parts = []
+        readable = acl.topic(broker, ctx, acl.Op.READ, t.name)
         for index in t.partition_indexes:
-            partition = broker.topics.partition(t.name, index) \
-                if acl.topic(broker, ctx, acl.Op.READ, t.name) else None
+            if not readable:  # Kafka: Read on the topic, TOPIC_AUTHORIZATION_FAILED
+                parts.append(make(mod.PartitionResponse, partition_index=index,
+                                  error_code=error_code("topic_authorization_failed"),
+                                  error_message=None, active_producers=()))
+                continue
+            partition = broker.topics.partition(t.name, index)
             if partition is None:
                 parts.append(make(mod.PartitionResponse, partition_index=index,
                                   error_code=error_code("unknown_topic_or_partition"),

@@ -26,7 +26,8 @@ async def handle_sasl_handshake(broker, ctx, request):
 
 async def handle_sasl_authenticate(broker, ctx, request):
     mod = response_module(ApiKey.SASL_AUTHENTICATE, ctx.version)
-    err, message, answer = broker.security.authenticate(ctx.session, bytes(request.auth_bytes))
+    err, message, answer = await broker.security.authenticate(
+        ctx.session, bytes(request.auth_bytes), ctx.client_address)
     return make(mod.SaslAuthenticateResponse, error_code=error_code(err), error_message=message,
                 auth_bytes=answer, session_lifetime=datetime.timedelta(0))
 
