@@ -151,6 +151,13 @@ BROKER_DEFAULTS: dict[str, str] = {
     "sasl.users.file": "",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "super.users": "",
+    # Connections (Kafka's names and defaults; the read timeout is oncelog's own: Kafka has
+    # no bound on how long one request may take to arrive).
+    "connections.max.idle.ms": "600000",
+    "max.connections": str(2**31 - 1),
+    "max.connections.per.ip": str(2**31 - 1),
+    "socket.request.read.timeout.ms": "30000",
+    "sasl.server.max.receive.size": "524288",
     # A failed authentication is answered this much later (Kafka's default): slows guessing.
     "connection.failed.authentication.delay.ms": "100",
     # Empty: false once SASL is on (as the issue asks), true otherwise.
@@ -218,6 +225,11 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "transaction.partition.verification.enable": _bool,
     "transaction.two.phase.commit.enable": _bool,
     "log.retention.check.interval.ms": _positive_int,
+    "connections.max.idle.ms": _positive_int,
+    "max.connections": _positive_int,
+    "max.connections.per.ip": _positive_int,
+    "socket.request.read.timeout.ms": _positive_int,
+    "sasl.server.max.receive.size": _positive_int,
 }
 # Kafka's coarser aliases, normalised to their millisecond keys.
 _ALIASES = {

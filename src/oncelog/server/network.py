@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections import deque
+import time
 
 from .broker import Broker, CloseConnection
 from .metrics import start_metrics_server
@@ -20,25 +20,29 @@ from .metrics import start_metrics_server
 log = logging.getLogger("oncelog.network")
 
 _SIZE = struct.Struct(">i")
-MAX_QUEUED_REQUESTS = 16  # stop reading from a client that pipelines more than this
 
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
         self.broker = server.broker
-        self.max_frame = self.broker.config.int("socket.request.max.bytes")
+        config = self.broker.config
+        self.max_frame = config.int("socket.request.max.bytes")
+        self.max_unauthenticated_frame = config.int("sasl.server.max.receive.size")
         self.buf = bytearray()
-        self.frames: deque[bytes] = deque()
+        self.frame: bytes | None = None  # the one request in flight (Kafka mutes the channel)
         self.frame_ready = asyncio.Event()
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connect
         self.peer = "?"
+        self.ip = "?"
         self.task: asyncio.Task | None = None
         self.reading_paused = False
         self.can_write = asyncio.Event()
         self.can_write.set()
         self.closed = False
         self.session = self.broker.new_session()
+        self.last_active = time.monotonic()
+        self.partial_since: float | None = None  # when the frame being read began to arrive
 
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
@@ -46,36 +50,61 @@ class KafkaConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.server.connections.add(self)
+        self.ip = peer[0] if peer else "?"
+        refused = self.server.admit(self)
+        if refused:
+            log.warning("closing %s: %s", self.peer, refused)
+            self.closed = True
+            transport.close()
+            return
         self.task = asyncio.get_running_loop().create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self.last_active = time.monotonic()
+        if self.frame is None:
+            self._take_frame()
+        elif not self.reading_paused:  # a request is in flight: read no further
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def _take_frame(self) -> None:
+        """Move the next complete frame out of the buffer, then stop reading until it is
+        answered: one request in flight per connection, as Kafka's SocketServer mutes a
+        channel, so a client cannot make the broker hold more than one request of its own (a
+        long poll with large frames pipelined behind it held 1.4 GB)."""
         buf = self.buf
-        buf += data
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_frame:
-                log.warning("closing %s: frame size %d outside 0..%d (socket.request.max.bytes)",
-                            self.peer, size, self.max_frame)
+        if len(buf) >= 4:
+            (size,) = _SIZE.unpack_from(buf, 0)
+            limit = self.max_frame if self.session.authenticated \
+                else min(self.max_frame, self.max_unauthenticated_frame)
+            if size < 0 or size > limit:
+                setting = "socket.request.max.bytes" if self.session.authenticated \
+                    else "sasl.server.max.receive.size, before authentication"
+                log.warning("closing %s: frame size %d outside 0..%d (%s)", self.peer, size,
+                            limit, setting)
                 self._close()
                 return
-            if n - pos - 4 < size:
-                break
-            with memoryview(buf) as mv:
-                self.frames.append(bytes(mv[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-            self.frame_ready.set()
-            if len(self.frames) >= MAX_QUEUED_REQUESTS and not self.reading_paused:
-                self.reading_paused = True
-                self.transport.pause_reading()
+            if len(buf) - 4 >= size:
+                self.frame = bytes(memoryview(buf)[4 : 4 + size])
+                del buf[: 4 + size]
+                self.partial_since = None  # no read deadline while the request is served
+                self.frame_ready.set()
+                if not self.reading_paused:
+                    self.reading_paused = True
+                    self.transport.pause_reading()
+                return
+        if buf and self.partial_since is None:
+            self.partial_since = time.monotonic()
+        elif not buf:
+            self.partial_since = None
+        if self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.release(self)
         self.can_write.set()
         if self.task is not None:
             self.task.cancel()
@@ -91,14 +120,11 @@ class KafkaConnection(asyncio.Protocol):
     async def _serve(self) -> None:
         try:
             while not self.closed:
-                if not self.frames:
+                if self.frame is None:
                     self.frame_ready.clear()
                     await self.frame_ready.wait()
                     continue
-                frame = self.frames.popleft()
-                if self.reading_paused and len(self.frames) < MAX_QUEUED_REQUESTS // 2:
-                    self.reading_paused = False
-                    self.transport.resume_reading()
+                frame = self.frame
                 try:
                     response = await self.broker.handle_frame(frame, self.peer, self.session)
                 except CloseConnection as exc:
@@ -116,6 +142,11 @@ class KafkaConnection(asyncio.Protocol):
                 if self.session.close_after_response:  # e.g. a failed SASL authentication
                     self._close()
                     return
+                self.last_active = time.monotonic()
+                self.partial_since = self.last_active if self.buf else None
+                self.frame = None
+                if not self.closed:
+                    self._take_frame()  # the next request, already read, or read on
         except asyncio.CancelledError:
             pass
 
@@ -131,9 +162,61 @@ class BrokerServer:
         self.host = host
         self.port = port
         self.connections: set[KafkaConnection] = set()
+        self.per_ip: dict[str, int] = {}
+        config = broker.config
+        self.max_connections = config.int("max.connections")
+        self.max_per_ip = config.int("max.connections.per.ip")
+        self.idle_ms = config.int("connections.max.idle.ms")
+        self.read_timeout_ms = config.int("socket.request.read.timeout.ms")
+        self._sweeper: asyncio.Task | None = None
         self._server: asyncio.base_events.Server | None = None
         self._metrics: asyncio.base_events.Server | None = None
         self.metrics_port: int | None = None  # where the metrics page is served, if it is
+
+    # -- connection limits ---------------------------------------------------------------------
+
+    def admit(self, conn: KafkaConnection) -> str | None:
+        """Count a new connection in, or say why it is refused: ``max.connections`` and
+        ``max.connections.per.ip`` (Kafka closes a connection over its IP's quota at once)."""
+        if len(self.connections) >= self.max_connections:
+            return f"max.connections ({self.max_connections}) reached"
+        if self.per_ip.get(conn.ip, 0) >= self.max_per_ip:
+            return f"max.connections.per.ip ({self.max_per_ip}) reached for {conn.ip}"
+        self.connections.add(conn)
+        self.per_ip[conn.ip] = self.per_ip.get(conn.ip, 0) + 1
+        return None
+
+    def release(self, conn: KafkaConnection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            left = self.per_ip[conn.ip] - 1
+            if left:
+                self.per_ip[conn.ip] = left
+            else:
+                del self.per_ip[conn.ip]
+
+    async def _sweep_forever(self) -> None:
+        """Close connections idle past ``connections.max.idle.ms`` (Kafka's), and those whose
+        request has been arriving for longer than ``socket.request.read.timeout.ms`` (ours: a
+        client sending a byte a second held its connection for ever). Neither counts while a
+        request of the connection is being served."""
+        interval = max(0.01, min(self.idle_ms, self.read_timeout_ms) / 4000)
+        while True:
+            await asyncio.sleep(min(interval, 1.0))
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if conn.frame is not None or conn.closed:
+                    continue
+                if conn.partial_since is not None and \
+                        (now - conn.partial_since) * 1000 > self.read_timeout_ms:
+                    log.warning("closing %s: a request still incomplete after %d ms "
+                                "(socket.request.read.timeout.ms)", conn.peer,
+                                self.read_timeout_ms)
+                    conn._close()
+                elif (now - conn.last_active) * 1000 > self.idle_ms:
+                    log.info("closing %s: idle for %d ms (connections.max.idle.ms)",
+                             conn.peer, self.idle_ms)
+                    conn._close()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -150,6 +233,7 @@ class BrokerServer:
             self._metrics = await start_metrics_server(self.broker, self.host, metrics_port)
             self.metrics_port = self._metrics.sockets[0].getsockname()[1]
         self.broker.start_maintenance()
+        self._sweeper = loop.create_task(self._sweep_forever())
 
     async def stop(self) -> None:
         """Stop accepting, drop the connections, then shut the broker down cleanly."""
@@ -157,6 +241,8 @@ class BrokerServer:
             self._server.close()
         if self._metrics is not None:
             self._metrics.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for conn in list(self.connections):
             conn._close()
         if self._server is not None:

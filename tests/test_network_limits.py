@@ -1,0 +1,128 @@
+"""What one connection may hold of the broker (issue 16): one request in flight, small frames
+before SASL authentication, no idle or half-sent connection kept for ever, and no more
+connections than ``max.connections`` / ``max.connections.per.ip``."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from broker_process import BrokerProcess
+from conftest import wait_until
+from raw_wire import RawConnection, create_topics_request, fetch_request
+
+from oncelog.protocol import ApiKey, encode_request, make, request_module
+
+MIB = 1024 * 1024
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def api_versions() -> bytes:
+    return encode_request(5, "limits", make(
+        request_module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest,
+        client_software_name="t", client_software_version="1"))
+
+
+def push(sock: socket.socket, data: bytes, timeout: float = 2.0) -> int:
+    """Send as much of ``data`` as the broker takes within ``timeout``: how much went."""
+    sock.settimeout(timeout)
+    sent = 0
+    try:
+        while sent < len(data):
+            sent += sock.send(data[sent:sent + MIB])
+    except (TimeoutError, ConnectionResetError, BrokenPipeError):
+        pass  # the broker stopped reading, or hung up
+    return sent
+
+
+def test_one_request_in_flight_per_connection(tmp_path):
+    """A long-poll Fetch with large frames pipelined behind it: the broker reads no further
+    until the fetch is answered (it used to queue 16 frames: 1.4 GB for 90 MB frames)."""
+    with BrokerProcess(tmp_path / "data") as broker:
+        with RawConnection(broker.bootstrap_servers) as conn:
+            assert conn.request(create_topics_request("quiet")).topics[0].error_code == 0
+        before = rss(broker.proc.pid)
+        poll = dataclasses.replace(fetch_request("quiet", 0, 0), min_bytes=1,
+                               max_wait=datetime.timedelta(seconds=20))
+        big = struct.pack(">i", 30 * MIB) + bytes(30 * MIB)
+        with socket.create_connection((broker.host, broker.port)) as sock:
+            sock.sendall(encode_request(1, "long-poll", poll))
+            sent = push(sock, big * 8)
+            assert sent < 2 * len(big), f"the broker took {sent / MIB:.0f} MiB behind a poll"
+            assert rss(broker.proc.pid) - before < 60 * MIB
+        with RawConnection(broker.bootstrap_servers) as conn:
+            conn.send(api_versions())
+            assert conn.read_frame() is not None
+
+
+def sasl_broker(tmp_path: Path, **settings: str) -> BrokerProcess:
+    users = tmp_path / "users"
+    users.write_text("admin:admin-secret\n")
+    return BrokerProcess(tmp_path / "data", settings={
+        "security.protocol": "SASL_PLAINTEXT", "sasl.users.file": str(users), **settings})
+
+
+def test_a_large_frame_before_authentication_closes_the_connection(tmp_path):
+    """``sasl.server.max.receive.size`` (512 KiB): a 100 MB frame from someone who has not
+    logged in is not read (it was buffered and parsed)."""
+    with sasl_broker(tmp_path) as broker:
+        before = rss(broker.proc.pid)
+        with socket.create_connection((broker.host, broker.port)) as sock:
+            sent = push(sock, struct.pack(">i", 100 * MIB) + bytes(100 * MIB), timeout=5)
+            assert sent < 100 * MIB
+        assert rss(broker.proc.pid) - before < 20 * MIB
+        assert "sasl.server.max.receive.size" in broker.stderr_tail(5)
+        with RawConnection(broker.bootstrap_servers) as conn:  # a small frame is fine
+            conn.send(api_versions())
+            assert conn.read_frame() is not None
+
+
+def test_idle_and_half_sent_connections_are_closed(tmp_path):
+    settings = {"connections.max.idle.ms": "600", "socket.request.read.timeout.ms": "400"}
+    with BrokerProcess(tmp_path / "data", settings=settings) as broker:
+        with RawConnection(broker.bootstrap_servers) as idle, \
+                RawConnection(broker.bootstrap_servers) as slow, \
+                RawConnection(broker.bootstrap_servers, timeout=1) as busy:
+            slow.send(api_versions()[:5])  # a request that never finishes arriving
+            for _ in range(8):  # a client that asks every 0.2 s is never idle (1.6 s in all)
+                busy.send(api_versions())
+                assert busy.read_frame() is not None
+                time.sleep(0.2)
+            assert slow.closed_by_broker()
+            assert idle.closed_by_broker()
+        log = broker.stderr_tail(20)
+        assert "socket.request.read.timeout.ms" in log and "connections.max.idle.ms" in log
+
+
+@pytest.mark.parametrize("setting", ["max.connections", "max.connections.per.ip"])
+def test_connections_over_the_limit_are_closed(tmp_path, setting):
+    with BrokerProcess(tmp_path / "data", settings={setting: "3"}) as broker:
+        kept = [RawConnection(broker.bootstrap_servers) for _ in range(3)]
+        for conn in kept:
+            conn.send(api_versions())
+            assert conn.read_frame() is not None
+        with RawConnection(broker.bootstrap_servers) as extra:
+            extra.send(api_versions())
+            assert extra.closed_by_broker()
+        kept.pop().close()
+        wait_until(lambda: f"{setting} (3) reached" in broker.stderr_tail(5), 5)
+
+        def a_new_one_is_served() -> bool:
+            with RawConnection(broker.bootstrap_servers) as conn:
+                conn.send(api_versions())
+                return conn.read_frame() is not None
+
+        wait_until(a_new_one_is_served, 10, "a connection once one was closed")
+        for conn in kept:
+            conn.close()
