@@ -768,9 +768,12 @@ class PartitionLog:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one: bool = True) -> bytes:
         """Batches from the one containing ``offset``, up to ``max_bytes`` (but at least one
-        whole batch), none at or beyond ``max_offset`` (default: the high watermark)."""
+        whole batch when ``min_one``: Kafka's minOneMessage, for the first partition of a fetch
+        response that has data), none at or beyond ``max_offset`` (default: the high
+        watermark)."""
         if max_offset is None:
             max_offset = self.high_watermark
         if offset < self.log_start_offset or offset > self.log_end_offset:
@@ -790,7 +793,7 @@ class PartitionLog:
             if max_offset < seg.next_offset:
                 end = seg.find_batch(max_offset)
                 max_pos = end[0] if end is not None else None
-            return seg.read(pos, max_bytes, max_pos)
+            return seg.read(pos, max_bytes, max_pos, min_one)
         return b""
 
     def iter_records(self, chunk_bytes: int = 1 << 20):

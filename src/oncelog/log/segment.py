@@ -465,14 +465,15 @@ class LogSegment:
                 return pos, h
         return None
 
-    def read(self, start_pos: int, max_bytes: int, max_pos: int | None = None) -> bytes:
-        """Whole batches from ``start_pos``, at most ``max_bytes`` unless the first batch alone
-        is larger (it is returned whole so that a consumer can always make progress, as KIP-74
-        specifies), and never beyond ``max_pos``."""
+    def read(self, start_pos: int, max_bytes: int, max_pos: int | None = None,
+             min_one: bool = True) -> bytes:
+        """Whole batches from ``start_pos``, at most ``max_bytes`` unless ``min_one`` and the
+        first batch alone is larger (it is returned whole so that a consumer can always make
+        progress, as KIP-74 specifies), and never beyond ``max_pos``."""
         end = self.size if max_pos is None else min(max_pos, self.size)
         stop = start_pos
         for bpos, h in self.iter_headers(start_pos, end):
-            if bpos + h.size - start_pos > max_bytes and bpos > start_pos:
+            if bpos + h.size - start_pos > max_bytes and (bpos > start_pos or not min_one):
                 break
             stop = bpos + h.size
             if stop - start_pos >= max_bytes:

@@ -47,7 +47,9 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_
     if upto is None:
         upto = lso if isolation == READ_COMMITTED else hw
     try:
-        data = plog.read(sp.fetch_offset, max(limit, 1), max_offset=upto)
+        # Only the response's first partition with data may go past the limits with its first
+        # batch (KIP-74); a later partition whose next batch does not fit returns nothing.
+        data = plog.read(sp.fetch_offset, max(limit, 1), max_offset=upto, min_one=first)
     except OffsetOutOfRangeError:
         return "offset_out_of_range", hw, lso, start, b"", ()
     aborted = ()
