@@ -159,13 +159,17 @@ class PartitionLog:
         self.producer_state = ProducerStateManager()
         self.last_snapshot_ms = now_ms
         self._recovered_from: int | None = None  # first offset validated after an unclean stop
-        self._open_segments(now_ms)
-        self._load_producer_state()
-        self.leader_epoch_cache = self._load_leader_epoch_cache()
-        self._high_watermark = self.log_end_offset
-        self._persisted_high_watermark: int | None = None  # written at the next flush
-        if replicated:
-            self._high_watermark = self._read_high_watermark()
+        try:
+            self._open_segments(now_ms)
+            self._load_producer_state()
+            self.leader_epoch_cache = self._load_leader_epoch_cache()
+            self._high_watermark = self.log_end_offset
+            self._persisted_high_watermark: int | None = None  # written at the next flush
+            if replicated:
+                self._high_watermark = self._read_high_watermark()
+        except BaseException:
+            self.close_unclean()  # a log that could not open keeps no file open (EMFILE, ENOSPC)
+            raise
 
     # -- startup ------------------------------------------------------------------------------
 
@@ -205,8 +209,8 @@ class PartitionLog:
                 break
         if not self.segments:
             seg = LogSegment(self.directory, 0, self.config.index_interval_bytes, now_ms)
+            self.segments.append(seg)  # before load: a failed load must still close its file
             seg.load(recover=True)
-            self.segments.append(seg)
         clean_marker.unlink(missing_ok=True)
 
     def _read_recovery_point(self) -> int:

@@ -10,6 +10,7 @@ derived data: when one is missing or damaged it is rebuilt from the log.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import struct
@@ -38,6 +39,15 @@ _INDEX_CHECK = struct.Struct(">qi11xi8xq")
 _ZEROS = bytes(1 << 20)
 
 log = logging.getLogger("oncelog.log")
+
+
+def os_error_name(exc: OSError) -> str:
+    """"ENOSPC (No space left on device)": the errno's name first, so that a full disk or a
+    process out of descriptors (EMFILE) reads as such in logs and error messages."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{name} ({text}){where}" if name else f"{text}{where}"
 
 
 class LogWriteError(OSError):
@@ -339,17 +349,21 @@ class LogSegment:
         start = self.size
         with self.lock:
             try:
-                written = os.pwrite(self.fd, data, start)
-                if written != len(data):
-                    raise OSError(f"short write: {written} of {len(data)} bytes")
+                written = 0
+                with memoryview(data) as view:
+                    while written < len(data):  # a short write: the next one says why
+                        n = os.pwrite(self.fd, view[written:], start + written)
+                        if n == 0:
+                            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                        written += n
             except OSError as exc:
                 try:
                     os.ftruncate(self.fd, start)
                     self.allocated = start
                 except OSError:
                     pass
-                raise LogWriteError(exc.errno or 0,
-                                    f"cannot append to {self.log_path}: {exc}") from exc
+                raise LogWriteError(exc.errno or 0, f"cannot append to {self.log_path}: "
+                                    f"{os_error_name(exc)}") from exc
             self.size = start + len(data)
             self.allocated = max(self.allocated, self.size)
         idx_parts, tidx_parts = [], []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,7 +20,10 @@ from pathlib import Path
 
 from ..log import PartitionLog
 from ..log.preallocator import Preallocator
+from ..log.segment import os_error_name
 from .config import BrokerConfig, ConfigError, validate_topic_configs
+
+log = logging.getLogger("oncelog.topics")
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 # Kafka's internal topics: the coordinators' logs. Clients may read them but never write them.
@@ -196,12 +200,21 @@ class TopicManager:
         clean = self.validate_new(name, num_partitions, configs, internal)
         topic_id = uuid.uuid4()
         log_config = self.config.log_config(clean)
-        parts = [
-            Partition(name, i, self._open_log(name, i, log_config, now_ms))
-            for i in range(num_partitions)
-        ]
-        self._write_meta({"name": name, "id": str(topic_id), "partitions": num_partitions,
-                          "configs": clean})
+        parts: list[Partition] = []
+        try:
+            for i in range(num_partitions):
+                parts.append(Partition(name, i, self._open_log(name, i, log_config, now_ms)))
+            self._write_meta({"name": name, "id": str(topic_id), "partitions": num_partitions,
+                              "configs": clean})
+        except OSError as exc:
+            # Undo the half-made topic: every file it opened closed, its directories gone, so
+            # a full disk or a process out of descriptors leaves nothing behind to leak.
+            for p in parts:
+                p.log.delete()
+            shutil.rmtree(self.data_dir / f"{name}-{len(parts)}", ignore_errors=True)
+            log.error("creating topic %r failed: %s", name, os_error_name(exc))
+            raise TopicError("kafka_storage_error",
+                             f"cannot create topic {name!r}: {os_error_name(exc)}") from None
         topic = Topic(name, topic_id, clean, parts)
         self.topics[name] = topic
         self.by_id[topic_id] = topic

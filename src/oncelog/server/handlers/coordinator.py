@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
-from ..topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from ..topics import CONSUMER_OFFSETS, TRANSACTION_STATE, TopicError
 from . import acl
 from .util import error_code
 
@@ -38,7 +38,10 @@ def _find(broker, key_type: int, key: str | None) -> tuple[str | None, str | Non
             return err, "the coordinator is not available yet", _NOWHERE
         info = broker.cluster.view.brokers[node]
         return None, None, (node, info.host, info.port)
-    broker.topics.ensure_internal(topic, now_ms())
+    try:
+        broker.topics.ensure_internal(topic, now_ms())
+    except TopicError as exc:  # e.g. the disk is full: Kafka answers COORDINATOR_NOT_AVAILABLE
+        return "coordinator_not_available", str(exc), _NOWHERE
     return None, None, (broker.node_id, broker.host, broker.port)
 
 
