@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from ...protocol import ApiKey, make, response_module
@@ -11,13 +12,14 @@ from . import acl
 from .util import error_code
 
 _NULL_UUID = uuid.UUID(int=0)
+_YIELD_EVERY = 1000  # topics answered between two turns of the event loop
 
 
 async def handle_api_versions(broker, ctx, request):
     return broker.api_versions_response(ctx.version)
 
 
-def _cluster_metadata(broker, ctx, request, mod):
+async def _cluster_metadata(broker, ctx, request, mod):
     """Cluster mode: brokers, leaders, epochs, replicas and ISRs from the cluster view
     (ZooKeeper); topics are created through it too (auto-creation, internal topics)."""
     member = broker.cluster
@@ -34,7 +36,9 @@ def _cluster_metadata(broker, ctx, request, mod):
             names.append(name)
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
     topics_out = []
-    for name in names:
+    for i, name in enumerate(names):
+        if i % _YIELD_EVERY == _YIELD_EVERY - 1:
+            await asyncio.sleep(0)
         err = None
         assignment = view.topics.get(name) if name is not None else None
         if name is None:
@@ -117,7 +121,7 @@ async def handle_metadata(broker, ctx, request):
     if refused is not None:
         return refused
     if broker.cluster is not None:
-        return _cluster_metadata(broker, ctx, request, mod)
+        return await _cluster_metadata(broker, ctx, request, mod)
     topics_out = []
     # All topics: a null list (v1+), or an empty one in v0.
     if request.topics is None or (ctx.version == 0 and not request.topics):
@@ -139,7 +143,9 @@ async def handle_metadata(broker, ctx, request):
             names.append(name)
     # Kafka's default: v0-v3 always auto-create; v4+ when the client allows it.
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
-    for name in names:
+    for i, name in enumerate(names):
+        if i % _YIELD_EVERY == _YIELD_EVERY - 1:
+            await asyncio.sleep(0)  # a request naming 300,000 topics must not stall the rest
         topic = broker.topics.get(name)
         err = None
         if not acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
