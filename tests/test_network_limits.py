@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from broker_process import BrokerProcess
 from conftest import wait_until
-from raw_wire import RawConnection, create_topics_request, fetch_request
+from raw_wire import RawConnection, create_topics_request, fetch_request, produce
 
 from oncelog.protocol import ApiKey, encode_request, make, request_module
+from oncelog.records import build_batch
 
 MIB = 1024 * 1024
 
@@ -151,3 +152,40 @@ def test_a_metadata_request_naming_many_topics_does_not_stall_other_clients(tmp_
             answered_meanwhile += 1
         assert len(asker.read_frame()) > 200_000 * 20
         assert answered_meanwhile >= 5, answered_meanwhile
+
+
+def test_slow_readers_hold_a_chunk_each_not_their_responses(tmp_path):
+    """A dozen connections ask for ~48 MB each and read nothing: the record sets stay in the
+    segment file and go out a chunk at a time as a reader drains them (each held a copy of its
+    whole response: 691 MB for twelve)."""
+    with BrokerProcess(tmp_path / "data") as broker:
+        with RawConnection(broker.bootstrap_servers) as conn:
+            assert conn.request(create_topics_request("big")).topics[0].error_code == 0
+            value = bytes(1_000_000)
+            for _ in range(48):
+                assert produce(conn, "big", 0, build_batch(
+                    [(None, value, [], int(time.time() * 1000))])).error_code == 0
+        before = rss(broker.proc.pid)
+        readers = []
+        for i in range(12):
+            sock = socket.create_connection((broker.host, broker.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.sendall(encode_request(i, "slow", fetch_request("big", 0, 0,
+                                                                 max_bytes=55 * MIB)))
+            readers.append(sock)
+        with RawConnection(broker.bootstrap_servers) as conn:  # the broker answers meanwhile
+            conn.send(api_versions())
+            assert conn.read_frame() is not None
+        grown = rss(broker.proc.pid) - before
+        print(f"broker RSS grew {grown / MIB:.0f} MiB for 12 slow readers")
+        assert grown < 100 * MIB, f"{grown / MIB:.0f} MiB for 12 slow readers"
+        # a reader that does read gets every byte
+        first = readers[0]
+        first.settimeout(30)
+        size = struct.unpack(">i", first.recv(4, socket.MSG_WAITALL))[0]
+        got = 0
+        while got < size:
+            got += len(first.recv(min(size - got, 1 << 20)))
+        assert size > 48_000_000
+        for sock in readers:
+            sock.close()

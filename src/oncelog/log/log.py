@@ -46,6 +46,7 @@ from ..records.batch import (
     split_batches,
     validate_batch,
 )
+from ..records.region import FileRegion
 from .leader_epoch import CHECKPOINT_FILE, LeaderEpochCache, read_checkpoint
 from .preallocator import Preallocator
 from .producer_state import (
@@ -778,6 +779,25 @@ class PartitionLog:
         whole batch when ``min_one``: Kafka's minOneMessage, for the first partition of a fetch
         response that has data), none at or beyond ``max_offset`` (default: the high
         watermark)."""
+        found = self._locate(offset, max_offset)
+        if found is None:
+            return b""
+        seg, pos, max_pos = found
+        return seg.read(pos, max_bytes, max_pos, min_one)
+
+    def read_region(self, offset: int, max_bytes: int, max_offset: int | None = None,
+                    min_one: bool = True) -> FileRegion | bytes:
+        """What ``read`` returns, left in the segment file: a FileRegion for the network to
+        send in chunks (a Fetch response), b"" when there is nothing."""
+        found = self._locate(offset, max_offset)
+        if found is None:
+            return b""
+        seg, pos, max_pos = found
+        return seg.read_region(pos, max_bytes, max_pos, min_one)
+
+    def _locate(self, offset: int, max_offset: int | None
+                ) -> tuple[LogSegment, int, int | None] | None:
+        """(segment, position of the batch holding ``offset``, position not to read past)."""
         if max_offset is None:
             max_offset = self.high_watermark
         if offset < self.log_start_offset or offset > self.log_end_offset:
@@ -785,7 +805,7 @@ class PartitionLog:
                 f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
             )
         if offset >= max_offset:
-            return b""
+            return None
         for seg in self.segments:
             if seg.next_offset <= offset:
                 continue
@@ -797,8 +817,8 @@ class PartitionLog:
             if max_offset < seg.next_offset:
                 end = seg.find_batch(max_offset)
                 max_pos = end[0] if end is not None else None
-            return seg.read(pos, max_bytes, max_pos, min_one)
-        return b""
+            return seg, pos, max_pos
+        return None
 
     def iter_records(self, chunk_bytes: int = 1 << 20):
         """(header, records) of every batch from the log start to its end, control batches

@@ -29,6 +29,7 @@ from ..records.batch import (
     parse_header,
     validate_batch,
 )
+from ..records.region import FileRegion
 from .txn_index import TransactionIndex
 
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -484,6 +485,17 @@ class LogSegment:
         """Whole batches from ``start_pos``, at most ``max_bytes`` unless ``min_one`` and the
         first batch alone is larger (it is returned whole so that a consumer can always make
         progress, as KIP-74 specifies), and never beyond ``max_pos``."""
+        length = self._extent(start_pos, max_bytes, max_pos, min_one)
+        return os.pread(self.fd, length, start_pos) if length else b""
+
+    def read_region(self, start_pos: int, max_bytes: int, max_pos: int | None = None,
+                    min_one: bool = True) -> FileRegion | bytes:
+        """What ``read`` returns, as a FileRegion of the segment file (empty: b"")."""
+        length = self._extent(start_pos, max_bytes, max_pos, min_one)
+        return FileRegion(self.fd, start_pos, length) if length else b""
+
+    def _extent(self, start_pos: int, max_bytes: int, max_pos: int | None,
+                min_one: bool) -> int:
         end = self.size if max_pos is None else min(max_pos, self.size)
         stop = start_pos
         for bpos, h in self.iter_headers(start_pos, end):
@@ -492,9 +504,7 @@ class LogSegment:
             stop = bpos + h.size
             if stop - start_pos >= max_bytes:
                 break
-        if stop <= start_pos:
-            return b""
-        return os.pread(self.fd, stop - start_pos, start_pos)
+        return max(0, stop - start_pos)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""

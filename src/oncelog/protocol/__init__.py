@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
 from .bounds import BoundsError, check_body
 
@@ -244,13 +245,14 @@ class _FrameParts:
     LARGE = 16 * 1024
 
     def __init__(self) -> None:
-        self.parts: list[bytes] = [b""]  # [0]: size prefix and header, set last
+        self.parts: list[Any] = [b""]  # [0]: size prefix and header, set last
         self.small = bytearray()
         self.size = 0
 
     def write(self, data: Any) -> int:
         n = len(data)
-        if n >= self.LARGE and type(data) is bytes:  # immutable: safe to keep by reference
+        if (n >= self.LARGE and type(data) is bytes) or type(data) is FileRegion:
+            # immutable bytes, or bytes left in a file: kept by reference
             if self.small:
                 self.parts.append(bytes(self.small))
                 self.small.clear()
@@ -261,8 +263,9 @@ class _FrameParts:
         return n
 
 
-def encode_response_parts(correlation_id: int, response: Any) -> list[bytes]:
-    """A complete response frame, size prefix included, as parts to write in order."""
+def encode_response_parts(correlation_id: int, response: Any) -> list[Any]:
+    """A complete response frame, size prefix included, as parts to write in order: bytes,
+    and FileRegions (record sets a Fetch left in their segment files)."""
     head = _SIZE.pack(correlation_id)
     if response.__header_schema__.__version__ >= 1:
         head += b"\x00"  # no tagged fields in the response header
@@ -276,7 +279,8 @@ def encode_response_parts(correlation_id: int, response: Any) -> list[bytes]:
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """A complete response frame, size prefix included."""
-    return b"".join(encode_response_parts(correlation_id, response))
+    return b"".join(p.read() if type(p) is FileRegion else p
+                    for p in encode_response_parts(correlation_id, response))
 
 
 def encode_request(correlation_id: int, client_id: str | None, request: Any) -> bytes:

@@ -14,12 +14,14 @@ import logging
 import struct
 import time
 
+from ..records.region import FileRegion
 from .broker import Broker, CloseConnection
 from .metrics import start_metrics_server
 
 log = logging.getLogger("oncelog.network")
 
 _SIZE = struct.Struct(">i")
+STREAM_CHUNK = 256 * 1024  # record-set bytes read from a segment file at a time
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -136,9 +138,7 @@ class KafkaConnection(asyncio.Protocol):
                     self._close()
                     return
                 if response is not None and not self.closed:
-                    self.transport.writelines(response)  # one writev, record sets uncopied
-                    if not self.can_write.is_set():
-                        await self.can_write.wait()
+                    await self._write(response)
                 if self.session.close_after_response:  # e.g. a failed SASL authentication
                     self._close()
                     return
@@ -149,6 +149,42 @@ class KafkaConnection(asyncio.Protocol):
                     self._take_frame()  # the next request, already read, or read on
         except asyncio.CancelledError:
             pass
+
+    async def _write(self, parts: list) -> None:
+        """Write a response: bytes parts together (one writev, record sets uncopied), record
+        sets left in segment files (FileRegion) a chunk at a time, each once the client has
+        drained the last, so that a slow reader holds a chunk of the broker's memory, not its
+        whole response."""
+        regions = [p for p in parts if type(p) is FileRegion]
+        try:
+            if not regions:
+                self.transport.writelines(parts)
+            else:
+                pending: list[bytes] = []
+                for part in parts:
+                    if type(part) is not FileRegion:
+                        pending.append(part)
+                        continue
+                    if pending:
+                        self.transport.writelines(pending)
+                        pending = []
+                    for chunk in part.chunks(STREAM_CHUNK):
+                        if self.closed:
+                            return
+                        self.transport.write(chunk)
+                        if not self.can_write.is_set():
+                            await self.can_write.wait()
+                if pending:
+                    self.transport.writelines(pending)
+            if not self.can_write.is_set():
+                await self.can_write.wait()
+        except OSError as exc:  # the segment lost bytes under us (truncated): start over
+            log.warning("closing %s: a fetched record set could not be read: %s", self.peer,
+                        exc)
+            self._close()
+        finally:
+            for region in regions:
+                region.close()
 
     def _close(self) -> None:
         self.closed = True

@@ -49,7 +49,9 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_
     try:
         # Only the response's first partition with data may go past the limits with its first
         # batch (KIP-74); a later partition whose next batch does not fit returns nothing.
-        data = plog.read(sp.fetch_offset, max(limit, 1), max_offset=upto, min_one=first)
+        # Left in the segment file: the network sends it in chunks as the reader drains them.
+        data = plog.read_region(sp.fetch_offset, max(limit, 1), max_offset=upto,
+                                min_one=first)
     except OffsetOutOfRangeError:
         return "offset_out_of_range", hw, lso, start, b"", ()
     aborted = ()
