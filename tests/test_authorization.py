@@ -4,13 +4,14 @@ who has the right. Failed logins are slowed and logged with the user and the pee
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 
 import pytest
 from conftest import wait_until
-from raw_wire import RawConnection, create_topics_request
+from raw_wire import RawConnection, create_topics_request, fetch_request
 from test_security_wire import USERS, Op, R, allow, grant, raw_login, sasl_config
 
 from oncelog.protocol import ApiKey, make, request_module
@@ -147,3 +148,31 @@ def test_a_delayed_login_failure_holds_up_no_other_connection(broker, caplog):
         answered = time.monotonic()
     guesser.join(10)
     assert done and answered < done[0]  # served while the guess waited out its delay
+
+
+def test_a_follower_fetch_needs_cluster_action(broker):
+    """A fetch claiming a replica id reads past the high watermark in a cluster and moves the
+    ISR: Kafka answers TOPIC_AUTHORIZATION_FAILED without ClusterAction."""
+    grant(broker, allow("User:alice", R.TOPIC, "visible", Op.READ))
+    request = dataclasses.replace(fetch_request("visible", 0, 0), replica_id=1)
+    with raw_login(broker, "alice") as alice:
+        part = alice.request(request).responses[0].partitions[0]
+        assert (part.error_code, part.records) == (TOPIC_AUTHORIZATION_FAILED, None)
+        assert alice.request(fetch_request("visible", 0, 0)).responses[0].partitions[0] \
+            .error_code == 0  # as a consumer it may read
+
+
+def test_list_groups_shows_every_group_to_describe_on_the_cluster(broker):
+    join = request_module(ApiKey.JOIN_GROUP, 5)
+    with raw_login(broker, "admin") as admin:
+        admin.request(make(join.JoinGroupRequest, group_id="listed", session_timeout=10_000,
+                           rebalance_timeout=10_000, member_id="", group_instance_id=None,
+                           protocol_type="consumer", protocols=(
+                               make(join.JoinGroupRequestProtocol, name="range",
+                                    metadata=b""),)), )
+    listing = make(request_module(ApiKey.LIST_GROUPS, 4).ListGroupsRequest, states_filter=())
+    with raw_login(broker, "bob") as bob:
+        assert "listed" not in [g.group_id for g in bob.request(listing).groups]
+    grant(broker, allow("User:bob", R.CLUSTER, "kafka-cluster", Op.DESCRIBE))
+    with raw_login(broker, "bob") as bob:
+        assert "listed" in [g.group_id for g in bob.request(listing).groups]

@@ -107,6 +107,18 @@ async def handle_fetch(broker, ctx, request):
                     session_id=0, responses=())
     isolation = getattr(request, "isolation_level", 0)
     replica_id = getattr(request, "replica_id", -1)
+    if replica_id >= 0 and not acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION):
+        # Kafka: a follower's fetch (which reads past the high watermark and moves the ISR)
+        # needs ClusterAction; without it every partition is TOPIC_AUTHORIZATION_FAILED.
+        return make(mod.FetchResponse, throttle_time=0, error_code=0, session_id=0,
+                    responses=tuple(make(
+                        mod.FetchableTopicResponse, topic=t.topic, partitions=tuple(make(
+                            mod.PartitionData, partition_index=p.partition,
+                            error_code=error_code("topic_authorization_failed"),
+                            high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                            aborted_transactions=None, preferred_read_replica=-1,
+                            records=None) for p in t.partitions))
+                        for t in request.topics))
     if replica_id >= 0 and broker.replication is None:
         replica_id = -1  # a single node has no followers: serve it as a consumer
     epochs = {(t.topic, p.partition): getattr(p, "current_leader_epoch", -1)

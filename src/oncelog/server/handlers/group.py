@@ -270,11 +270,13 @@ async def handle_describe_groups(broker, ctx, request):
 async def handle_list_groups(broker, ctx, request):
     mod = response_module(ApiKey.LIST_GROUPS, ctx.version)
     states = {s.lower() for s in getattr(request, "states_filter", ())}
+    everything = acl.cluster(broker, ctx, acl.Op.DESCRIBE)  # Kafka: Describe on the cluster
     groups = tuple(make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
                         group_state=g.state.value)
                    for g in broker.group_coordinator.core.groups.values()
                    if (not states or g.state.value.lower() in states)
-                   and not _group_denied(broker, ctx, g.group_id, acl.Op.DESCRIBE))
+                   and (everything or not _group_denied(broker, ctx, g.group_id,
+                                                          acl.Op.DESCRIBE)))
     return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
 
 
