@@ -22,7 +22,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.oncelog-installed
-hash=$(cat pyproject.toml "$0" | sha256sum | cut -d" " -f1)
+hash=$(cat pyproject.toml setup.py src/oncelog/records/*.c "$0" | sha256sum | cut -d" " -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test,spark,cluster]'

@@ -30,6 +30,11 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+try:
+    from ._recordwalk import scan_records
+except ImportError as exc:  # pragma: no cover  (a checkout whose extension was never built)
+    raise ImportError("oncelog's compiled record walk (records/_recordwalk.c) is not built: "
+                      "run scripts/bootstrap.sh (or pip install -e .)") from exc
 from .compression import Compression, CompressionError, decompress, inflate_limit
 from .compression import compress as _compress
 
@@ -423,10 +428,17 @@ def find_timestamp(buf, pos: int, header: BatchHeader, timestamp: int
 
 
 def _scan_records(data, count: int) -> tuple[int, int]:
-    """(smallest, largest) timestamp delta of ``count`` records filling ``data`` exactly.
+    """(smallest, largest) timestamp delta of ``count`` records filling ``data`` exactly, by
+    the C walk (records/_recordwalk.c): this is the produce path's per-record cost."""
+    try:
+        return scan_records(data, count)
+    except ValueError as exc:
+        raise InvalidRecordError(str(exc)) from None
 
-    Hand-inlined single-byte varint fast paths: this is the produce path's per-record cost.
-    """
+
+def _scan_records_py(data, count: int) -> tuple[int, int]:
+    """The same walk in Python: the reference the C walk is tested against (tests/test_records.py),
+    with hand-inlined single-byte varint fast paths."""
     n = len(data)
     pos = 0
     lo, hi = INT64_MAX, -INT64_MAX
