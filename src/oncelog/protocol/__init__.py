@@ -28,7 +28,7 @@ from kio.static.constants import EntityType
 
 from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
-from .bounds import BoundsError, check_body
+from .bounds import BoundsError, check_body, read_uvarint
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -158,19 +158,10 @@ def _writer(cls: Any) -> Any:
 
 
 def _read_uvarint(buf, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ProtocolError("truncated varint in header")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ProtocolError("varint too long in header")
+    try:
+        return read_uvarint(buf, pos, len(buf))
+    except BoundsError as exc:
+        raise ProtocolError(f"{exc} in header") from None
 
 
 def _skip_tagged_fields(buf, pos: int) -> int:

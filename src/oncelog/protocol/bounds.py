@@ -52,7 +52,8 @@ _FIXED = {
 _MAX_LENGTH = 0x7FFFFFFF  # Kafka reads lengths into a Java int
 
 
-def _uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+def read_uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+    """An unsigned varint of at most five bytes (Kafka's 32-bit varints) before ``end``."""
     result = 0
     shift = 0
     while True:
@@ -79,7 +80,7 @@ def _fixed(n: int) -> Step:
 
 def _compact_length(buf: Any, pos: int, end: int) -> tuple[int, int]:
     """A compact (flexible) length: -1 for null, else the length."""
-    n, pos = _uvarint(buf, pos, end)
+    n, pos = read_uvarint(buf, pos, end)
     if n > _MAX_LENGTH:
         raise BoundsError(f"length {n - 1} out of range")
     return n - 1, pos
@@ -208,12 +209,12 @@ def entity_checker(cls: type) -> _EntityChecker:
         min_size += 1  # the tagged-field count
 
     def tagged_fields(buf: Any, pos: int, end: int) -> int:
-        count, pos = _uvarint(buf, pos, end)
+        count, pos = read_uvarint(buf, pos, end)
         if count * 2 > end - pos:
             raise BoundsError(f"{count} tagged fields in {end - pos} bytes")
         for _ in range(count):
-            tag, pos = _uvarint(buf, pos, end)
-            size, pos = _uvarint(buf, pos, end)
+            tag, pos = read_uvarint(buf, pos, end)
+            size, pos = read_uvarint(buf, pos, end)
             stop = pos + size
             if stop > end:
                 raise BoundsError(f"tagged field {tag} of {size} bytes past the end")
