@@ -12,9 +12,11 @@ import time
 import pytest
 from conftest import wait_until
 from raw_wire import RawConnection, create_topics_request, fetch_request
+from test_error_response import error_codes
 from test_security_wire import USERS, Op, R, allow, grant, raw_login, sasl_config
 
 from oncelog.protocol import ApiKey, make, request_module
+from oncelog.records import build_batch
 from oncelog.server.embedded import EmbeddedBroker
 
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
@@ -176,3 +178,154 @@ def test_list_groups_shows_every_group_to_describe_on_the_cluster(broker):
     grant(broker, allow("User:bob", R.CLUSTER, "kafka-cluster", Op.DESCRIBE))
     with raw_login(broker, "bob") as bob:
         assert "listed" in [g.group_id for g in bob.request(listing).groups]
+
+
+# -- every other API, as a user with no ACL at all ----------------------------------------------
+
+TXN_ID_AUTHORIZATION_FAILED = 53
+
+
+def _requests():
+    """(name, request, the error Kafka answers) for a user without any ACL.
+    (OffsetForLeaderEpoch is offered in cluster mode only; DescribeConfigs, DescribeProducers,
+    LeaveGroup and OffsetFetch have tests of their own above.)"""
+    def m(api, version):
+        return request_module(api, version)
+
+    r = {}
+    p = m(ApiKey.PRODUCE, 9)
+    r["Produce"] = (make(p.ProduceRequest, transactional_id=None, acks=-1, timeout=5000,
+                         topic_data=(make(p.TopicProduceData, name="secret", partition_data=(
+                             make(p.PartitionProduceData, index=0,
+                                  records=build_batch([(None, b"x", [], now())])),)),)),
+                    TOPIC_AUTHORIZATION_FAILED)
+    r["Fetch"] = (fetch_request("secret", 0, 0), TOPIC_AUTHORIZATION_FAILED)
+    lo = m(ApiKey.LIST_OFFSETS, 7)
+    r["ListOffsets"] = (make(lo.ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=(
+        make(lo.ListOffsetsTopic, name="secret", partitions=(
+            make(lo.ListOffsetsPartition, partition_index=0, current_leader_epoch=-1,
+                 timestamp=-1),)),)), TOPIC_AUTHORIZATION_FAILED)
+    md = m(ApiKey.METADATA, 12)
+    r["Metadata"] = (make(md.MetadataRequest, allow_auto_topic_creation=True,
+                          include_topic_authorized_operations=False,
+                          topics=(make(md.MetadataRequestTopic, topic_id=None, name="secret"),)),
+                     TOPIC_AUTHORIZATION_FAILED)
+    fc = m(ApiKey.FIND_COORDINATOR, 3)
+    r["FindCoordinator"] = (make(fc.FindCoordinatorRequest, key="g", key_type=0),
+                            GROUP_AUTHORIZATION_FAILED)
+    jg = m(ApiKey.JOIN_GROUP, 5)
+    r["JoinGroup"] = (make(jg.JoinGroupRequest, group_id="g", session_timeout=10_000,
+                           rebalance_timeout=10_000, member_id="", group_instance_id=None,
+                           protocol_type="consumer", protocols=(
+                               make(jg.JoinGroupRequestProtocol, name="range", metadata=b""),)),
+                      GROUP_AUTHORIZATION_FAILED)
+    r["Heartbeat"] = (make(m(ApiKey.HEARTBEAT, 4).HeartbeatRequest, group_id="g",
+                           generation_id=1, member_id="m", group_instance_id=None),
+                      GROUP_AUTHORIZATION_FAILED)
+    r["SyncGroup"] = (make(m(ApiKey.SYNC_GROUP, 5).SyncGroupRequest, group_id="g",
+                           generation_id=1, member_id="m", group_instance_id=None,
+                           protocol_type="consumer", protocol_name="range", assignments=()),
+                      GROUP_AUTHORIZATION_FAILED)
+    r["DescribeGroups"] = (make(m(ApiKey.DESCRIBE_GROUPS, 5).DescribeGroupsRequest,
+                                groups=("g",), include_authorized_operations=False),
+                           GROUP_AUTHORIZATION_FAILED)
+    ct = m(ApiKey.CREATE_TOPICS, 5)
+    r["CreateTopics"] = (make(ct.CreateTopicsRequest, timeout=5000, validate_only=False,
+                              topics=(make(ct.CreatableTopic, name="bobs", num_partitions=1,
+                                           replication_factor=1, assignments=(),
+                                           configs=()),)), TOPIC_AUTHORIZATION_FAILED)
+    r["DeleteTopics"] = (make(m(ApiKey.DELETE_TOPICS, 5).DeleteTopicsRequest,
+                              topic_names=("secret",), timeout=5000), TOPIC_AUTHORIZATION_FAILED)
+    r["InitProducerId (transactional)"] = (make(
+        m(ApiKey.INIT_PRODUCER_ID, 4).InitProducerIdRequest, transactional_id="t",
+        transaction_timeout=60_000, producer_id=-1, producer_epoch=-1),
+        TXN_ID_AUTHORIZATION_FAILED)
+    r["InitProducerId (idempotent)"] = (make(
+        m(ApiKey.INIT_PRODUCER_ID, 4).InitProducerIdRequest, transactional_id=None,
+        transaction_timeout=60_000, producer_id=-1, producer_epoch=-1),
+        CLUSTER_AUTHORIZATION_FAILED)
+    ap = m(ApiKey.ADD_PARTITIONS_TO_TXN, 3)
+    r["AddPartitionsToTxn"] = (make(
+        ap.AddPartitionsToTxnRequest, v3_and_below_transactional_id="t",
+        v3_and_below_producer_id=1, v3_and_below_producer_epoch=0, v3_and_below_topics=(
+            make(ap.AddPartitionsToTxnTopic, name="visible", partitions=(0,)),)),
+        TXN_ID_AUTHORIZATION_FAILED)
+    r["AddOffsetsToTxn"] = (make(m(ApiKey.ADD_OFFSETS_TO_TXN, 3).AddOffsetsToTxnRequest,
+                                 transactional_id="t", producer_id=1, producer_epoch=0,
+                                 group_id="g"), TXN_ID_AUTHORIZATION_FAILED)
+    r["EndTxn"] = (make(m(ApiKey.END_TXN, 3).EndTxnRequest, transactional_id="t",
+                        producer_id=1, producer_epoch=0, committed=True),
+                   TXN_ID_AUTHORIZATION_FAILED)
+    wm = m(ApiKey.WRITE_TXN_MARKERS, 1)
+    r["WriteTxnMarkers"] = (make(wm.WriteTxnMarkersRequest, markers=(make(
+        wm.WritableTxnMarker, producer_id=1, producer_epoch=0, transaction_result=True,
+        coordinator_epoch=0, topics=(make(wm.WritableTxnMarkerTopic, name="visible",
+                                          partition_indexes=(0,)),)),)),
+        CLUSTER_AUTHORIZATION_FAILED)
+    to = m(ApiKey.TXN_OFFSET_COMMIT, 3)
+    r["TxnOffsetCommit"] = (make(to.TxnOffsetCommitRequest, transactional_id="t", group_id="g",
+                                 producer_id=1, producer_epoch=0, generation_id=-1,
+                                 member_id="", group_instance_id=None, topics=(
+                                     make(to.TxnOffsetCommitRequestTopic, name="visible",
+                                          partitions=(make(
+                                              to.TxnOffsetCommitRequestPartition,
+                                              partition_index=0, committed_offset=1,
+                                              committed_leader_epoch=-1,
+                                              committed_metadata=""),)),)),
+                            TXN_ID_AUTHORIZATION_FAILED)
+    r["DescribeAcls"] = (make(m(ApiKey.DESCRIBE_ACLS, 2).DescribeAclsRequest,
+                              resource_type_filter=1, resource_name_filter=None,
+                              pattern_type_filter=1, principal_filter=None, host_filter=None,
+                              operation=1, permission_type=1), CLUSTER_AUTHORIZATION_FAILED)
+    ca = m(ApiKey.CREATE_ACLS, 2)
+    r["CreateAcls"] = (make(ca.CreateAclsRequest, creations=(make(
+        ca.AclCreation, resource_type=2, resource_name="secret", resource_pattern_type=3,
+        principal="User:bob", host="*", operation=2, permission_type=3),)),
+        CLUSTER_AUTHORIZATION_FAILED)
+    da = m(ApiKey.DELETE_ACLS, 2)
+    r["DeleteAcls"] = (make(da.DeleteAclsRequest, filters=(make(
+        da.DeleteAclsFilter, resource_type_filter=1, resource_name_filter=None,
+        pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1,
+        permission_type=1),)), CLUSTER_AUTHORIZATION_FAILED)
+    r["DeleteGroups"] = (make(m(ApiKey.DELETE_GROUPS, 2).DeleteGroupsRequest,
+                              groups_names=("shared",)), GROUP_AUTHORIZATION_FAILED)
+    r["DescribeTransactions"] = (make(
+        m(ApiKey.DESCRIBE_TRANSACTIONS, 0).DescribeTransactionsRequest,
+        transactional_ids=("t",)), TXN_ID_AUTHORIZATION_FAILED)
+    return r
+
+
+def now() -> int:
+    return int(time.time() * 1000)
+
+
+REQUESTS = _requests()
+
+
+@pytest.mark.parametrize("name", sorted(REQUESTS))
+def test_every_api_refuses_a_user_without_acls(broker, name):
+    request, expected = REQUESTS[name]
+    with raw_login(broker, "mallory") as mallory:
+        codes = {c for c in error_codes(mallory.request(request)) if c != 0}
+    assert codes == {expected}, f"{name}: {codes}"
+    with raw_login(broker, "admin") as admin:  # nothing was created, deleted or leaked
+        md = request_module(ApiKey.METADATA, 12)
+        topics = admin.request(make(md.MetadataRequest, topics=None,
+                                    allow_auto_topic_creation=False,
+                                    include_topic_authorized_operations=False)).topics
+        assert {"secret", "visible"} <= {t.name for t in topics} and "bobs" not in \
+            {t.name for t in topics}
+
+
+def test_list_apis_show_a_user_without_acls_nothing(broker):
+    with raw_login(broker, "mallory") as mallory:
+        groups = mallory.request(make(request_module(ApiKey.LIST_GROUPS, 4).ListGroupsRequest,
+                                      states_filter=())).groups
+        txns = mallory.request(make(
+            request_module(ApiKey.LIST_TRANSACTIONS, 0).ListTransactionsRequest,
+            state_filters=(), producer_id_filters=())).transaction_states
+        md = request_module(ApiKey.METADATA, 12)
+        topics = mallory.request(make(md.MetadataRequest, topics=None,
+                                      allow_auto_topic_creation=False,
+                                      include_topic_authorized_operations=False)).topics
+    assert (groups, txns, topics) == ((), (), ())

@@ -29,7 +29,7 @@ from oncelog.security.acls import (
 )
 from oncelog.server.embedded import EmbeddedBroker
 
-USERS = {"admin": "admin-secret", "alice": "alice-pw", "bob": "bob-pw"}
+USERS = {"admin": "admin-secret", "alice": "alice-pw", "bob": "bob-pw", "mallory": "mallory-pw"}
 Op, R = Operation, ResourceType
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
 TXN_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 53, 31

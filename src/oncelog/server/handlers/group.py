@@ -31,9 +31,9 @@ async def handle_join_group(broker, ctx, request):
                else _elsewhere(broker, request.group_id))
     if refused:
         return make(mod.JoinGroupResponse, throttle_time=0,
-                    error_code=error_code(refused), generation_id=-1,
-                    protocol_type=None, protocol_name=None, leader="", skip_assignment=False,
-                    member_id="", members=())
+                    error_code=error_code(refused), generation_id=-1, protocol_type=None,
+                    protocol_name=None if ctx.version >= 7 else "",  # nullable from v7
+                    leader="", skip_assignment=False, member_id="", members=())
     session_ms = millis(request.session_timeout)
     rebalance_ms = millis(getattr(request, "rebalance_timeout", None))
     if rebalance_ms < 0:
@@ -161,10 +161,10 @@ def _offsets_denied(broker, ctx, request) -> str | None:
 
 async def handle_txn_offset_commit(broker, ctx, request):
     mod = response_module(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
-    err = _offsets_denied(broker, ctx, request)
-    if err is None and not acl.transactional_id(broker, ctx, acl.Op.WRITE,
-                                                request.transactional_id):
-        err = "transactional_id_authorization_failed"
+    # Kafka's order: Write on the transactional id, then Read on the group and the topics.
+    err = "transactional_id_authorization_failed" if not acl.transactional_id(
+        broker, ctx, acl.Op.WRITE, request.transactional_id) else _offsets_denied(
+        broker, ctx, request)
     guard, verify = None, False
     if err is None:
         err = _elsewhere(broker, request.group_id)
