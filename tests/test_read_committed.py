@@ -5,6 +5,8 @@ see committed records only, never an aborted or an open transaction (spec 000, "
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import TopicPartition as ConfluentTP
@@ -121,7 +123,10 @@ def test_our_read_committed_consumer_sees_only_committed_records(embedded_broker
             consumer.seek_to_beginning(tp)
             got = []
             end = 6 if isolation == "read_committed" else 8
+            deadline = time.monotonic() + 60  # fail, never hang, if the reader stalls
             while consumer.position(tp) < end:
+                assert time.monotonic() < deadline, f"{isolation}: stuck at " \
+                    f"{consumer.position(tp)} of {end}, read {got}"
                 got.extend(r.value for r in consumer.poll(timeout=1.0))
             values[isolation] = got
             consumer.seek_to_end(tp)
