@@ -2,6 +2,7 @@
 librdkafka's built-in mock cluster, alternating, in one run.
 
     .venv/bin/python benchmarks/bench_produce.py [--records 100000] [--size 1024] [--rounds 3]
+        [--baseline CHECKOUT]
 
 Producer: 1 KiB records, enable.idempotence=True, acks=all, librdkafka's defaults otherwise
 (the mock run adds only test.mock.num.brokers=1), records spread round-robin over several topics of
@@ -11,12 +12,16 @@ log. Consumer: a confluent Consumer assigned every partition from offset 0, read
 every record. Figures are payload megabytes (10^6 bytes
 of values) per second; the summary gives the median of the rounds and the ratio oncelog/mock.
 oncelog runs as a subprocess (`oncelog broker`, default settings unless --set) on a temporary
-data directory.
+data directory. ``--baseline CHECKOUT`` adds a third contender to every round: the broker of
+another oncelog checkout (say ``git worktree add /tmp/before <commit>``), run from that
+checkout's ``src`` with this environment's packages, so that a change is measured against the
+code before it in the same run, on the same machine load.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -135,24 +140,36 @@ def main(argv: list[str] | None = None) -> int:
                     "~4 MB per partition)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting for oncelog (repeatable)")
+    ap.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
+                    help="another oncelog checkout whose broker runs too, as 'baseline'")
     args = ap.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "src" / "oncelog").is_dir():
+        ap.error(f"{args.baseline} is not an oncelog checkout (no src/oncelog)")
     value = os.urandom(args.size)
     mb = args.records * args.size / 1e6
     topics = args.topics or max(1, math.ceil(args.records * (args.size + 70)
                                              / MAX_PARTITION_BYTES / MOCK_PARTITIONS))
     settings = dict(s.split("=", 1) for s in args.set)
+    names = ["oncelog"] + (["baseline"] if args.baseline else []) + ["mock"]
     results: dict[str, dict[str, list[float]]] = {
-        "oncelog": {"produce": [], "consume": []}, "mock": {"produce": [], "consume": []}}
+        name: {"produce": [], "consume": []} for name in names}
     print(f"{args.records} records x {args.size} B = {mb:.0f} MB per round over {topics} "
           f"topics x {MOCK_PARTITIONS} partitions, {args.rounds} rounds; "
           f"producer {PRODUCER_CONFIG}; "
-          f"oncelog settings {settings or 'default'}")
-    with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as tmp, \
-            BrokerProcess(Path(tmp) / "data", settings=settings) as broker:
+          f"oncelog settings {settings or 'default'}"
+          + (f"; baseline {args.baseline}" if args.baseline else ""))
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="oncelog-bench-")))
+        brokers = {"oncelog": stack.enter_context(
+            BrokerProcess(tmp / "data", settings=settings))}
+        if args.baseline is not None:
+            brokers["baseline"] = stack.enter_context(BrokerProcess(
+                tmp / "baseline", settings=settings,
+                env={"PYTHONPATH": str(args.baseline.resolve() / "src")}))
         for r in range(args.rounds):
-            for name in ("oncelog", "mock"):
-                if name == "oncelog":
-                    p_s, c_s = round_oncelog(broker, topics, args.records, value)
+            for name in names:
+                if name in brokers:
+                    p_s, c_s = round_oncelog(brokers[name], topics, args.records, value)
                 else:
                     p_s, c_s = round_mock(topics, args.records, value)
                 results[name]["produce"].append(mb / p_s)
@@ -164,8 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     for phase in ("produce", "consume"):
         ours = statistics.median(results["oncelog"][phase])
         mock = statistics.median(results["mock"][phase])
-        print(f"{phase:8s} median: oncelog {ours:7.1f} MB/s   mock {mock:7.1f} MB/s   "
-              f"oncelog/mock {ours / mock:5.2f}")
+        line = (f"{phase:8s} median: oncelog {ours:7.1f} MB/s   mock {mock:7.1f} MB/s   "
+                f"oncelog/mock {ours / mock:5.2f}")
+        if args.baseline is not None:
+            base = statistics.median(results["baseline"][phase])
+            line += (f"   baseline {base:7.1f} MB/s   baseline/mock {base / mock:5.2f}   "
+                     f"oncelog/baseline {ours / base:5.2f}")
+        print(line)
     return 0
 
 

@@ -46,8 +46,10 @@ class BrokerProcessError(RuntimeError):
 
 class BrokerProcess:
     def __init__(self, data_dir: str | Path, port: int = 0,
-                 settings: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
+                 settings: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.env = dict(env or {})  # added to the broker's environment (PYTHONPATH, ...)
         self.host = host
         self.port = port
         self.settings = dict(settings or {})
@@ -75,7 +77,7 @@ class BrokerProcess:
         if self.running:
             raise BrokerProcessError("broker already running")
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         with open(self.stderr_path, "ab") as stderr:  # the child keeps its own descriptor
             stderr.write(f"--- start #{self.starts + 1}: {' '.join(self.command())}\n".encode())
             stderr.flush()
