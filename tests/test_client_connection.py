@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import select
+import socket
+import struct
+
 import pytest
 from conftest import CLOSE
 
@@ -107,3 +111,22 @@ def test_connecting_to_a_closed_port_is_a_network_error(fake_broker):
     broker.close()
     with pytest.raises(NetworkExceptionError, match="cannot connect"):
         connect(broker)
+
+
+def test_a_connection_reset_before_the_handshake_is_a_network_error(monkeypatch):
+    """The broker resets the connection before our ApiVersions goes out (a broker SIGKILLed as
+    the producer reconnects): the write fails, and connect() must say so with a network error,
+    which the sender retries, not an AssertionError that ended the producer's sender thread
+    (seen in the cluster test that kills a leader under an acks=all stream)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()  # linger 0: an RST
+        select.select([client], [], [], 5)  # the RST has arrived
+        monkeypatch.setattr(socket, "create_connection", lambda *a, **kw: client)
+        conn = BrokerConnection(-1, "127.0.0.1", server.getsockname()[1], client_id="test",
+                                request_timeout_ms=5000, connect_timeout_ms=5000)
+        with pytest.raises(NetworkExceptionError, match="send failed"):
+            conn.connect()
+        assert not conn.connected

@@ -401,9 +401,10 @@ class BrokerConnection:
 
     def _read_frame_blocking(self, req: InFlightRequest) -> bytes:
         """During the handshake: read exactly one frame, nothing else is in flight."""
-        assert self._sock is not None
-        if req.done:  # the write failed
+        if req.done:  # the write failed, and closed the connection
             raise req.error or NetworkExceptionError(f"node {self.node_id}: send failed")
+        if self._sock is None:
+            raise NetworkExceptionError(f"node {self.node_id}: connection closed")
         deadline = req.deadline
         while True:
             if len(self._buf) >= 4:
