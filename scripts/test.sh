@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
-# Run the whole test suite (slow tests included), installing what it needs on first use.
+# Run the tests, installing what they need on first use.
+#   bash scripts/test.sh          the whole suite (slow, Spark and cluster tests included): CI
+#   bash scripts/test.sh --fast   the fast tier: everything not marked slow, spark or cluster,
+#                                 on two workers (pytest-xdist), in about a minute and a half
+# Any further arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper
+fast=""
+if [ "${1:-}" = "--fast" ]; then
+  fast=1
+  shift
+fi
+if [ -n "$fast" ]; then
+  bash "$root/scripts/bootstrap.sh"
+else
+  bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper
+fi
 cd "$root"
 .venv/bin/ruff check src
 .venv/bin/mypy src/oncelog
+if [ -n "$fast" ]; then
+  exec .venv/bin/python -m pytest -q -n 2 -m "not slow and not spark and not cluster" "$@"
+fi
 exec .venv/bin/python -m pytest -q "$@"

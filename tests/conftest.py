@@ -367,6 +367,15 @@ def fake_broker():
 # -- cluster tests --------------------------------------------------------------------------------
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that starts ZooKeeper (through the zookeeper_server fixture, however
+    indirectly) is a ``cluster`` test, so that the fast tier (-m "not cluster") leaves it out
+    without each test having to say so."""
+    for item in items:
+        if "zookeeper_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
 def require_zookeeper() -> None:
     """Skip the test, saying why, on a machine without Debian's ZooKeeper (and Java)."""
     from oncelog.cluster.zookeeper import ZooKeeperNotFoundError, find_zookeeper

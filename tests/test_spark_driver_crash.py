@@ -29,7 +29,7 @@ from test_spark_speculation import (  # noqa: F401 (broker: a fixture)
 
 from oncelog.spark.sink import OncelogStreamWriter
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 # The driver's commit of one micro-batch, in a process of its own (it may die).
 DRIVER = r"""

@@ -25,7 +25,7 @@ pytest.importorskip("pyspark")
 from oncelog import Admin, Consumer, NewTopic, TopicPartition
 from oncelog.server.embedded import EmbeddedBroker
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 # An executor running one task attempt: unpickles the writer, sets the task context, writes.
 ATTEMPT = r"""
