@@ -6,7 +6,7 @@ on (default settings): the peak resident-set growth of a broker process during e
 Floods (each on a broker of its own, started fresh, so that one flood's peak is not another's):
 
 - ``pipelined``: 2 connections, each parks a long-poll Fetch (20 s, on an empty partition) and
-  pipelines 15 frames of 90 MB behind it, pushing for 4 s. Kafka reads no further than the
+  pipelines 15 frames of 90 MB behind it, until the broker takes nothing for 4 s. Kafka reads no further than the
   request in flight (it mutes the channel); a broker that reads on holds 1.4 GB a connection.
 - ``slow-readers``: 12 connections ask for a 48 MB partition (max bytes 55 MiB) and read
   nothing (a 64 KiB receive buffer). A broker that builds each response in memory holds a copy
@@ -34,24 +34,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from broker_process import BrokerProcess  # the tests' broker launcher
-from raw_wire import RawConnection, create_topics_request, fetch_request, produce
+from floods import MIB, api_versions, fill_partition, push, rss, slow_readers
+from raw_wire import RawConnection, create_topics_request, fetch_request
 
-from oncelog.protocol import ApiKey, encode_request, make, request_module
-from oncelog.records import build_batch
-
-MIB = 1024 * 1024
-
-
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
+from oncelog.protocol import encode_request
 
 
 class PeakSampler:
@@ -77,52 +69,10 @@ class PeakSampler:
         self._thread.join()
 
 
-def push(sock: socket.socket, data: bytes, seconds: float, times: int = 1) -> int:
-    """Send ``data`` ``times`` times, as much as the broker takes within ``seconds``: how
-    many bytes went."""
-    deadline = time.monotonic() + seconds
-    sent = 0
-    view = memoryview(data)
-    try:
-        for _ in range(times):
-            pos = 0
-            while pos < len(data):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return sent
-                sock.settimeout(left)
-                n = sock.send(view[pos:pos + MIB])
-                pos += n
-                sent += n
-    except (TimeoutError, ConnectionResetError, BrokenPipeError):
-        pass  # the broker stopped reading, or hung up
-    return sent
-
-
-def api_versions() -> bytes:
-    return encode_request(5, "flood", make(
-        request_module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest,
-        client_software_name="bench", client_software_version="1"))
-
-
 def answers(broker: BrokerProcess) -> bool:
     with RawConnection(broker.bootstrap_servers) as conn:
         conn.send(api_versions())
         return conn.read_frame() is not None
-
-
-def in_parallel(jobs: list[Callable[[], object]]) -> list[object]:
-    results: list[object] = [None] * len(jobs)
-
-    def run(i: int) -> None:
-        results[i] = jobs[i]()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 # -- the floods: each takes a started broker and returns a note on what happened -------------
@@ -138,31 +88,21 @@ def flood_pipelined(broker: BrokerProcess) -> str:
     try:
         for i, sock in enumerate(socks):
             sock.sendall(encode_request(i, "long-poll", poll))
-        taken = in_parallel([lambda s=sock: push(s, frame, 4.0, times=15) for sock in socks])
+        with ThreadPoolExecutor(len(socks)) as pool:
+            taken = sum(pool.map(lambda s: push(s, frame, 4.0, times=15), socks))
     finally:
         for sock in socks:
             sock.close()
-    return f"the broker took {sum(taken) / MIB:.0f} MiB of 2 x 1287 MiB sent"  # type: ignore
+    return f"the broker took {taken / MIB:.0f} MiB of 2 x 1287 MiB sent"
 
 
 def setup_slow_readers(broker: BrokerProcess) -> None:
-    with RawConnection(broker.bootstrap_servers) as conn:
-        assert conn.request(create_topics_request("big")).topics[0].error_code == 0
-        value = bytes(1_000_000)
-        for _ in range(48):
-            assert produce(conn, "big", 0, build_batch(
-                [(None, value, [], int(time.time() * 1000))])).error_code == 0
+    fill_partition(broker, "big", 48)
 
 
 def flood_slow_readers(broker: BrokerProcess) -> str:
-    readers = []
+    readers = slow_readers(broker, "big", 12, max_bytes=55 * MIB)
     try:
-        for i in range(12):
-            sock = socket.create_connection((broker.host, broker.port))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-            sock.sendall(encode_request(i, "slow", fetch_request("big", 0, 0,
-                                                                 max_bytes=55 * MIB)))
-            readers.append(sock)
         time.sleep(3.0)  # the broker reads the log and starts sending; the readers do not read
         answered = answers(broker)
     finally:
@@ -175,11 +115,12 @@ def flood_pre_auth(broker: BrokerProcess) -> str:
     frame = struct.pack(">i", 100 * MIB) + bytes(100 * MIB)
     socks = [socket.create_connection((broker.host, broker.port)) for _ in range(4)]
     try:
-        taken = in_parallel([lambda s=sock: push(s, frame, 4.0) for sock in socks])
+        with ThreadPoolExecutor(len(socks)) as pool:
+            taken = sum(pool.map(lambda s: push(s, frame, 4.0), socks))
     finally:
         for sock in socks:
             sock.close()
-    return f"the broker took {sum(taken) / MIB:.0f} MiB of 4 x 100 MiB sent"  # type: ignore
+    return f"the broker took {taken / MIB:.0f} MiB of 4 x 100 MiB sent"
 
 
 @dataclasses.dataclass

@@ -15,37 +15,10 @@ from pathlib import Path
 import pytest
 from broker_process import BrokerProcess
 from conftest import wait_until
-from raw_wire import RawConnection, create_topics_request, fetch_request, produce
+from floods import MIB, api_versions, fill_partition, push, rss, slow_readers
+from raw_wire import RawConnection, create_topics_request, fetch_request
 
 from oncelog.protocol import ApiKey, encode_request, make, request_module
-from oncelog.records import build_batch
-
-MIB = 1024 * 1024
-
-
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def api_versions() -> bytes:
-    return encode_request(5, "limits", make(
-        request_module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest,
-        client_software_name="t", client_software_version="1"))
-
-
-def push(sock: socket.socket, data: bytes, timeout: float = 2.0) -> int:
-    """Send as much of ``data`` as the broker takes within ``timeout``: how much went."""
-    sock.settimeout(timeout)
-    sent = 0
-    try:
-        while sent < len(data):
-            sent += sock.send(data[sent:sent + MIB])
-    except (TimeoutError, ConnectionResetError, BrokenPipeError):
-        pass  # the broker stopped reading, or hung up
-    return sent
 
 
 def test_one_request_in_flight_per_connection(tmp_path):
@@ -159,20 +132,9 @@ def test_slow_readers_hold_a_chunk_each_not_their_responses(tmp_path):
     segment file and go out a chunk at a time as a reader drains them (each held a copy of its
     whole response: 691 MB for twelve)."""
     with BrokerProcess(tmp_path / "data") as broker:
-        with RawConnection(broker.bootstrap_servers) as conn:
-            assert conn.request(create_topics_request("big")).topics[0].error_code == 0
-            value = bytes(1_000_000)
-            for _ in range(48):
-                assert produce(conn, "big", 0, build_batch(
-                    [(None, value, [], int(time.time() * 1000))])).error_code == 0
+        fill_partition(broker, "big", 48)
         before = rss(broker.proc.pid)
-        readers = []
-        for i in range(12):
-            sock = socket.create_connection((broker.host, broker.port))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-            sock.sendall(encode_request(i, "slow", fetch_request("big", 0, 0,
-                                                                 max_bytes=55 * MIB)))
-            readers.append(sock)
+        readers = slow_readers(broker, "big", 12, max_bytes=55 * MIB)
         with RawConnection(broker.bootstrap_servers) as conn:  # the broker answers meanwhile
             conn.send(api_versions())
             assert conn.read_frame() is not None
