@@ -6,7 +6,6 @@ the high watermark while an ISR change is being written."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from types import SimpleNamespace
 
@@ -21,15 +20,16 @@ TOPIC = "t"
 
 
 class HeldStore:
-    """ClusterStore's update_partition_state, answered only once ``release`` is set."""
+    """The metadata's alter_partition (the state znode's conditional write in ZooKeeper),
+    answered only once ``release`` is set."""
 
     def __init__(self) -> None:
-        self.release = threading.Event()
+        self.release = asyncio.Event()
         self.written: list[LeaderAndIsr] = []
 
-    def update_partition_state(self, topic, partition, state, expected_version, **_kw):
+    async def alter_partition(self, topic, partition, state, expected_version):
         self.written.append(state)
-        self.release.wait(10)
+        await asyncio.wait_for(self.release.wait(), 10)
         return expected_version + 1
 
 
@@ -51,10 +51,10 @@ def append(replica, n: int) -> int:
 def test_the_high_watermark_counts_a_replica_while_it_is_being_added_to_the_isr(tmp_path):
     async def main() -> None:
         config = BrokerConfig({"node.id": "1"})
-        broker = SimpleNamespace(node_id=1, config=config,
-                                 topics=TopicManager(tmp_path, config, now_ms(), replicated=True))
         store = HeldStore()
-        rm = ReplicaManager(broker, store)
+        broker = SimpleNamespace(node_id=1, config=config, metadata=store,
+                                 topics=TopicManager(tmp_path, config, now_ms()))
+        rm = ReplicaManager(broker)
         rm.apply(view(isr=(1, 2)))  # broker 1 leads, 3 is out of the ISR
         r = rm.leader_replica(TOPIC, 0)
         end = append(r, 10)

@@ -116,15 +116,15 @@ _SECURITY: dict[int, tuple[int, int]] = {
 }
 
 
-# Cluster mode only (server/replication.py): followers (v3+ names the replica) and clients
-# (KIP-320, v2+) ask where a leader epoch ends. A single node has one epoch and does not offer it.
-CLUSTER_ONLY: dict[int, tuple[int, int]] = {
+# Replication (server/replication.py): followers (v3+ names the replica) and clients (KIP-320,
+# v2+) ask where a leader epoch ends.
+_REPLICATION: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
 
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS,
-                                                  **_SECURITY}
+                                                  **_SECURITY, **_REPLICATION}
 
 # KIP-890: the versions that mean "transaction version 2". A broker whose transaction.version
 # feature is below 2 does not offer them, so every client uses the older protocol with it.
@@ -136,13 +136,9 @@ TRANSACTION_V2_VERSIONS: dict[int, int] = {
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 
-def supported_versions(transaction_version: int = 2, cluster: bool = False
-                       ) -> dict[int, tuple[int, int]]:
-    """The versions a broker with this transaction.version feature level offers (and, in
-    cluster mode, the replication APIs)."""
+def supported_versions(transaction_version: int = 2) -> dict[int, tuple[int, int]]:
+    """The versions a broker with this transaction.version feature level offers."""
     out = dict(SUPPORTED_VERSIONS)
-    if cluster:
-        out.update(CLUSTER_ONLY)
     if transaction_version >= 2:
         return out
     for key, first_v2 in TRANSACTION_V2_VERSIONS.items():

@@ -11,29 +11,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from .. import protocol
 from ..log.preallocator import Preallocator
-from ..protocol import ApiKey, ProtocolError, RequestHeader
+from ..protocol import ApiKey, ProtocolError
 from ..protocol.apis import TRANSACTION_VERSION_FEATURE, supported_versions
 from ..protocol.error_response import error_response
 from .clock import now_ms
 from .config import BrokerConfig
+from .context import CloseConnection, RequestContext, Session
 from .dir_lock import DataDirLock
 from .fetch_sessions import FetchSessionCache
 from .group_service import GroupService
-from .producer_ids import ClusterProducerIds, ProducerIdManager
+from .metadata import Metadata, ProducerIds
+from .metadata_local import LocalMetadata
+from .replication import ReplicaManager
 from .security_service import PRE_AUTHENTICATION, Security
 from .topics import TopicManager
-
-if TYPE_CHECKING:
-    from .cluster_member import ClusterMember
-    from .replication import ReplicaManager
 from .txn_service import TxnService
 from .txn_verification import TxnVerifier
 
@@ -44,38 +41,6 @@ log = logging.getLogger("oncelog.broker")
 LARGE_REQUEST_BYTES = 1 << 20
 
 INITIAL_TASK_DELAY_MS = 30_000  # Kafka's LogManager.InitialTaskDelayMs
-
-
-class CloseConnection(Exception):
-    """The request cannot be answered; Kafka's answer is to close the connection."""
-
-
-@dataclass
-class Session:
-    """One connection's security state: who it is once SASL says so."""
-
-    principal: str = "User:ANONYMOUS"
-    authenticated: bool = True
-    mechanism: str | None = None
-    sasl: object | None = None  # the SASL server mechanism under way
-    raw_tokens: bool = False  # SaslHandshake v0: the next frames are bare SASL tokens
-    close_after_response: bool = False
-
-
-@dataclass(frozen=True)
-class RequestContext:
-    header: RequestHeader
-    client_address: str
-    # None: the broker's own in-process requests (markers, verification): always allowed.
-    session: Session | None = None
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-    @property
-    def host(self) -> str:
-        return self.client_address.rsplit(":", 1)[0]
 
 
 class Broker:
@@ -98,29 +63,25 @@ class Broker:
         self.port = port  # the advertised port; set by the server once bound
         self.cluster_id = self._load_cluster_id()
         self.transaction_version = self.config.int("transaction.version")
-        # Cluster mode (docs/cluster.md): ZooKeeper says which partitions this broker hosts
-        # and leads; server/replication.py replicates them.
-        clustered = bool(self.config.get("zookeeper.connect"))
-        self.supported_versions = supported_versions(self.transaction_version, clustered)
+        self.supported_versions = supported_versions(self.transaction_version)
         self.preallocator = Preallocator()
-        self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator,
-                                   replicated=clustered)
-        self.replication: ReplicaManager | None = None  # set by the cluster member
-        self.cluster: ClusterMember | None = None
-        if clustered:
-            from .cluster_member import ClusterMember
-
-            self.cluster = ClusterMember(self)
-            self.producer_ids: ProducerIdManager | ClusterProducerIds = ClusterProducerIds(self)
-        else:
-            self.producer_ids = ProducerIdManager(self.data_dir)
+        self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator)
         self.fetch_sessions = FetchSessionCache()
+        # A single node is a cluster of one (server/metadata_local.py); with
+        # zookeeper.connect, a broker of a ZooKeeper-coordinated cluster (docs/cluster.md).
+        # The same code runs either way: the replica manager leads and follows partitions as
+        # the metadata's view says, the coordinators follow their partitions' leadership.
+        self.metadata: Metadata
+        if self.config.get("zookeeper.connect"):
+            from .metadata_zk import ZkMetadata  # kazoo is loaded only when it is needed
+
+            self.metadata = ZkMetadata(self)
+        else:
+            self.metadata = LocalMetadata(self)
+        self.replication = ReplicaManager(self)
+        self.producer_ids = ProducerIds(self.metadata)
         self.txn_coordinator = TxnService(self)
-        if self.cluster is None:  # cluster mode: loaded per partition on becoming its leader
-            self.txn_coordinator.load()
         self.group_coordinator = GroupService(self)
-        if self.cluster is None:
-            self.group_coordinator.load()
         self.txn_verifier = TxnVerifier(self)
         self.security = Security(self.config, self.data_dir)
         self._maintenance_task: asyncio.Task | None = None
@@ -183,9 +144,8 @@ class Broker:
             )
         if supported is None:
             raise CloseConnection(f"unknown api key {api_key}")
-        if self.cluster is not None and self.cluster.view is None \
-                and api_key != ApiKey.API_VERSIONS:
-            # Cluster mode: bound and registering, but without the cluster's view yet.
+        if self.metadata.view is None and api_key != ApiKey.API_VERSIONS:
+            # Bound and registering, but without the cluster's view yet.
             raise CloseConnection(f"{protocol.API_NAMES[api_key]} before this broker joined "
                                   "the cluster")
         if not session.authenticated and api_key not in PRE_AUTHENTICATION:
@@ -251,11 +211,12 @@ class Broker:
     # -- maintenance --------------------------------------------------------------------------
 
     async def join_cluster(self) -> None:
-        """Once the socket is bound: the lock file names the address, and in cluster mode the
-        address is registered."""
+        """Once the socket is bound: the lock file names the address, the broker joins its
+        cluster (registers; a cluster of one elects itself) and takes up the roles the first
+        view gives it, its coordinators loading the partitions it leads."""
         self.dir_lock.record_address(self.host, self.port)
-        if self.cluster is not None:
-            await self.cluster.start()
+        self.replication.start()
+        await self.metadata.start()
 
     def start_maintenance(self, interval_s: float = 1.0) -> None:
         self._maintenance_task = asyncio.get_running_loop().create_task(
@@ -298,8 +259,8 @@ class Broker:
             self._maintenance_task.cancel()
         if self._retention_task is not None:
             self._retention_task.cancel()
-        if self.cluster is not None:
-            self.cluster.close()
+        self.metadata.close()
+        self.replication.close()
         self.txn_verifier.close()
         self.txn_coordinator.close()
         self.group_coordinator.close()

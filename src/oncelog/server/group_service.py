@@ -1,12 +1,16 @@
 """The group coordinator's IO: carries out what group/coordinator.py decides.
 
+The group coordinator owns the groups of the ``__consumer_offsets`` partitions this broker
+leads: the coordinator runtime (server/coordinator_runtime.py) loads a partition on becoming its
+leader and unloads it (its groups forgotten, their members told NOT_COORDINATOR) on losing it.
+
 JoinGroup and SyncGroup answers that wait for a rebalance are futures, resolved when the core
 says so (``RespondJoin`` / ``RespondSync``); a timer ticks the core for session expiry and due
 rebalances. Offsets and group metadata are appended to the group's partition of
 ``__consumer_offsets`` (Kafka's ``abs(hash(group)) % offsets.topic.num.partitions``); a
 TxnOffsetCommit is appended as a transactional batch of the producer (its epoch checked by the
 log), and its offsets stay pending until handlers/txn_markers.py reports the transaction's
-marker on that partition. At startup the log is replayed, markers included.
+marker on that partition. A partition is replayed when loaded, markers included.
 """
 
 from __future__ import annotations
@@ -36,17 +40,15 @@ from ..group.log_format import (
     encode_key,
     encode_offset,
 )
-from ..log import LogAppendError, LogWriteError
-from ..records import build_batch, split_batches
+from ..records import build_batch
 from ..records.batch import CONTROL_COMMIT, parse_control_record
 from .clock import now_ms
-from .replication import ReplicationError
+from .coordinator_runtime import AppendError, CoordinatorRuntime
 from .topics import CONSUMER_OFFSETS, coordinator_partition
 
 log = logging.getLogger("oncelog.group")
 
 TICK_S = 0.1
-REPLICATION_TIMEOUT_MS = 30_000
 TP = tuple[str, int]
 
 
@@ -59,24 +61,34 @@ class GroupService:
             max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
             max_group_size=cfg.int("group.max.size"))
-        # Cluster mode: the __consumer_offsets partitions this broker leads (and so
-        # coordinates), loaded when it became their leader; where each one's last append
-        # ended (an offset commit waits for its replication).
-        self.owned: set[int] = set()
+        # The __consumer_offsets partitions this broker leads (and so coordinates) are the
+        # runtime's shards; where each one's last append ended (an offset commit waits for
+        # its replication).
+        self.runtime = CoordinatorRuntime(broker, CONSUMER_OFFSETS, load=self._load,
+                                          unload=self._unload)
         self._appended_end: dict[int, int] = {}
         self._joins: dict[tuple[str, str], asyncio.Future] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future] = {}
-        self._timer: asyncio.Task | None = None
 
-    # -- startup ------------------------------------------------------------------------------
+    # -- loading the partitions this broker leads ---------------------------------------------
 
-    def load(self) -> None:
-        topic = self.broker.topics.get(CONSUMER_OFFSETS)
-        if topic is None:
-            return
-        for p in topic.partitions:
-            self._load_partition(p, topic.partition_count)
-        log.info("group coordinator loaded %d groups", len(self.core.groups))
+    def _load(self, index: int, p, _epoch: int) -> bool:
+        self._load_partition(p, self.runtime.partition_count() or 1)
+        log.info("group coordinator for %s-%d: %d groups in all", CONSUMER_OFFSETS, index,
+                 len(self.core.groups))
+        return True
+
+    def _unload(self, index: int, _shard) -> None:
+        """Leadership lost: the partition's groups are forgotten; their members waiting for a
+        rebalance are told NOT_COORDINATOR and find the new coordinator."""
+        n = self.runtime.partition_count() or 1
+        mine = {g for g in self.core.groups if coordinator_partition(g, n) == index}
+        for g in mine:
+            self.core.groups.pop(g, None)
+        for (g, _m), fut in [*self._joins.items(), *self._syncs.items()]:
+            if g in mine and not fut.done():
+                fut.cancel()
+        self._appended_end.pop(index, None)
 
     def _load_partition(self, p, n: int) -> None:
         """Replay one partition of __consumer_offsets (markers included)."""
@@ -101,82 +113,36 @@ class GroupService:
                     log.error("skipping a bad record at %s-%d offset %d: %s",
                               CONSUMER_OFFSETS, p.index, r.offset, exc)
 
-    # -- cluster mode: coordinating the partitions this broker leads --------------------------
-
-    def on_leadership(self, topic: str, index: int, is_leader: bool, _epoch: int) -> None:
-        """The replica manager's news: load a __consumer_offsets partition on becoming its
-        leader, forget its groups on losing it (their members are told NOT_COORDINATOR and
-        find the new coordinator)."""
-        if topic != CONSUMER_OFFSETS:
-            return
-        t = self.broker.topics.get(CONSUMER_OFFSETS)
-        n = t.partition_count if t else 1
-        mine = {g for g in self.core.groups if coordinator_partition(g, n) == index}
-        for g in mine:
-            self.core.groups.pop(g, None)
-        for (g, _m), fut in [*self._joins.items(), *self._syncs.items()]:
-            if g in mine and not fut.done():
-                fut.cancel()
-        self.owned.discard(index)
-        self._appended_end.pop(index, None)
-        if is_leader and t is not None:
-            p = t.hosted(index)
-            if p is not None:
-                self._load_partition(p, n)
-                self.owned.add(index)
-
     def not_coordinator(self, group_id: str) -> str | None:
-        """Cluster mode: NOT_COORDINATOR unless this broker leads the group's partition."""
-        if self.broker.cluster is None:
-            return None
-        index = self.partition_index(group_id)
-        return "not_coordinator" if index is None or index not in self.owned else None
+        """NOT_COORDINATOR unless this broker leads the group's partition."""
+        index = self.partition_index(group_id, create=True)
+        return "not_coordinator" if index is None or index not in self.runtime.shards else None
 
     def partition_index(self, group_id: str, *, create: bool = False) -> int | None:
         """The group's partition of ``__consumer_offsets`` (Kafka's abs(hash) % its partition
-        count). A single node creates the topic on first use; in cluster mode None until the
-        cluster has it (its creation is asked for with ``create``)."""
-        cluster = self.broker.cluster
-        if cluster is None:
-            n = self.broker.topics.ensure_internal(CONSUMER_OFFSETS, now_ms()).partition_count
-        else:
-            n = cluster.internal_partition_count(CONSUMER_OFFSETS)
-            if n is None:
-                if create:
-                    cluster.request_internal_topic(CONSUMER_OFFSETS)
-                return None
-        return coordinator_partition(group_id, n)
+        count); None until the topic exists (its creation is asked for with ``create``)."""
+        return self.runtime.partition_of(group_id, create=create)
 
     async def replicated(self, group_id: str) -> str | None:
-        """Cluster mode: wait until what was appended for the group is on the whole ISR
-        (Kafka appends offsets with acks=all)."""
-        replication = self.broker.replication
-        if replication is None:
+        """Wait until what was appended for the group is on the whole ISR (Kafka appends
+        offsets with acks=all)."""
+        index = self.partition_index(group_id)
+        end = self._appended_end.get(index) if index is not None else None
+        if index is None or end is None:
             return None
-        p = self._partition(group_id)
-        end = self._appended_end.get(p.index)
-        if end is None:
-            return None
-        try:
-            r = replication.leader_replica(CONSUMER_OFFSETS, p.index)
-        except ReplicationError:
-            return "not_coordinator"
-        err = await replication.wait_replicated(r, end, REPLICATION_TIMEOUT_MS)
+        err = await self.runtime.replicated(index, end)
         if err == "not_leader_or_follower":
             return "not_coordinator"
         return "coordinator_not_available" if err else None
 
     def start(self) -> None:
-        self._timer = asyncio.get_running_loop().create_task(self._ticks())
+        self.runtime.every(TICK_S, self._tick)
 
-    async def _ticks(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            self.execute(self.core.tick(now_ms()))
+    def _tick(self) -> None:
+        self.execute(self.core.tick(now_ms()))
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self.runtime.close()
         for fut in [*self._joins.values(), *self._syncs.values()]:
             fut.cancel()
 
@@ -202,8 +168,8 @@ class GroupService:
 
     def _partition(self, group_id: str):
         index = self.partition_index(group_id)
-        t = self.broker.topics.get(CONSUMER_OFFSETS)
-        p = t.hosted(index) if t is not None and index is not None else None
+        p = self.broker.topics.partition(CONSUMER_OFFSETS, index) if index is not None \
+            else None
         if p is None:
             raise LookupError(f"this broker does not host the partition of group {group_id}")
         return p
@@ -228,27 +194,21 @@ class GroupService:
         else:
             data = bytearray(build_batch(records, producer_id=producer[0],
                                          producer_epoch=producer[1], is_transactional=True))
-        replica = None
-        try:
-            partition = self._partition(e.group_id)
-            if self.broker.replication is not None:
-                replica = self.broker.replication.leader_replica(CONSUMER_OFFSETS,
-                                                                 partition.index)
-        except (LookupError, ReplicationError):
+        index = self.partition_index(e.group_id)
+        if index is None:
             return "not_coordinator"
         try:
-            result = partition.log.append(
-                data, split_batches(data), now, verification=verification,
-                require_verification=require_verification,
-                leader_epoch=replica.leader_epoch if replica is not None else None)
-            self._appended_end[partition.index] = result.last_offset + 1
-            if replica is not None:
-                self.broker.replication.appended(replica)
-        except LogAppendError as exc:
+            # The one append path's local half; commits then wait for the ISR (replicated).
+            _replica, result = self.runtime.append_now(
+                index, data, verification=verification,
+                require_verification=require_verification)
+        except AppendError as exc:
+            if exc.error_name in ("not_leader_or_follower", "unknown_topic_or_partition"):
+                return "not_coordinator"
+            if exc.error_name == "kafka_storage_error":
+                log.error("__consumer_offsets write for group %r failed: %s", e.group_id, exc)
             return exc.error_name
-        except LogWriteError as exc:
-            log.error("__consumer_offsets write for group %r failed: %s", e.group_id, exc)
-            return "kafka_storage_error"
+        self._appended_end[index] = result.last_offset + 1
         return None
 
     # -- requests -----------------------------------------------------------------------------
@@ -321,8 +281,7 @@ class GroupService:
 
     def complete_txn_offsets(self, partition_index: int, producer_id: int, commit: bool) -> None:
         """The transaction's marker is on this ``__consumer_offsets`` partition."""
-        topic = self.broker.topics.get(CONSUMER_OFFSETS)
-        n = topic.partition_count if topic else 1
+        n = self.runtime.partition_count() or 1
         groups = [g for g in self.core.groups if coordinator_partition(g, n) == partition_index]
         self.core.complete_txn_offsets(groups, producer_id, commit)
 

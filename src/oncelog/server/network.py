@@ -15,7 +15,8 @@ import struct
 import time
 
 from ..records.region import FileRegion
-from .broker import Broker, CloseConnection
+from .broker import Broker
+from .context import CloseConnection
 from .metrics import start_metrics_server
 
 log = logging.getLogger("oncelog.network")

@@ -1,14 +1,15 @@
-"""Replication in cluster mode: Kafka's ISR protocol for the partitions this broker hosts.
+"""The replica manager: Kafka's ISR protocol for the partitions this broker hosts, and the one
+append path.
 
-``ReplicaManager`` follows the cluster view (ZooKeeper, through cluster/zk.py's watches) on the
-broker's event loop. For every partition whose replicas include this broker it keeps a
+``ReplicaManager`` follows the cluster view (server/metadata.py: the data directory on a single
+node, which is a cluster of one; ZooKeeper's watches in a cluster) on the broker's event loop. For every partition whose replicas include this broker it keeps a
 ``Replica``: its role (leader or follower) at the partition's leader epoch, and
 
 - as leader: each follower's log end offset (from its fetches), when it last caught up, the
   high watermark (the smallest log end offset of the ISR), the acks=all produce requests waiting
   for it, ISR shrink (a follower not caught up for ``replica.lag.time.max.ms``) and expansion (a
-  follower that reached the high watermark), written to the partition's state znode on the
-  condition of its version;
+  follower that reached the high watermark), written through the metadata (the partition's
+  state znode in ZooKeeper) on the condition of its version;
 - as follower: a fetcher per leader broker that first truncates the log where it diverges from
   the leader's (OffsetForLeaderEpoch), then fetches from its log end offset, appends the leader's
   batches unchanged (log/log.py rebuilds producer state, transactions and the aborted-transaction
@@ -17,6 +18,12 @@ broker's event loop. For every partition whose replicas include this broker it k
 Leadership changes arrive as new views; a replica that stops being leader fails its waiting
 acks=all requests with NOT_LEADER_OR_FOLLOWER. ``listeners`` hear of leadership gained and lost
 (the coordinators follow their partitions).
+
+``append_records`` is Kafka's ``ReplicaManager.appendRecords``: produce, the transaction markers,
+the transaction log and the offsets topic all append through it. It appends on the leader (the
+partition's leader epoch stamped into the batches), moves the high watermark, and with
+``required_acks=-1`` completes when the ISR has the records -- at once when the ISR is the
+leader alone.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..log import LogAppendError, LogWriteError
 from ..protocol import ApiKey, make, request_module
 from .clock import now_ms
 from .interbroker import ChannelError, InterBrokerClient
@@ -85,10 +93,22 @@ class ReplicationError(Exception):
         self.error_name = error_name
 
 
+class AppendError(Exception):
+    """An append refused or failed; ``error_name`` is the Kafka error code's name."""
+
+    def __init__(self, error_name: str, message: str) -> None:
+        super().__init__(message)
+        self.error_name = error_name
+
+
+# What an append writes, given the partition's log and the leader epoch to stamp: a
+# PartitionLog.append or append_marker call (their AppendResult).
+Write = Callable[[Any, int], Any]
+
+
 class ReplicaManager:
-    def __init__(self, broker, store) -> None:
+    def __init__(self, broker) -> None:
         self.broker = broker
-        self.store = store  # cluster/zk.py ClusterStore (blocking: called in worker threads)
         self.node_id: int = broker.node_id
         cfg = broker.config
         self.lag_ms = cfg.int("replica.lag.time.max.ms")
@@ -256,6 +276,66 @@ class ReplicaManager:
                                    f"{len(r.isr)} in-sync replicas of {r.partition.topic}-"
                                    f"{r.partition.index}, min.insync.replicas is {need}")
 
+    def append_local(self, topic: str, index: int, write: Write, *, required_acks: int,
+                     check_min_isr: bool = True) -> tuple[Replica, Any]:
+        """Kafka's appendToLocalLog for one partition: this broker must lead it (and, for
+        acks=all, have min.insync.replicas in the ISR unless ``check_min_isr`` is off: the
+        transaction markers, which must land wherever the data did); ``write`` appends at
+        the leader epoch. (replica, AppendResult); raises AppendError."""
+        try:
+            r = self.leader_replica(topic, index)
+            if required_acks == -1 and check_min_isr:
+                self.check_enough_replicas(r)
+        except ReplicationError as exc:
+            raise AppendError(exc.error_name, str(exc)) from None
+        try:
+            result = write(r.log, r.leader_epoch)
+        except LogAppendError as exc:
+            raise AppendError(exc.error_name, str(exc)) from None
+        except LogWriteError as exc:
+            log.error("append to %s-%d failed: %s", topic, index, exc)
+            raise AppendError("kafka_storage_error",
+                              f"the log could not be written: {exc}") from None
+        if not getattr(result, "duplicate", False):
+            self.appended(r)
+        return r, result
+
+    async def append_records(self, writes: dict[TP, Write], *, required_acks: int,
+                             timeout_ms: int, check_min_isr: bool = True) -> dict[TP, Any]:
+        """Kafka's appendRecords: every partition's write on the leader first (in one turn of
+        the event loop, nothing awaited in between), then, for acks=all, the wait until the
+        ISR has each (the high watermark passed it) or ``timeout_ms`` ran out. Per partition:
+        its AppendResult, or the AppendError that stopped it."""
+        out: dict[TP, Any] = {}
+        waits: dict[TP, Any] = {}
+        for tp, write in writes.items():
+            try:
+                r, result = self.append_local(tp[0], tp[1], write,
+                                              required_acks=required_acks,
+                                              check_min_isr=check_min_isr)
+            except AppendError as exc:
+                out[tp] = exc
+                continue
+            out[tp] = result
+            if required_acks == -1:
+                waits[tp] = self.wait_replicated(r, result.last_offset + 1, timeout_ms)
+        if waits:
+            errors = await asyncio.gather(*waits.values())
+            for tp, err in zip(waits, errors, strict=True):
+                if err is not None:
+                    out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err}")
+        return out
+
+    async def append(self, topic: str, index: int, write: Write, *, required_acks: int = -1,
+                     timeout_ms: int = 30_000) -> Any:
+        """One partition's append_records: its AppendResult; raises AppendError."""
+        result = (await self.append_records({(topic, index): write},
+                                            required_acks=required_acks,
+                                            timeout_ms=timeout_ms))[(topic, index)]
+        if isinstance(result, AppendError):
+            raise result
+        return result
+
     def appended(self, r: Replica) -> None:
         """The leader appended: followers' long polls wake up; with a lone ISR the high
         watermark moves now."""
@@ -352,14 +432,12 @@ class ReplicaManager:
                     self._change_isr(r, tuple(x for x in r.isr if x not in lagging))
 
     def _change_isr(self, r: Replica, isr: tuple[int, ...]) -> None:
-        """Write the new ISR to the partition's state znode (on the condition of its version);
-        the watch brings it back as a new view."""
+        """Write the new ISR through the metadata (Kafka's AlterPartition; the partition's
+        state znode, on the condition of its version); it comes back as a new view."""
         if r.isr_change_in_flight or isr == r.isr or not isr:
             return
         r.isr_change_in_flight = True
         r.pending_isr = isr
-        from kazoo.exceptions import KazooException
-
         from ..cluster.zk import LeaderAndIsr
 
         state = LeaderAndIsr(self.node_id, r.leader_epoch, isr, r.controller_epoch)
@@ -368,9 +446,9 @@ class ReplicaManager:
 
         async def write() -> None:
             try:
-                version = await asyncio.to_thread(self.store.update_partition_state, topic,
-                                                  index, state, expected)
-            except (KazooException, OSError) as exc:  # ZooKeeper away: next time, again
+                version = await self.broker.metadata.alter_partition(topic, index, state,
+                                                                     expected)
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper away: next time, again
                 log.warning("%s-%d: ISR change to %s failed: %r", topic, index, isr, exc)
                 version = None
             finally:

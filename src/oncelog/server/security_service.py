@@ -19,6 +19,7 @@ from ..protocol import ApiKey
 from ..security.acls import Authorizer
 from ..security.sasl import AuthenticationFailed, server_for
 from ..security.users import load_users, scram_credentials
+from .context import CloseConnection
 
 log = logging.getLogger("oncelog.security")
 
@@ -92,7 +93,6 @@ class Security:
         """SaslHandshake v0: a bare token in, a bare token out (or the connection closes)."""
         error, message, answer = await self.authenticate(session, frame, peer)
         if error is not None:
-            from .broker import CloseConnection
 
             raise CloseConnection(f"SASL authentication failed: {message}")
         return [_SIZE.pack(len(answer)), answer]

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..log import PartitionLog
+from ..log.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
+from ..log.log import HIGH_WATERMARK_FILE
 from ..log.preallocator import Preallocator
 from ..log.segment import os_error_name
 from .config import BrokerConfig, ConfigError, validate_topic_configs
@@ -93,8 +95,8 @@ class Topic:
     name: str
     topic_id: uuid.UUID
     configs: dict[str, str]
-    # The partitions this broker hosts: all of them on a single node; in cluster mode those
-    # whose replicas include this broker (``partition_count`` is the topic's size).
+    # The partitions this broker hosts: those whose replicas include this broker (all of them
+    # on a cluster of one; ``partition_count`` is the topic's size).
     partitions: list[Partition]
     partition_count: int = -1
 
@@ -107,7 +109,10 @@ class Topic:
         return self.name in INTERNAL_TOPICS
 
     def hosted(self, index: int) -> Partition | None:
-        for p in self.partitions:
+        parts = self.partitions
+        if 0 <= index < len(parts) and parts[index].index == index:
+            return parts[index]  # every partition hosted here (a cluster of one): no search
+        for p in parts:
             if p.index == index:
                 return p
         return None
@@ -115,10 +120,10 @@ class Topic:
 
 class TopicManager:
     def __init__(self, data_dir: Path, config: BrokerConfig, now_ms: int,
-                 preallocator: Preallocator | None = None, replicated: bool = False) -> None:
-        # Cluster mode: logs keep a high watermark of their own (log/log.py), and a topic's
-        # local metadata records which of its partitions this broker hosts.
-        self.replicated = replicated
+                 preallocator: Preallocator | None = None) -> None:
+        # Every log is a replica (a single node is a cluster of one): it keeps a high watermark
+        # of its own and a leader epoch cache (log/log.py), and a topic's local metadata
+        # records which of its partitions this broker hosts.
         self.data_dir = Path(data_dir)
         self.config = config
         self.preallocator = preallocator
@@ -153,25 +158,22 @@ class TopicManager:
                     shutil.rmtree(path, ignore_errors=True)
 
     def _open_log(self, name: str, index: int, log_config, now_ms: int) -> PartitionLog:
-        if self.replicated:
-            return PartitionLog(self.data_dir / f"{name}-{index}", log_config, now_ms,
-                                self.preallocator, replicated=True)
-        return PartitionLog(self.data_dir / f"{name}-{index}", log_config, now_ms,
-                            self.preallocator)
+        directory = self.data_dir / f"{name}-{index}"
+        if directory.is_dir() and not (directory / HIGH_WATERMARK_FILE).exists() \
+                and not (directory / CHECKPOINT_FILE).exists():
+            # A log written before a single node was a cluster of one: its batches carry the
+            # leader epochs the producers sent (-1, or anything), not a leader's. An empty
+            # checkpoint keeps the log from rebuilding its epochs out of them.
+            LeaderEpochCache(directory / CHECKPOINT_FILE).flush()
+        return PartitionLog(directory, log_config, now_ms, self.preallocator, replicated=True)
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        """The partition if this broker hosts it (a replica of it, in cluster mode)."""
+        """The partition if this broker hosts it (is one of its replicas)."""
         t = self.topics.get(topic)
-        if t is None:
-            return None
-        if self.replicated:
-            return t.hosted(index)
-        if not 0 <= index < len(t.partitions):
-            return None
-        return t.partitions[index]
+        return None if t is None else t.hosted(index)
 
     def all_partitions(self):
         for t in self.topics.values():
@@ -222,7 +224,7 @@ class TopicManager:
 
     def host(self, name: str, topic_id: uuid.UUID, partition_count: int,
              configs: dict[str, str], hosted: set[int], now_ms: int) -> Topic:
-        """Cluster mode: make the local copy of a topic of the cluster (from ZooKeeper) host
+        """Make the local copy of a topic of the cluster (from the metadata view) host
         exactly ``hosted`` of its partitions, opening logs for new replicas and deleting those
         no longer assigned here. A local topic of the same name but another id (deleted and
         created again while this broker was away) is replaced."""
@@ -258,22 +260,9 @@ class TopicManager:
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
-    def ensure_internal(self, name: str, now_ms: int) -> Topic:
-        """The internal topic ``name`` (created on first use, as Kafka does when the first
-        FindCoordinator arrives), with its partition count and segment size from the broker
-        settings ``<prefix>.num.partitions`` / ``<prefix>.segment.bytes``."""
-        topic = self.topics.get(name)
-        if topic is not None:
-            return topic
-        prefix = {CONSUMER_OFFSETS: "offsets.topic",
-                  TRANSACTION_STATE: "transaction.state.log"}[name]
-        return self.create(name, self.config.int(f"{prefix}.num.partitions"),
-                           {"segment.bytes": str(self.config.int(f"{prefix}.segment.bytes"))},
-                           now_ms, internal=True)
-
     def delete(self, name: str, force: bool = False) -> None:
-        """Delete a topic and its logs (``force``: internal ones too: in cluster mode the
-        cluster decides)."""
+        """Delete a topic and its logs (``force``: internal ones too: the metadata
+        decides)."""
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")

@@ -1,29 +1,30 @@
 """The transaction coordinator's IO: carries out what txn/coordinator.py decides.
 
-- ``WriteTxnLog``: append the transactional id's record to its partition of
-  ``__transaction_state`` (Kafka's ``abs(hash) % transaction.state.log.num.partitions``);
-- ``SendMarkers``: a WriteTxnMarkers request per transaction and partition leader (on a single
-  node, or for partitions this broker leads, in process through the same handler a remote
-  coordinator's request reaches: server/handlers/txn_markers.py), retried for the partitions
-  that could not take it yet, until every marker is written; then the transaction completes.
+Each ``__transaction_state`` partition this broker leads has a coordinator core of its own,
+loaded by the coordinator runtime (server/coordinator_runtime.py) when the broker becomes the
+partition's leader: the partition is replayed and PrepareCommit / PrepareAbort left by the
+previous coordinator are rolled forward (spec 000, "Transaction Coordinator Startup"). The
+core's coordinator epoch is the partition's leader epoch, so markers of an earlier coordinator
+(an earlier leader, or an earlier run of a single node) are fenced.
 
-At startup the coordinator epoch is bumped (persisted in the data directory, so markers from
-this incarnation outrank those of any earlier one) and the transaction log is replayed;
-PrepareCommit / PrepareAbort left by the previous run are rolled forward. A timer aborts
-transactions past their timeout and expires idle transactional ids.
+- ``WriteTxnLog``: append the transactional id's record to its partition (Kafka's
+  ``abs(hash) % transaction.state.log.num.partitions``) through the one append path, acks=all;
+- ``SendMarkers``: a WriteTxnMarkers request per transaction and partition leader (in process,
+  through the same handler a remote coordinator's request reaches, when this broker leads the
+  partition: server/handlers/txn_markers.py), retried for the partitions that could not take it
+  yet, until every marker is written; then the transaction completes.
+
+A timer aborts transactions past their timeout and expires idle transactional ids.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
-from ..log import LogAppendError, LogWriteError
 from ..protocol import ApiKey, RequestHeader, make, request_module
-from ..records import build_batch, split_batches
+from ..records import build_batch
 from ..txn.coordinator import Effect, Pause, SendMarkers, TransactionCoordinator, WriteTxnLog
 from ..txn.log_format import (
     TxnLogFormatError,
@@ -34,14 +35,13 @@ from ..txn.log_format import (
 )
 from ..txn.state import TransactionMetadata
 from .clock import now_ms
-from .replication import ReplicationError
-from .topics import TRANSACTION_STATE, coordinator_partition
+from .context import RequestContext
+from .coordinator_runtime import AppendError, CoordinatorRuntime
+from .topics import TRANSACTION_STATE
 
 log = logging.getLogger("oncelog.txn")
 
-EPOCH_FILE = "txn-coordinator-epoch"
 MARKER_RETRY_S = 0.1
-LOG_WRITE_TIMEOUT_MS = 30_000
 # Marker errors after which retrying cannot help, and the partition is done: the topic is
 # gone, or a newer producer epoch or coordinator already ended the transaction there.
 _FINAL_MARKER_ERRORS = {"unknown_topic_or_partition", "invalid_producer_epoch",
@@ -52,13 +52,6 @@ class TxnService:
     def __init__(self, broker) -> None:
         self.broker = broker
         cfg = broker.config
-        self.num_partitions = cfg.int("transaction.state.log.num.partitions")
-        # A single node coordinates every transactional id, with an epoch of its own bumped at
-        # every start. In cluster mode each __transaction_state partition this broker leads has
-        # a coordinator of its own (``cores``), whose epoch is the partition's leader epoch.
-        self.core = self._new_core(0 if broker.cluster is not None else
-                                   self._bump_coordinator_epoch(Path(broker.data_dir)))
-        self.cores: dict[int, TransactionCoordinator] = {}
         # KIP-915/KIP-890: flexible records (with the previous/next producer ids) from
         # transaction.version 1 on; Kafka's original version 0 below.
         self.log_value_version = 1 if cfg.int("transaction.version") >= 1 else 0
@@ -66,10 +59,10 @@ class TxnService:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms")
         self.expire_interval_ms = cfg.int(
             "transaction.remove.expired.transaction.cleanup.interval.ms")
-        self._tasks: set[asyncio.Task] = set()
-        self._core_tasks: dict[int, set[asyncio.Task]] = {}
-        self._timer: asyncio.Task | None = None
-        self._recovery: list[Effect] = []
+        self.runtime = CoordinatorRuntime(broker, TRANSACTION_STATE, load=self._load_partition,
+                                          unload=self._unload_partition)
+        self._index_of: dict[int, int] = {}  # id(core) -> its partition
+        self._last_expire = 0
 
     def _new_core(self, coordinator_epoch: int) -> TransactionCoordinator:
         cfg = self.broker.config
@@ -83,60 +76,28 @@ class TxnService:
     def core_for(self, transactional_id: str) -> tuple[TransactionCoordinator | None,
                                                        str | None]:
         """The coordinator of this transactional id here, or the error to answer with
-        (cluster mode: NOT_COORDINATOR unless this broker leads its partition)."""
-        if self.broker.cluster is None:
-            return self.core, None
-        n = self.broker.cluster.internal_partition_count(TRANSACTION_STATE)
-        core = self.cores.get(coordinator_partition(transactional_id, n)) if n else None
+        (NOT_COORDINATOR unless this broker leads its partition)."""
+        core, _index = self.runtime.shard_for(transactional_id)
         return (core, None) if core is not None else (None, "not_coordinator")
 
     def all_cores(self) -> list[TransactionCoordinator]:
-        return list(self.cores.values()) if self.broker.cluster is not None else [self.core]
+        return list(self.runtime.shards.values())
 
-    def on_leadership(self, topic: str, index: int, is_leader: bool, epoch: int) -> None:
-        """Cluster mode: a broker that becomes leader of a __transaction_state partition
-        becomes the coordinator of its transactional ids: it replays the partition and rolls
-        forward what the previous coordinator left prepared (spec 000, "Transaction
-        Coordinator Startup"); one that stops leading it stops coordinating them."""
-        if topic != TRANSACTION_STATE:
-            return
-        old = self.cores.pop(index, None)
-        if old is not None:
-            for task in self._core_tasks.pop(id(old), set()):
-                task.cancel()
-        if not is_leader:
-            return
-        partition = self.broker.topics.partition(TRANSACTION_STATE, index)
-        if partition is None:
-            return
+    def _load_partition(self, index: int, partition, epoch: int) -> TransactionCoordinator:
+        """This broker became the leader of the partition, so the coordinator of its
+        transactional ids: replay it, roll forward what the previous coordinator left
+        prepared."""
         core = self._new_core(epoch)
         recovery = core.load(self._partition_records(partition))
-        self.cores[index] = core
+        self._index_of[id(core)] = index
         log.info("transaction coordinator for %s-%d at epoch %d: %d transactional ids (%d to "
                  "roll forward)", TRANSACTION_STATE, index, epoch, len(core.transactions),
                  len(recovery))
         self._spawn(recovery, core)
+        return core
 
-    @staticmethod
-    def _bump_coordinator_epoch(data_dir: Path) -> int:
-        path = data_dir / EPOCH_FILE
-        try:
-            epoch = int(path.read_text().strip()) + 1
-        except (FileNotFoundError, ValueError):
-            epoch = 0
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(str(epoch))
-        os.replace(tmp, path)
-        return epoch
-
-    # -- startup ------------------------------------------------------------------------------
-
-    def _records(self) -> Iterator[tuple[str, TransactionMetadata | None]]:
-        topic = self.broker.topics.get(TRANSACTION_STATE)
-        if topic is None:
-            return
-        for p in topic.partitions:
-            yield from self._partition_records(p)
+    def _unload_partition(self, _index: int, core: TransactionCoordinator) -> None:
+        self._index_of.pop(id(core), None)
 
     @staticmethod
     def _partition_records(p) -> Iterator[tuple[str, TransactionMetadata | None]]:
@@ -151,42 +112,26 @@ class TxnService:
                     log.error("skipping a bad record at %s-%d offset %d: %s",
                               TRANSACTION_STATE, p.index, r.offset, exc)
 
-    def load(self) -> None:
-        """Replay the transaction log (before the broker takes requests); what it left
-        unfinished is resumed once ``start`` runs on the event loop."""
-        self._recovery = self.core.load(self._records())
-        log.info("transaction coordinator epoch %d loaded %d transactional ids (%d to roll "
-                 "forward)", self.core.coordinator_epoch, len(self.core.transactions),
-                 len(self._recovery))
-
     def start(self) -> None:
-        self._spawn(self._recovery)
-        self._recovery = []
-        self._timer = asyncio.get_running_loop().create_task(self._timers())
+        self._last_expire = now_ms()
+        self.runtime.every(self.abort_interval_ms / 1000, self._tick)
 
-    async def _timers(self) -> None:
-        last_expire = now_ms()
-        while True:
-            await asyncio.sleep(self.abort_interval_ms / 1000)
-            now = now_ms()
-            expire = now - last_expire >= self.expire_interval_ms
+    def _tick(self) -> None:
+        now = now_ms()
+        expire = now - self._last_expire >= self.expire_interval_ms
+        if expire:
+            self._last_expire = now
+        for core in self.all_cores():
+            self._spawn(core.abort_timed_out(now), core)
             if expire:
-                last_expire = now
-            for core in self.all_cores():
-                self._spawn(core.abort_timed_out(now), core)
-                if expire:
-                    self._spawn(core.expire(now), core)
+                self._spawn(core.expire(now), core)
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        for t in self._tasks:
-            t.cancel()
+        self.runtime.close()
 
     # -- carrying effects out -----------------------------------------------------------------
 
-    async def execute(self, effects: list[Effect],
-                      core: TransactionCoordinator | None = None) -> bool:
+    async def execute(self, effects: list[Effect], core: TransactionCoordinator | None) -> bool:
         """Carry out a request's effects: its log write now (False if it failed: the change
         is dropped and the client should retry), what follows in the background.
 
@@ -195,9 +140,9 @@ class TxnService:
         for the ISR would leave its transaction's pending transition set for ever (every later
         request answered CONCURRENT_TRANSACTIONS, the transaction never timed out: a hanging
         transaction). The write finishes and ``write_done`` runs whatever the client does."""
-        core = core or self.core
-        task = asyncio.get_running_loop().create_task(self._execute(effects, core))
-        self._track(task, core)  # cancelled only with its coordinator (leadership lost)
+        if core is None:
+            return False
+        task = self.runtime.spawn(self._index_of.get(id(core)), self._execute(effects, core))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -217,18 +162,9 @@ class TxnService:
                 self._spawn([e], core)
         return ok
 
-    def _spawn(self, effects: list[Effect], core: TransactionCoordinator | None = None) -> None:
-        if not effects:
-            return
-        core = core or self.core
-        self._track(asyncio.get_running_loop().create_task(self._drive(effects, core)), core)
-
-    def _track(self, task: asyncio.Task, core: TransactionCoordinator) -> None:
-        self._tasks.add(task)
-        mine = self._core_tasks.setdefault(id(core), set())
-        mine.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(mine.discard)
+    def _spawn(self, effects: list[Effect], core: TransactionCoordinator) -> None:
+        if effects:
+            self.runtime.spawn(self._index_of.get(id(core)), self._drive(effects, core))
 
     async def _drive(self, effects: list[Effect], core: TransactionCoordinator) -> None:
         queue = list(effects)
@@ -244,49 +180,28 @@ class TxnService:
                 queue.extend(core.markers_done(e.transactional_id, now_ms()))
 
     async def _append(self, e: WriteTxnLog) -> bool:
-        """The record on the transactional id's partition of the transaction log; in cluster
-        mode on the partition's whole ISR (at least transaction.state.log.min.isr)."""
-        now = now_ms()
+        """The record on the transactional id's partition of the transaction log, on the
+        partition's whole ISR (at least transaction.state.log.min.isr)."""
         value = None if e.metadata is None else encode_value(e.metadata, self.log_value_version)
-        data = bytearray(build_batch([(encode_key(e.transactional_id), value, (), now)]))
-        replication = self.broker.replication
-        if replication is None:
-            topic = self.broker.topics.ensure_internal(TRANSACTION_STATE, now)
-            index = coordinator_partition(e.transactional_id, topic.partition_count)
-            try:
-                topic.partitions[index].log.append(data, split_batches(data), now)
-            except (LogAppendError, LogWriteError) as exc:
-                log.error("transaction log write for %r failed: %s", e.transactional_id, exc)
-                return False
-            return True
-        topic = self.broker.topics.get(TRANSACTION_STATE)
-        if topic is None:
+        data = bytearray(build_batch([(encode_key(e.transactional_id), value, (), now_ms())]))
+        index = self.runtime.partition_of(e.transactional_id)
+        if index is None:
             return False
-        index = coordinator_partition(e.transactional_id, topic.partition_count)
         try:
-            r = replication.leader_replica(TRANSACTION_STATE, index)
-            replication.check_enough_replicas(r)
-            result = r.log.append(data, split_batches(data), now, leader_epoch=r.leader_epoch)
-        except (ReplicationError, LogAppendError, LogWriteError) as exc:
+            await self.runtime.append(index, data)
+        except AppendError as exc:
             log.warning("transaction log write for %r failed: %s", e.transactional_id, exc)
-            return False
-        replication.appended(r)
-        err = await replication.wait_replicated(r, result.last_offset + 1, LOG_WRITE_TIMEOUT_MS)
-        if err is not None:
-            log.warning("transaction log write for %r not replicated: %s", e.transactional_id,
-                        err)
             return False
         return True
 
     async def _send_markers(self, e: SendMarkers) -> None:
         """spec 000 step 5.2: WriteTxnMarkers to each partition's leader (in process when that
-        is this broker: always so on a single node), retried until every partition has its
+        is this broker), retried until every partition has its
         marker; a partition without a leader is waited for (spec 000, "Discussion on
         Unavailable Partitions"), one whose topic is gone needs none."""
-        from .broker import RequestContext  # the broker imports this module
         from .handlers.txn_markers import handle_write_txn_markers
 
-        cluster = self.broker.cluster
+        metadata = self.broker.metadata
         mod = request_module(ApiKey.WRITE_TXN_MARKERS, 1)
         ctx = RequestContext(RequestHeader(ApiKey.WRITE_TXN_MARKERS, 1, 0, "txn-coordinator", 0),
                              "txn-coordinator")
@@ -318,13 +233,10 @@ class TxnService:
         while left:
             by_node: dict[int, list[tuple[str, int]]] = {}
             for tp in list(left):
-                if cluster is None:
-                    leader: int | None = self.broker.node_id
-                elif cluster.view is not None and tp[0] not in cluster.view.topics:
+                if metadata.view is not None and tp[0] not in metadata.view.topics:
                     left.discard(tp)  # deleted: nothing to mark
                     continue
-                else:
-                    leader = cluster.leader_of(*tp)
+                leader = metadata.leader_of(*tp)
                 if leader is not None:
                     by_node.setdefault(leader, []).append(tp)
             responses = await asyncio.gather(*(send(n, tps) for n, tps in by_node.items()))

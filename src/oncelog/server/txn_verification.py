@@ -15,8 +15,9 @@ the transaction is open on the partition (``current_txn_first_offset``) and late
 no question until a marker closes it. A marker written between the coordinator's answer and the
 append drops the verification guard, and the append is refused (log/producer_state.py).
 
-This broker is its own coordinator, so the request goes to the AddPartitionsToTxn handler in
-process, as the coordinator's WriteTxnMarkers come to the leader's handler.
+The request goes to the broker that leads the transactional id's partition of
+``__transaction_state``; when that is this broker, to the AddPartitionsToTxn handler in process,
+as the coordinator's WriteTxnMarkers come to the leader's handler.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..protocol import ApiKey, RequestHeader, make, request_module
+from .context import RequestContext
+from .topics import TRANSACTION_STATE, TopicError
 
 log = logging.getLogger("oncelog.txn.verification")
 
@@ -136,21 +139,20 @@ class TxnVerifier:
 
     def _send(self) -> None:
         waiting, self._waiting = self._waiting, []
-        # Cluster mode: to the broker that leads the transactional id's partition of
-        # __transaction_state (None: this broker, in process).
+        # To the broker that leads the transactional id's partition of __transaction_state
+        # (None: this broker, in process).
         by_node: dict[int | None, list[_Ask]] = {}
-        cluster = self.broker.cluster
         for ask in waiting:
-            node: int | None = None
-            if cluster is not None:
-                from .topics import TRANSACTION_STATE
-
-                err, found = cluster.coordinator_of(TRANSACTION_STATE, ask.transactional_id)
-                if err is not None:
-                    if not ask.future.done():
-                        ask.future.set_result({tp: err for tp in ask.partitions})
-                    continue
-                node = None if found == self.broker.node_id else found
+            try:
+                err, found = self.broker.metadata.coordinator_of(TRANSACTION_STATE,
+                                                                ask.transactional_id)
+            except TopicError:
+                err, found = "coordinator_not_available", -1
+            if err is not None:
+                if not ask.future.done():
+                    ask.future.set_result({tp: err for tp in ask.partitions})
+                continue
+            node = None if found == self.broker.node_id else found
             by_node.setdefault(node, []).append(ask)
         for node, asks in by_node.items():
             # One request entry per transactional id (the request's map key); a second ask for
@@ -169,7 +171,6 @@ class TxnVerifier:
                 task.add_done_callback(self._tasks.discard)
 
     async def _ask(self, asks: list[_Ask], node: int | None = None) -> None:
-        from .broker import RequestContext  # the broker imports this module
         from .handlers.txn import handle_add_partitions_to_txn
 
         mod = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)

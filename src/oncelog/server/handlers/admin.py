@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 
 from ...protocol import ApiKey, make, millis, response_module
-from ..clock import now_ms
 from ..config import TOPIC_CONFIGS
 from ..topics import TopicError
 from . import acl
@@ -45,41 +44,11 @@ async def handle_create_topics(broker, ctx, request):
                 raise TopicError("topic_authorization_failed", "Create is not allowed")
             if seen[t.name] > 1:
                 raise TopicError("invalid_request", f"topic {t.name!r} is listed more than once")
-            if broker.cluster is not None:
-                topic = await broker.cluster.create_topic(
-                    t.name, num, rf, configs,
-                    {a.partition_index: list(a.broker_ids) for a in t.assignments} or None,
-                    validate_only=request.validate_only, timeout_ms=millis(request.timeout))
-                num, rf = topic.partition_count, topic.replication_factor
-            elif t.assignments:
-                if num != -1 or rf != -1:
-                    raise TopicError("invalid_request", "replica assignments given together "
-                                     "with a partition count or replication factor")
-                num = len(t.assignments)
-                for a in t.assignments:
-                    if any(b != broker.node_id for b in a.broker_ids) or len(a.broker_ids) != 1:
-                        raise TopicError("invalid_replica_assignment",
-                                         f"this cluster has one broker, node {broker.node_id}")
-                if sorted(a.partition_index for a in t.assignments) != list(range(num)):
-                    raise TopicError("invalid_replica_assignment",
-                                     "partition indexes must be 0..n-1")
-                rf = 1
-            if broker.cluster is not None:
-                pass
-            elif num == -1:
-                num = broker.config.int("num.partitions")
-            if broker.cluster is None and rf == -1:
-                rf = broker.config.int("default.replication.factor")
-            if broker.cluster is None and rf != 1:
-                raise TopicError("invalid_replication_factor",
-                                 f"replication factor {rf} is larger than the 1 available broker"
-                                 if rf > 1 else f"replication factor must be >= 1, got {rf}")
-            if broker.cluster is not None:
-                pass
-            elif request.validate_only:
-                broker.topics.validate_new(t.name, num, configs)
-            else:
-                topic = broker.topics.create(t.name, num, configs, now_ms())
+            topic = await broker.metadata.create_topic(
+                t.name, num, rf, configs,
+                {a.partition_index: list(a.broker_ids) for a in t.assignments} or None,
+                validate_only=request.validate_only, timeout_ms=millis(request.timeout))
+            num, rf = topic.partition_count, topic.replication_factor
         except TopicError as exc:
             err, msg = exc.error_name, str(exc)
         except OSError as exc:
@@ -113,10 +82,7 @@ async def handle_delete_topics(broker, ctx, request):
         try:
             if not acl.topic(broker, ctx, acl.Op.DELETE, name):
                 raise TopicError("topic_authorization_failed", "Delete is not allowed")
-            if broker.cluster is not None:
-                await broker.cluster.delete_topic(name, millis(request.timeout))
-            else:
-                broker.topics.delete(name)
+            await broker.metadata.delete_topic(name, millis(request.timeout))
             broker.fetch_sessions.remove_topic(name)
         except TopicError as exc:
             err, msg = exc.error_name, str(exc)

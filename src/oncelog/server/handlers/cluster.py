@@ -6,7 +6,6 @@ import asyncio
 import uuid
 
 from ...protocol import ApiKey, make, response_module
-from ..clock import now_ms
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from . import acl
 from .util import error_code
@@ -19,11 +18,11 @@ async def handle_api_versions(broker, ctx, request):
     return broker.api_versions_response(ctx.version)
 
 
-async def _cluster_metadata(broker, ctx, request, mod):
-    """Cluster mode: brokers, leaders, epochs, replicas and ISRs from the cluster view
-    (ZooKeeper); topics are created through it too (auto-creation, internal topics)."""
-    member = broker.cluster
-    view = member.view
+async def _metadata(broker, ctx, request, mod):
+    """Brokers, leaders, epochs, replicas and ISRs from the metadata's view; topics are
+    created through it too (auto-creation, internal topics)."""
+    metadata = broker.metadata
+    view = metadata.view
     if request.topics is None or (ctx.version == 0 and not request.topics):
         names = [n for n in sorted(view.topics) if acl.topic(broker, ctx, acl.Op.DESCRIBE, n)]
     else:
@@ -34,11 +33,12 @@ async def _cluster_metadata(broker, ctx, request, mod):
                 name = next((n for n, a in view.topics.items() if a.topic_id == t.topic_id),
                             None)
             names.append(name)
+    # Kafka's default: v0-v3 always auto-create; v4+ when the client allows it.
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
     topics_out = []
     for i, name in enumerate(names):
         if i % _YIELD_EVERY == _YIELD_EVERY - 1:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a request naming 300,000 topics must not stall the rest
         err = None
         assignment = view.topics.get(name) if name is not None else None
         if name is None:
@@ -48,19 +48,21 @@ async def _cluster_metadata(broker, ctx, request, mod):
         elif assignment is None:
             try:
                 check_topic_name(name)
-                if name in INTERNAL_TOPICS:
-                    err = member.request_internal_topic(name)
-                elif not (allow_auto and broker.config.get("auto.create.topics.enable")):
-                    err = "unknown_topic_or_partition"
+                if name in INTERNAL_TOPICS:  # Kafka creates these on first use, whoever asks
+                    err = metadata.request_internal_topic(name)
                 elif not (acl.cluster(broker, ctx, acl.Op.CREATE)
                           or acl.topic(broker, ctx, acl.Op.CREATE, name)):
-                    err = "topic_authorization_failed"
+                    err = "topic_authorization_failed"  # auto-creation needs Create
+                elif not (allow_auto and broker.config.get("auto.create.topics.enable")):
+                    err = "unknown_topic_or_partition"
                 else:
-                    err = member.request_topic(name, broker.config.int("num.partitions"),
-                                               broker.config.int("default.replication.factor"),
-                                               {})
+                    err = metadata.request_topic(name, broker.config.int("num.partitions"),
+                                                 broker.config.int("default.replication.factor"),
+                                                 {})
             except TopicError as exc:
                 err = exc.error_name
+            view = metadata.view  # a cluster of one has created it already
+            assignment = view.topics.get(name) if err is None else None
         if assignment is None:
             topics_out.append(make(mod.MetadataResponseTopic, error_code=error_code(err),
                                    name=name, topic_id=_NULL_UUID, is_internal=False,
@@ -120,71 +122,7 @@ async def handle_metadata(broker, ctx, request):
     refused = _topic_ids_refused(ctx, request, mod) if ctx.version >= 10 else None
     if refused is not None:
         return refused
-    if broker.cluster is not None:
-        return await _cluster_metadata(broker, ctx, request, mod)
-    topics_out = []
-    # All topics: a null list (v1+), or an empty one in v0.
-    if request.topics is None or (ctx.version == 0 and not request.topics):
-        # All topics: those the principal may Describe.
-        names = [n for n in sorted(broker.topics.topics)
-                 if acl.topic(broker, ctx, acl.Op.DESCRIBE, n)]
-    else:
-        names = []
-        for t in request.topics:
-            name = getattr(t, "name", t)
-            if name is None and getattr(t, "topic_id", None) is not None:
-                topic = broker.topics.by_id.get(t.topic_id)
-                if topic is None:
-                    topics_out.append(make(mod.MetadataResponseTopic,
-                                           error_code=error_code("unknown_topic_id"),
-                                           name=None, topic_id=t.topic_id, partitions=()))
-                    continue
-                name = topic.name
-            names.append(name)
-    # Kafka's default: v0-v3 always auto-create; v4+ when the client allows it.
-    allow_auto = getattr(request, "allow_auto_topic_creation", True)
-    for i, name in enumerate(names):
-        if i % _YIELD_EVERY == _YIELD_EVERY - 1:
-            await asyncio.sleep(0)  # a request naming 300,000 topics must not stall the rest
-        topic = broker.topics.get(name)
-        err = None
-        if not acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
-            topic, err = None, "topic_authorization_failed"
-        elif topic is None and name not in INTERNAL_TOPICS and not (
-                acl.cluster(broker, ctx, acl.Op.CREATE)
-                or acl.topic(broker, ctx, acl.Op.CREATE, name)):
-            err = "topic_authorization_failed"  # auto-creation needs Create
-        elif topic is None:
-            try:
-                check_topic_name(name)
-                if name in INTERNAL_TOPICS:  # Kafka creates these on first use, whoever asks
-                    topic = broker.topics.ensure_internal(name, now_ms())
-                elif not (allow_auto and broker.config.get("auto.create.topics.enable")):
-                    raise TopicError("unknown_topic_or_partition", "unknown topic")
-                else:
-                    topic = broker.topics.create(name, broker.config.int("num.partitions"), {},
-                                                 now_ms())
-            except TopicError as exc:
-                err = exc.error_name
-        if topic is None:
-            topics_out.append(make(mod.MetadataResponseTopic, error_code=error_code(err),
-                                   name=name, topic_id=_NULL_UUID, is_internal=False,
-                                   partitions=()))
-            continue
-        parts = tuple(
-            make(mod.MetadataResponsePartition, error_code=0, partition_index=p.index,
-                 leader_id=broker.node_id, leader_epoch=0, replica_nodes=(broker.node_id,),
-                 isr_nodes=(broker.node_id,), offline_replicas=())
-            for p in topic.partitions
-        )
-        topics_out.append(make(mod.MetadataResponseTopic, error_code=0, name=topic.name,
-                               topic_id=topic.topic_id, is_internal=topic.is_internal,
-                               partitions=parts))
-    brokers = (make(mod.MetadataResponseBroker, node_id=broker.node_id, host=broker.host,
-                    port=broker.port, rack=None),)
-    return make(mod.MetadataResponse, throttle_time=0, brokers=brokers,
-                cluster_id=broker.cluster_id, controller_id=broker.node_id,
-                topics=tuple(topics_out), cluster_authorized_operations=-2147483648)
+    return await _metadata(broker, ctx, request, mod)
 
 
 async def handle_describe_cluster(broker, ctx, request):
@@ -195,8 +133,11 @@ async def handle_describe_cluster(broker, ctx, request):
                     error_message="only broker endpoints (type 1) are served",
                     endpoint_type=request.endpoint_type, cluster_id=broker.cluster_id,
                     controller_id=-1, brokers=())
-    brokers = (make(mod.DescribeClusterBroker, broker_id=broker.node_id, host=broker.host,
-                    port=broker.port, rack=None),)
+    view = broker.metadata.view
+    brokers = tuple(make(mod.DescribeClusterBroker, broker_id=b, host=info.host, port=info.port,
+                         rack=getattr(info, "rack", None))
+                    for b, info in sorted(view.brokers.items()))
+    controller = view.controller_id if view.controller_id is not None else -1
     return make(mod.DescribeClusterResponse, throttle_time=0, error_code=0, error_message=None,
-                endpoint_type=1, cluster_id=broker.cluster_id, controller_id=broker.node_id,
+                endpoint_type=1, cluster_id=broker.cluster_id, controller_id=controller,
                 brokers=brokers)

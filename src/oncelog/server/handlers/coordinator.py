@@ -1,17 +1,16 @@
 """FindCoordinator: which broker is the group coordinator of a group id, or the transaction
 coordinator of a transactional id (spec 000, "Data Flow" step 1).
 
-A single node coordinates everything, but the coordinator's log must exist: the first request
-creates the internal topic (``__consumer_offsets`` or ``__transaction_state``), as Kafka does.
-In cluster mode the coordinator is the leader of the key's partition of that topic
-(COORDINATOR_NOT_AVAILABLE while it has none, or while the topic is being created).
+The coordinator is the leader of the key's partition of the internal topic
+(``__consumer_offsets`` or ``__transaction_state``), which the first request creates, as Kafka
+does (COORDINATOR_NOT_AVAILABLE while the partition has no leader, or while the topic is being
+created; a cluster of one creates it at once).
 v4 (KIP-699) asks for several keys at once; earlier versions for one.
 """
 
 from __future__ import annotations
 
 from ...protocol import ApiKey, make, response_module
-from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS, TRANSACTION_STATE, TopicError
 from . import acl
 from .util import error_code
@@ -31,18 +30,16 @@ def _find(broker, key_type: int, key: str | None) -> tuple[str | None, str | Non
         if key_type == KEY_TYPE_TRANSACTION:
             return "invalid_request", "empty transactional id", _NOWHERE
         return "invalid_group_id", "empty group id", _NOWHERE
-    if broker.cluster is not None:
-        # Cluster mode: the leader of the key's partition of the internal topic.
-        err, node = broker.cluster.coordinator_of(topic, key)
-        if err is not None:
-            return err, "the coordinator is not available yet", _NOWHERE
-        info = broker.cluster.view.brokers[node]
-        return None, None, (node, info.host, info.port)
+    # The leader of the key's partition of the internal topic (a topic that cannot be
+    # created, e.g. on a full disk, is COORDINATOR_NOT_AVAILABLE, as Kafka answers).
     try:
-        broker.topics.ensure_internal(topic, now_ms())
-    except TopicError as exc:  # e.g. the disk is full: Kafka answers COORDINATOR_NOT_AVAILABLE
+        err, node = broker.metadata.coordinator_of(topic, key)
+    except TopicError as exc:
         return "coordinator_not_available", str(exc), _NOWHERE
-    return None, None, (broker.node_id, broker.host, broker.port)
+    if err is not None:
+        return err, "the coordinator is not available yet", _NOWHERE
+    info = broker.metadata.view.brokers[node]
+    return None, None, (node, info.host, info.port)
 
 
 async def handle_find_coordinator(broker, ctx, request):

@@ -22,21 +22,16 @@ READ_COMMITTED = 1
 def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_id=-1,
                     leader_epoch=-1):
     """Returns (error name, hw, lso, log start, records bytes, aborted transactions).
-    ``replica_id`` >= 0: a follower's fetch (cluster mode), which reads to the log end."""
+    ``replica_id`` >= 0: a follower's fetch, which reads to the log end."""
     upto = None
-    if broker.replication is not None:
-        try:
-            replica = broker.replication.leader_replica(topic, index, leader_epoch)
-        except ReplicationError as exc:
-            return exc.error_name, -1, -1, -1, b"", ()
-        partition = replica.partition
-        if replica_id >= 0:
-            broker.replication.follower_fetched(replica, replica_id, sp.fetch_offset)
-            upto = partition.log.log_end_offset
-    else:
-        partition = broker.topics.partition(topic, index)
-    if partition is None:
-        return "unknown_topic_or_partition", -1, -1, -1, b"", ()
+    try:
+        replica = broker.replication.leader_replica(topic, index, leader_epoch)
+    except ReplicationError as exc:
+        return exc.error_name, -1, -1, -1, b"", ()
+    partition = replica.partition
+    if replica_id >= 0:
+        broker.replication.follower_fetched(replica, replica_id, sp.fetch_offset)
+        upto = partition.log.log_end_offset
     plog = partition.log
     hw = plog.high_watermark
     lso = plog.last_stable_offset
@@ -119,8 +114,6 @@ async def handle_fetch(broker, ctx, request):
                             aborted_transactions=None, preferred_read_replica=-1,
                             records=None) for p in t.partitions))
                         for t in request.topics))
-    if replica_id >= 0 and broker.replication is None:
-        replica_id = -1  # a single node has no followers: serve it as a consumer
     epochs = {(t.topic, p.partition): getattr(p, "current_leader_epoch", -1)
               for t in request.topics for p in t.partitions}
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF

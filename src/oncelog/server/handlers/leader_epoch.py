@@ -1,4 +1,4 @@
-"""OffsetForLeaderEpoch (cluster mode): where a leader epoch ends in the leader's log.
+"""OffsetForLeaderEpoch: where a leader epoch ends in the leader's log.
 
 A follower asks before fetching after a leader change and truncates its log there (Kafka's
 truncation by leader epoch); a client asks to check its position after a leader change
@@ -29,8 +29,6 @@ async def handle_offset_for_leader_epoch(broker, ctx, request):
             if not allowed:
                 err = ("cluster_authorization_failed" if replica_id >= 0
                        else "topic_authorization_failed")
-            elif broker.replication is None:
-                err = "unknown_server_error"
             else:
                 try:
                     epoch, end = broker.replication.end_offset_for_epoch(

@@ -28,15 +28,12 @@ async def handle_list_offsets(broker, ctx, request):
         allowed = acl.topic(broker, ctx, acl.Op.DESCRIBE, t.name)
         for p in t.partitions:
             err, ts, offset, epoch = None, -1, -1, 0
-            if broker.replication is not None:  # cluster mode: the leader answers
-                try:
-                    replica = broker.replication.leader_replica(
-                        t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
-                    partition, epoch = replica.partition, replica.leader_epoch
-                except ReplicationError as exc:
-                    partition, err = None, exc.error_name
-            else:
-                partition = broker.topics.partition(t.name, p.partition_index)
+            try:  # the leader answers
+                replica = broker.replication.leader_replica(
+                    t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
+                partition, epoch = replica.partition, replica.leader_epoch
+            except ReplicationError as exc:
+                partition, err = None, exc.error_name
             if not allowed:
                 err = "topic_authorization_failed"
             elif err is not None:

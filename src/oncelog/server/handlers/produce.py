@@ -11,14 +11,12 @@ only the base offset (and, for LogAppendTime topics, the timestamp) is rewritten
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from ...log import LogAppendError, LogWriteError
 from ...protocol import ApiKey, make, millis, response_module
 from ...records import CorruptRecordError, split_batches
 from ..clock import now_ms
-from ..replication import ReplicationError
+from ..replication import AppendError, ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from ..txn_verification import produce_error
 from . import acl
@@ -34,26 +32,20 @@ class _Reject(Exception):
 
 
 def _prepare(broker, topic: str, index: int, records, acks: int):
-    """Validate one partition's record set: (partition, batches, replica), or raise _Reject.
-    In cluster mode only the partition's leader appends (``replica`` is its replication
-    state; None on a single node)."""
-    replica = None
-    if broker.replication is not None:
-        try:
-            replica = broker.replication.leader_replica(topic, index)
-            if acks == -1:
-                broker.replication.check_enough_replicas(replica)
-        except ReplicationError as exc:
-            raise _Reject(exc.error_name, str(exc)) from None
-        partition = replica.partition
-    else:
-        partition = broker.topics.partition(topic, index)
-    if partition is None:
-        try:
-            check_topic_name(topic)
-        except TopicError as exc:
-            raise _Reject(exc.error_name, str(exc)) from None
-        raise _Reject("unknown_topic_or_partition", f"{topic}-{index} is not hosted here")
+    """Validate one partition's record set: (partition, batches), or raise _Reject. Only the
+    partition's leader appends."""
+    try:
+        replica = broker.replication.leader_replica(topic, index)
+        if acks == -1:
+            broker.replication.check_enough_replicas(replica)
+    except ReplicationError as exc:
+        if exc.error_name == "unknown_topic_or_partition":
+            try:
+                check_topic_name(topic)
+            except TopicError as bad:
+                raise _Reject(bad.error_name, str(bad)) from None
+        raise _Reject(exc.error_name, str(exc)) from None
+    partition = replica.partition
     if topic in INTERNAL_TOPICS:
         raise _Reject("invalid_topic_exception", f"cannot append to internal topic {topic}")
     if not records:
@@ -70,27 +62,17 @@ def _prepare(broker, topic: str, index: int, records, acks: int):
     if len(batches) > 1 and any(h.producer_id >= 0 for _, h in batches):
         raise _Reject("invalid_record",
                       "an idempotent producer must send one batch per partition per request")
-    return partition, batches, replica
+    return partition, batches
 
 
-def _append(partition, records, batches, now: int, *, guard, verify: bool, new_client: bool,
-            replica=None):
-    try:
-        if replica is None:
-            result = partition.log.append(bytearray(records), batches, now, verification=guard,
-                                          require_verification=verify, new_client=new_client)
-        else:
-            result = partition.log.append(bytearray(records), batches, now, verification=guard,
-                                          require_verification=verify, new_client=new_client,
-                                          leader_epoch=replica.leader_epoch)
-    except LogAppendError as exc:
-        raise _Reject(exc.error_name, str(exc)) from None
-    except LogWriteError as exc:
-        log.error("append to %s-%d failed: %s", partition.topic, partition.index, exc)
-        raise _Reject("kafka_storage_error", f"the log could not be written: {exc}") from None
-    if not result.duplicate:
-        partition.notify_append()
-    return result
+def _writer(records, batches, now: int, *, guard, verify: bool, new_client: bool):
+    """The append of one partition's record set, as the replica manager runs it on the
+    leader (at its leader epoch)."""
+    def write(plog, leader_epoch: int):
+        return plog.append(bytearray(records), batches, now, verification=guard,
+                           require_verification=verify, new_client=new_client,
+                           leader_epoch=leader_epoch)
+    return write
 
 
 async def _verify(broker, transactional_id: str | None, prepared: dict, new_client: bool):
@@ -101,7 +83,7 @@ async def _verify(broker, transactional_id: str | None, prepared: dict, new_clie
     if transactional_id is None or not verifier.applies(new_client):
         return False, {}, {}
     guards, producer = {}, None
-    for tp, (partition, batches, _replica) in prepared.items():
+    for tp, (partition, batches) in prepared.items():
         h = batches[0][1]
         if not h.is_transactional:
             continue
@@ -148,23 +130,6 @@ def _has_producer_id(records) -> bool:
     return bool(records) and len(records) >= 51 and records[43:51] != b"\xff" * 8
 
 
-async def _wait_replicated(broker, request, prepared, results) -> None:
-    """acks=all in cluster mode: answer once the ISR has every appended batch (the high
-    watermark passed it), or with the error that stopped it (request.timeout.ms)."""
-    timeout = millis(request.timeout)
-    waits = {}
-    for tp, (_partition, _batches, replica) in prepared.items():
-        r = results.get(tp)
-        if replica is not None and r is not None and not isinstance(r, tuple):
-            waits[tp] = broker.replication.wait_replicated(replica, r.last_offset + 1, timeout)
-    if not waits:
-        return
-    errors = await asyncio.gather(*waits.values())
-    for tp, err in zip(waits, errors, strict=True):
-        if err is not None:
-            results[tp] = (err, f"not replicated to the in-sync replicas: {err}")
-
-
 async def handle_produce(broker, ctx, request):
     acks = request.acks
     mod = response_module(ApiKey.PRODUCE, ctx.version)
@@ -193,19 +158,14 @@ async def handle_produce(broker, ctx, request):
     verify, guards, failed = await _verify(broker, txn_id, prepared, new_client)
     results.update(failed)
     now = now_ms()
-    for tp, (partition, batches, replica) in prepared.items():
-        if tp in failed:
-            continue
-        try:
-            results[tp] = _append(partition, records_of[tp], batches, now, guard=guards.get(tp),
-                                  verify=verify, new_client=new_client, replica=replica)
-        except _Reject as exc:
-            results[tp] = (exc.error_name, str(exc))
-            continue
-        if replica is not None:
-            broker.replication.appended(replica)
-    if broker.replication is not None and acks == -1:
-        await _wait_replicated(broker, request, prepared, results)
+    writes = {tp: _writer(records_of[tp], batches, now, guard=guards.get(tp), verify=verify,
+                          new_client=new_client)
+              for tp, (_partition, batches) in prepared.items() if tp not in failed}
+    appended = await broker.replication.append_records(writes, required_acks=acks,
+                                                       timeout_ms=millis(request.timeout))
+    for tp, result in appended.items():
+        results[tp] = (result.error_name, str(result)) if isinstance(result, AppendError) \
+            else result
     if acks == 0:
         return None  # acks=0: the client expects no response at all
     topics_out = []

@@ -57,7 +57,7 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
     elif (enable_2pc or keep_prepared) and broker.transaction_version < 2:
         outcome = Outcome("unsupported_version")  # KIP-939 builds on transaction version 2
     elif core is None:
-        outcome = Outcome(refused)  # cluster mode: another broker coordinates this id
+        outcome = Outcome(refused)  # another broker coordinates this id
     else:
         outcome = core.init_producer_id(
             request.transactional_id, millis(request.transaction_timeout), now_ms(),
@@ -74,12 +74,9 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
 
 
 def _unknown(broker, wanted: list[tuple[str, int]]) -> set[tuple[str, int]]:
-    if broker.cluster is not None:  # cluster mode: the cluster's topics, hosted here or not
-        topics = broker.cluster.view.topics
-        return {tp for tp in wanted if tp[0] not in topics or tp[0] in INTERNAL_TOPICS
-                or tp[1] not in topics[tp[0]].partitions}
-    return {tp for tp in wanted if broker.topics.partition(*tp) is None
-            or broker.topics.get(tp[0]).is_internal}
+    topics = broker.metadata.view.topics  # the cluster's topics, hosted here or not
+    return {tp for tp in wanted if tp[0] not in topics or tp[0] in INTERNAL_TOPICS
+            or tp[1] not in topics[tp[0]].partitions}
 
 
 async def add_partitions(broker, transactional_id: str, producer_id: int, producer_epoch: int,

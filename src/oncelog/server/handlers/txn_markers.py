@@ -13,13 +13,11 @@ makes that producer's pending transactional offsets visible (commit) or drops th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from ...log import LogAppendError, LogWriteError
 from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
-from ..replication import ReplicationError
+from ..replication import AppendError
 from ..topics import CONSUMER_OFFSETS
 from . import acl
 from .util import error_code
@@ -28,42 +26,19 @@ log = logging.getLogger("oncelog.broker.markers")
 MARKER_REPLICATION_TIMEOUT_MS = 30_000
 
 
-def _write_marker(broker, topic: str, index: int, marker, now: int, waits: dict
-                  ) -> str | None:
-    """Append one marker; the error name, or None. In cluster mode only the leader writes
-    it, and the answer waits until the ISR has it (``waits``)."""
-    replica = None
-    if broker.replication is not None:
-        try:
-            replica = broker.replication.leader_replica(topic, index)
-        except ReplicationError as exc:
-            return exc.error_name
-        partition = replica.partition
-    else:
-        partition = broker.topics.partition(topic, index)
-    if partition is None:
-        return "unknown_topic_or_partition"
+def _marker_writer(broker, topic: str, index: int, marker, now: int):
+    """One partition's marker, as the replica manager appends it on the leader. On
+    ``__consumer_offsets`` the group coordinator learns the transaction's outcome at once."""
     commit = bool(marker.transaction_result)
-    try:
-        result = partition.log.append_marker(
-            marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch, now,
-            leader_epoch=replica.leader_epoch if replica is not None else None)
-    except LogAppendError as exc:
-        log.info("marker for producer %d on %s-%d refused: %s", marker.producer_id, topic,
-                 index, exc)
-        return exc.error_name
-    except LogWriteError as exc:
-        log.error("marker for producer %d on %s-%d not written: %s", marker.producer_id, topic,
-                  index, exc)
-        return "kafka_storage_error"
-    partition.notify_append()  # read_committed long polls wait for the LSO to move
-    if replica is not None:
-        broker.replication.appended(replica)
-        waits[(topic, index)] = broker.replication.wait_replicated(
-            replica, result.last_offset + 1, MARKER_REPLICATION_TIMEOUT_MS)
-    if topic == CONSUMER_OFFSETS:
-        broker.group_coordinator.complete_txn_offsets(index, marker.producer_id, commit)
-    return None
+
+    def write(plog, leader_epoch: int):
+        result = plog.append_marker(marker.producer_id, marker.producer_epoch, commit,
+                                    marker.coordinator_epoch, now, leader_epoch=leader_epoch)
+        if topic == CONSUMER_OFFSETS:
+            broker.group_coordinator.complete_txn_offsets(index, marker.producer_id, commit)
+        return result
+
+    return write
 
 
 async def handle_write_txn_markers(broker, ctx, request):
@@ -74,16 +49,24 @@ async def handle_write_txn_markers(broker, ctx, request):
     allowed = acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION)
     for marker in request.markers:
         errors: dict[tuple[str, int], str | None] = {}
-        waits: dict = {}
+        writes = {}
         for t in marker.topics:
             for index in t.partition_indexes:
-                errors[(t.name, index)] = (_write_marker(broker, t.name, index, marker, now, waits)
-                                           if allowed else "cluster_authorization_failed")
-        if waits:  # cluster mode: Kafka writes markers with acks=all
-            done = await asyncio.gather(*waits.values())
-            for tp, err in zip(waits, done, strict=True):
-                if err is not None:
-                    errors[tp] = err
+                if allowed:
+                    writes[(t.name, index)] = _marker_writer(broker, t.name, index, marker, now)
+                else:
+                    errors[(t.name, index)] = "cluster_authorization_failed"
+        # Kafka writes markers with acks=all.
+        appended = await broker.replication.append_records(
+            writes, required_acks=-1, timeout_ms=MARKER_REPLICATION_TIMEOUT_MS,
+            check_min_isr=False)
+        for tp, result in appended.items():
+            if isinstance(result, AppendError):
+                log.info("marker for producer %d on %s-%d refused: %s", marker.producer_id,
+                         *tp, result)
+                errors[tp] = result.error_name
+            else:
+                errors[tp] = None
         topics_out = []
         for t in marker.topics:
             parts = tuple(

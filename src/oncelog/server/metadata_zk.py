@@ -1,0 +1,175 @@
+"""The metadata of a ZooKeeper-coordinated cluster (Kafka's ZooKeeper mode, docs/cluster.md).
+
+``ZkMetadata`` connects the broker to ZooKeeper once its socket is bound: it registers the
+broker (an ephemeral node with its address), runs the controller candidate (cluster/controller.py;
+one broker of the cluster wins and elects partition leaders), and follows the cluster view
+(cluster/zk.py's watches: live brokers, topics, partition states), which it hands to the
+replica manager on the broker's event loop. Topic creation and deletion go through ZooKeeper as
+in Kafka's ZooKeeper mode: the broker that takes the request writes the assignment, the
+controller elects leaders, every broker sees it in its view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from ..cluster.controller import Controller
+from ..cluster.zk import ClusterStore, MetadataView, TopicExistsError
+from .config import ConfigError, validate_topic_configs
+from .metadata import CreatedTopic, Metadata
+from .topics import INTERNAL_TOPICS, TopicError
+
+log = logging.getLogger("oncelog.cluster")
+
+
+class ZkMetadata(Metadata):
+    def __init__(self, broker) -> None:
+        super().__init__(broker)
+        cfg = broker.config
+        self.connect = str(cfg.get("zookeeper.connect"))
+        self.session_timeout_ms = cfg.int("zookeeper.session.timeout.ms")
+        self.store: Any = None  # ClusterStore, once started
+        self.controller: Controller | None = None
+        self.metadata: MetadataView | None = None
+        self._requested_internal: set[str] = set()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, timeout_s: float = 30.0) -> None:
+        """Join: register, campaign for controller, and wait for the first view."""
+        self.loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._start_blocking)
+        deadline = self.loop.time() + timeout_s
+        while self.view is None:
+            if self.loop.time() > deadline:
+                raise RuntimeError(f"no cluster view from ZooKeeper at {self.connect} within "
+                                   f"{timeout_s:.0f} s")
+            self._view_changed.clear()
+            try:
+                await asyncio.wait_for(self._view_changed.wait(), 1.0)
+            except TimeoutError:
+                pass
+
+    def _start_blocking(self) -> None:
+        self.store = ClusterStore(self.connect, session_timeout_s=self.session_timeout_ms / 1000)
+        self.broker.cluster_id = self.store.cluster_id(self.broker.cluster_id)
+        # Restarted right after a crash, the old session still holds our registration until
+        # ZooKeeper expires it (up to its timeout): wait it out instead of failing.
+        host, port = self.advertised()
+        self.store.register_broker(self.node_id, host, port,
+                                   timeout_s=2 * self.session_timeout_ms / 1000 + 1)
+        self.metadata = MetadataView(self.store, self._on_view)
+        self.controller = Controller(self.store, self.node_id, view=self.metadata)
+        self.controller.start()
+
+    def _on_view(self, view) -> None:
+        """On a kazoo thread: hand the view to the event loop."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._apply, view)
+
+    def _apply(self, view) -> None:
+        self._publish(view)
+
+    def close(self) -> None:
+        if self.metadata is not None:
+            self.metadata.close()
+        if self.controller is not None:
+            self.controller.stop()
+        if self.store is not None:
+            self.store.close()
+
+    # -- topics -------------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, num: int, rf: int, configs: dict,
+                           assignment: dict[int, list[int]] | None, *, validate_only: bool,
+                           timeout_ms: int) -> CreatedTopic:
+        """CreateTopics in cluster mode: write the assignment to ZooKeeper and wait (up to
+        the request's timeout) until every partition has a leader."""
+        topics = self.broker.topics
+        if name in self.view.topics:
+            raise TopicError("topic_already_exists", f"topic {name!r} already exists")
+        clean = topics.validate_new(name, max(num, 1), configs) if assignment is None else \
+            topics.validate_new(name, len(assignment), configs)
+        plan = self.plan(num, rf, assignment)
+        rf_used = len(next(iter(plan.values())))
+        topic_id = uuid.uuid4()
+        if validate_only:
+            return CreatedTopic(uuid.UUID(int=0), clean, len(plan), rf_used)
+        try:
+            await asyncio.to_thread(self.store.create_topic, name, plan, topic_id, clean)
+        except TopicExistsError:
+            raise TopicError("topic_already_exists", f"topic {name!r} already exists") from None
+        await self.wait_for(lambda v: all((name, p) in v.states for p in plan), timeout_ms)
+        return CreatedTopic(topic_id, clean, len(plan), rf_used)
+
+    def request_topic(self, name: str, num: int, rf: int, configs: dict) -> str:
+        """Auto-creation from a Metadata request: write the assignment, answer at once (the
+        client asks again: LEADER_NOT_AVAILABLE meanwhile, as Kafka)."""
+        try:
+            clean = validate_topic_configs(configs)
+            plan = self.plan(num, min(rf, max(len(self.view.brokers), 1)), None)
+        except (TopicError, ConfigError) as exc:
+            return getattr(exc, "error_name", "invalid_config")
+        self._spawn_blocking(self.store.create_topic, name, plan, uuid.uuid4(), clean)
+        return "leader_not_available"
+
+    def request_internal_topic(self, name: str) -> str | None:
+        """The coordinators' topics, created on first use with their replication factor
+        (COORDINATOR_NOT_AVAILABLE until enough brokers are up, as Kafka)."""
+        if name in self.view.topics:
+            return None
+        found = self.internal_topic_plan(name)
+        if found is None:
+            return "coordinator_not_available"
+        if name in self._requested_internal:
+            return "leader_not_available"
+        self._requested_internal.add(name)
+        plan, configs = found
+        self._spawn_blocking(self.store.create_topic, name, plan, uuid.uuid4(), configs)
+        return "leader_not_available"
+
+    def _spawn_blocking(self, fn, *args) -> None:
+        async def run() -> None:
+            try:
+                await asyncio.to_thread(fn, *args)
+            except TopicExistsError:
+                pass
+            except Exception:
+                log.exception("cluster operation %s failed", getattr(fn, "__name__", fn))
+
+        assert self.loop is not None
+        self.loop.create_task(run())
+
+    async def delete_topic(self, name: str, timeout_ms: int) -> None:
+        if name not in self.view.topics:
+            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        if name in INTERNAL_TOPICS:
+            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be "
+                             "deleted")
+        await asyncio.to_thread(self.store.request_topic_deletion, name)
+        await self.wait_for(lambda v: name not in v.topics, timeout_ms)
+        self.broker.fetch_sessions.remove_topic(name)
+
+    # -- partition state ----------------------------------------------------------------------
+
+    async def alter_partition(self, topic: str, index: int, state, expected_version: int
+                              ) -> int | None:
+        from kazoo.exceptions import KazooException
+
+        try:
+            return await asyncio.to_thread(self.store.update_partition_state, topic, index,
+                                           state, expected_version)
+        except (KazooException, OSError) as exc:  # ZooKeeper away: the leader tries again
+            log.warning("%s-%d: ISR change failed: %r", topic, index, exc)
+            return None
+
+    # -- producer ids -------------------------------------------------------------------------
+
+    def allocate_producer_id_block(self, size: int) -> tuple[int, int]:
+        """From ``/latest_producer_id_block``, so that no two brokers ever hand out the same
+        id (blocking: ZooKeeper)."""
+        return self.store.allocate_producer_id_block(self.node_id, size)
