@@ -80,7 +80,9 @@ def test_a_prepared_transaction_is_rolled_forward_after_a_crash(tmp_path, state)
                 time.sleep(0.05)  # the markers go out right after the restart's replay
             (p0,) = admin.describe_producers([TopicPartition(TOPIC, 0)])[
                 TopicPartition(TOPIC, 0)]
-            assert p0.current_txn_start_offset == -1 and p0.coordinator_epoch == 1
+            # The coordinator's epoch is its partition's leader epoch: 0 in the first run,
+            # raised by the restart (the markers of the first run's coordinator are fenced).
+            assert p0.current_txn_start_offset == -1 and p0.coordinator_epoch > 0
         expected = sorted(b"r%d" % i for i in range(6)) \
             if state == TransactionState.PREPARE_COMMIT else []
         assert read_committed(bs, topic=TOPIC) == expected
