@@ -448,7 +448,9 @@ def test_high_watermark_is_stored_persisted_and_clamped(tmp_path):
     log = open_log(d)
     assert log.high_watermark == 3
     assert log.update_high_watermark(99) == 5  # clamped to the log end
-    log.maintain(3_000)
+    log.maintain(3_000)  # written every 5 s (replica.high.watermark.checkpoint.interval.ms)
+    assert (d / "high-watermark").read_text() == "3"
+    log.maintain(5_000)
     assert (d / "high-watermark").read_text() == "5"
     # A crash that loses the tail below the stored high watermark: clamped when opened.
     log.close_unclean()
