@@ -11,14 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from .args import key_value
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    key, value = text.split("=", 1)
-    return key.strip(), value.strip()
 
 
 def _add_bootstrap(p: argparse.ArgumentParser) -> None:
@@ -56,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--metrics-port", type=int, default=None, help="serve the metrics as "
                    "Prometheus text at http://HOST:PORT/metrics (metrics.port; 0 picks a free "
                    "port)")
-    b.add_argument("--set", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+    b.add_argument("--set", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="a broker setting under Kafka's name, e.g. log.segment.bytes=1048576 "
                    "or log.flush.interval.messages=1 (repeatable)")
     b.add_argument("--security-protocol", choices=["PLAINTEXT", "SASL_PLAINTEXT"], default=None,
@@ -72,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--topic", required=True)
     tc.add_argument("--partitions", type=int, default=1)
     tc.add_argument("--replication-factor", type=int, default=1)
-    tc.add_argument("--config", action="append", type=_key_value, default=[],
+    tc.add_argument("--config", action="append", type=key_value, default=[],
                     metavar="KEY=VALUE", help="a topic setting, e.g. retention.ms=60000")
     tl = tsub.add_parser("list", help="list topic names")
     _add_bootstrap(tl)

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..cli.main import _key_value
+from ..cli.args import key_value
 
 FAULTS = ("delay", "reorder", "duplicate", "restart")
 DEFAULT_FAULTS = "delay,reorder,duplicate"
@@ -52,7 +52,7 @@ def add_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--check", default=None, metavar="FILE",
                    help="only check a saved history file, run nothing")
     v.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    v.add_argument("--set", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+    v.add_argument("--set", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="a setting of the broker this command starts, e.g. "
                    "transaction.version=1 (repeatable)")
 

@@ -1,0 +1,14 @@
+"""Argument types the command-line tools share (``oncelog``, ``oncelog verify``,
+``oncelog cluster``): one place, so every ``--set`` reads the same way."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` (as Kafka's tools take ``--add-config`` and ``--producer-property``)."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
