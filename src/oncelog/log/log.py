@@ -12,7 +12,8 @@ it appends; a follower appends the leader's batches unchanged (``append_as_follo
 rebuilds the same producer state, open transactions and aborted-transaction index from them;
 ``truncate_to`` cuts a diverged tail. Without ``replicated`` the log behaves as a single replica:
 the high watermark is the log end.
-Single-threaded: the broker's event loop is the only caller.
+Opening it (segments, recovery, the epoch cache, the producer state, the checkpoint files) is
+log/loader.py, Kafka's LogLoader. Single-threaded: the broker's event loop is the only caller.
 """
 
 from __future__ import annotations
@@ -47,7 +48,19 @@ from ..records.batch import (
     validate_batch,
 )
 from ..records.region import FileRegion
-from .leader_epoch import CHECKPOINT_FILE, LeaderEpochCache, read_checkpoint
+from .loader import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_FILE,
+    MAX_LONG,
+    RECOVERY_POINT_FILE,
+    load_leader_epoch_cache,
+    load_producer_state,
+    load_segments,
+    read_high_watermark,
+    read_offset_file,
+    snapshot_files,
+    write_offset_file,
+)
 from .preallocator import Preallocator
 from .producer_state import (
     BatchMetadata,
@@ -59,15 +72,11 @@ from .producer_state import (
 from .segment import LogSegment, LogWriteError, segment_name
 from .txn_index import AbortedTxn
 
-CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
-RECOVERY_POINT_FILE = "recovery-point"
-HIGH_WATERMARK_FILE = "high-watermark"
 SNAPSHOTS_TO_KEEP = 2  # spec 000, "PID Snapshots": keep the two most recent
 # Kafka's replica.high.watermark.checkpoint.interval.ms: how often maintenance writes a moved
 # high watermark (a flush, a roll and a clean close always do). Writing every partition's file
 # every second held the event loop for long on a busy disk, and longer with every partition.
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5_000
-MAX_LONG = 2**63 - 1
 _OFFSET_LENGTH = struct.Struct(">qi")
 
 log = logging.getLogger("oncelog.log")
@@ -166,144 +175,24 @@ class PartitionLog:
         self._high_watermark_checkpoint_ms = now_ms
         self._recovered_from: int | None = None  # first offset validated after an unclean stop
         try:
-            self._open_segments(now_ms)
-            self._load_producer_state()
-            self.leader_epoch_cache = self._load_leader_epoch_cache()
+            load_segments(self, now_ms)
+            load_producer_state(self)
+            self.leader_epoch_cache = load_leader_epoch_cache(self)
             self._high_watermark = self.log_end_offset
             self._persisted_high_watermark: int | None = None  # written at the next flush
             if replicated:
-                self._high_watermark = self._read_high_watermark()
+                self._high_watermark = read_high_watermark(self)
         except BaseException:
             self.close_unclean()  # a log that could not open keeps no file open (EMFILE, ENOSPC)
             raise
 
-    # -- startup ------------------------------------------------------------------------------
-
-    def _open_segments(self, now_ms: int) -> None:
-        clean_marker = self.directory / CLEAN_SHUTDOWN_FILE
-        clean = clean_marker.exists()
-        recovery_point = self._read_recovery_point() if not clean else MAX_LONG
-        bases = sorted(
-            int(p.name[:-4]) for p in self.directory.glob("*.log") if p.name[:-4].isdigit()
-        )
-        for base in bases:
-            seg = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms)
-            self.segments.append(seg)
-        # A segment must be validated if it may hold unflushed data: the one containing the
-        # recovery point and every later one (after an unclean shutdown), and always the last.
-        for i, seg in enumerate(self.segments):
-            is_last = i == len(self.segments) - 1
-            next_base = self.segments[i + 1].base_offset if not is_last else MAX_LONG
-            recover = is_last or next_base > recovery_point
-            if recover and not clean and self._recovered_from is None:
-                self._recovered_from = seg.base_offset
-            truncated = seg.load(recover=recover)
-            self.recovered_bytes += truncated
-            if truncated and recover and not is_last:
-                # Unflushed data after a corrupt batch cannot be trusted: drop the later
-                # segments. (A flushed segment validated only because its index was wrong keeps
-                # its successors, with a gap where the cut went, as Kafka's LogLoader does.)
-                later = self.segments[i + 1 :]
-                log.warning("Recovery of %s: deleting the %d segment(s) after the cut, "
-                            "which held offsets %d and up (%d bytes; segments %s)",
-                            self.directory, len(later), later[0].base_offset,
-                            sum(s.size for s in later),
-                            ", ".join(str(s.base_offset) for s in later))
-                for seg_after in later:
-                    seg_after.delete()
-                del self.segments[i + 1 :]
-                break
-        if not self.segments:
-            seg = LogSegment(self.directory, 0, self.config.index_interval_bytes, now_ms)
-            self.segments.append(seg)  # before load: a failed load must still close its file
-            seg.load(recover=True)
-        clean_marker.unlink(missing_ok=True)
-
-    def _read_recovery_point(self) -> int:
-        try:
-            return int((self.directory / RECOVERY_POINT_FILE).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return 0
-
-    def _write_recovery_point(self, offset: int) -> None:
-        tmp = self.directory / (RECOVERY_POINT_FILE + ".tmp")
-        tmp.write_text(str(offset))
-        os.replace(tmp, self.directory / RECOVERY_POINT_FILE)
-
-    def _read_high_watermark(self) -> int:
-        """The stored high watermark, clamped to the log; the log start when none is stored."""
-        try:
-            hw = int((self.directory / HIGH_WATERMARK_FILE).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            hw = self.log_start_offset
-        return max(self.log_start_offset, min(hw, self.log_end_offset))
+    # -- checkpoints and replay (opening the log is log/loader.py) ---------------------------
 
     def _write_high_watermark(self) -> None:
         if not self.replicated or self._persisted_high_watermark == self._high_watermark:
             return
-        tmp = self.directory / (HIGH_WATERMARK_FILE + ".tmp")
-        tmp.write_text(str(self._high_watermark))
-        os.replace(tmp, self.directory / HIGH_WATERMARK_FILE)
+        write_offset_file(self.directory / HIGH_WATERMARK_FILE, self._high_watermark)
         self._persisted_high_watermark = self._high_watermark
-
-    def _load_leader_epoch_cache(self) -> LeaderEpochCache:
-        """The checkpoint file, made consistent with the log as Kafka's LogLoader does: entries
-        past the log end dropped, the first moved up to the log start, and the epochs of batches
-        recovered after an unclean stop added. A replicated log whose file is missing or damaged
-        rebuilds it from its batches' partitionLeaderEpoch fields (one header read per batch);
-        a log that is not replicated starts empty and writes no file until an epoch is assigned.
-        """
-        path = self.directory / CHECKPOINT_FILE
-        entries = read_checkpoint(path)
-        rebuild_from: int | None = None
-        if entries is None and self.replicated:
-            rebuild_from = self.log_start_offset
-        elif self.replicated and self._recovered_from is not None:
-            rebuild_from = self._recovered_from
-        cache = LeaderEpochCache(path, entries or ())
-        if rebuild_from is not None:
-            latest = cache.latest_epoch
-            for _seg, _pos, h in self.iter_headers_from(rebuild_from):
-                epoch = h.partition_leader_epoch
-                if epoch >= 0 and (latest is None or epoch > latest):
-                    cache.assign(epoch, h.base_offset, flush=False)
-                    latest = epoch
-            if entries is None or cache.entries != entries:
-                cache.flush()
-        cache.truncate_from_end(self.log_end_offset)
-        cache.truncate_from_start(self.log_start_offset)
-        return cache
-
-    def _snapshot_files(self) -> list[tuple[int, Path]]:
-        out = []
-        for p in self.directory.glob("*.snapshot"):
-            stem = p.name[: -len(".snapshot")]
-            if stem.isdigit():
-                out.append((int(stem), p))
-        return sorted(out)
-
-    def _load_producer_state(self) -> None:
-        """Latest readable snapshot at or below the log end, then replay the log after it."""
-        end = self.log_end_offset
-        start_offset = self.log_start_offset
-        state = None
-        for offset, path in reversed(self._snapshot_files()):
-            if offset > end:
-                path.unlink(missing_ok=True)  # stale: the log was truncated below it
-                continue
-            try:
-                state = ProducerStateManager.from_snapshot(path.read_bytes())
-            except (OSError, ValueError):
-                path.unlink(missing_ok=True)  # damaged: fall back to an older one or the log
-                continue
-            start_offset = max(offset, self.log_start_offset)
-            break
-        self.producer_state = state or ProducerStateManager()
-        for seg, pos, h in self.iter_headers_from(start_offset):
-            if not h.is_control:
-                self.producer_state.update(h)
-            else:
-                self._replay_marker(seg, h, os.pread(seg.fd, h.size, pos), 0)
 
     def _replay_marker(self, seg: LogSegment, h: BatchHeader, buf, pos: int) -> None:
         """A control batch already in ``seg`` (its bytes at ``pos`` in ``buf``): a COMMIT or
@@ -610,13 +499,13 @@ class PartitionLog:
         del self.segments[keep:]
         self.active_segment.truncate_to(offset)
         end = self.log_end_offset
-        self._load_producer_state()  # deletes the snapshots above ``end``
+        load_producer_state(self)  # deletes the snapshots above ``end``
         self.leader_epoch_cache.truncate_from_end(end)
         if self.replicated and self._high_watermark > end:
             self._high_watermark = end
             self._write_high_watermark()
-        if self._read_recovery_point() > end:
-            self._write_recovery_point(end)
+        if (read_offset_file(self.directory / RECOVERY_POINT_FILE) or 0) > end:
+            write_offset_file(self.directory / RECOVERY_POINT_FILE, end)
         self.unflushed_messages = 0
         return end
 
@@ -711,14 +600,14 @@ class PartitionLog:
         seg = LogSegment(self.directory, new_base, self.config.index_interval_bytes, now_ms)
         seg.load(recover=True)
         self.segments.append(seg)
-        self._write_recovery_point(new_base)
+        write_offset_file(self.directory / RECOVERY_POINT_FILE, new_base)
         self._write_high_watermark()
         self.take_snapshot(now_ms)
 
     def flush(self) -> None:
         self.active_segment.flush()
         self.unflushed_messages = 0
-        self._write_recovery_point(self.log_end_offset)
+        write_offset_file(self.directory / RECOVERY_POINT_FILE, self.log_end_offset)
         self._write_high_watermark()
 
     # -- producer snapshots -------------------------------------------------------------------
@@ -733,7 +622,7 @@ class PartitionLog:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         self.last_snapshot_ms = now_ms
-        snaps = self._snapshot_files()
+        snaps = snapshot_files(self.directory)
         for _off, p in snaps[:-SNAPSHOTS_TO_KEEP]:
             p.unlink(missing_ok=True)
         return path

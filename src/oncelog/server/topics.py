@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..log import PartitionLog
 from ..log.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
-from ..log.log import HIGH_WATERMARK_FILE
+from ..log.loader import HIGH_WATERMARK_FILE
 from ..log.preallocator import Preallocator
 from ..log.segment import os_error_name
 from .config import BrokerConfig, ConfigError, validate_topic_configs
