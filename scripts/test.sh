@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run the tests, installing what they need on first use.
-#   bash scripts/test.sh          the whole suite (slow, Spark and cluster tests included): CI
+#   bash scripts/test.sh          the whole suite (slow, Spark and cluster tests included), on
+#                                 two workers (pytest-xdist): CI; about 8 minutes here
 #   bash scripts/test.sh --fast   the fast tier: everything not marked slow, spark or cluster,
-#                                 on two workers (pytest-xdist), in about a minute and a half
+#                                 on two workers, in about a minute and a half
 # Any further arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,4 +23,4 @@ cd "$root"
 if [ -n "$fast" ]; then
   exec .venv/bin/python -m pytest -q -n 2 -m "not slow and not spark and not cluster" "$@"
 fi
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q -n 2 "$@"
