@@ -41,9 +41,22 @@ from oncelog.cluster.errors import (
     UnknownTopicError,
 )
 from oncelog.cluster.metadata_view import MetadataView
-from oncelog.cluster.model import ClusterView, LeaderAndIsr
+from oncelog.cluster.model import BrokerInfo, ClusterView, LeaderAndIsr
 from oncelog.cluster.zk_client import KafkaZkClient
-from oncelog.cluster.zk_data import BrokerIdZNode, ProducerIdBlockZNode, TopicPartitionStateZNode
+from oncelog.cluster.zk_data import (
+    BrokerIdZNode,
+    ClusterIdZNode,
+    ConfigEntityZNode,
+    ConfigType,
+    ControllerEpochZNode,
+    ControllerZNode,
+    DeleteTopicsTopicZNode,
+    ProducerIdBlockZNode,
+    TopicPartitionStateZNode,
+    TopicPartitionsZNode,
+    TopicPartitionZNode,
+    TopicZNode,
+)
 from oncelog.cluster.zookeeper import (
     ZooKeeperNotFoundError,
     ZooKeeperServer,
@@ -169,6 +182,43 @@ def test_json_encodings_are_kafkas() -> None:
         "version": 1, "broker": 2, "block_start": 1000, "block_end": 1999}
     assert split_connect_string("a:1,b:2/x/y/") == ("a:1,b:2", "/x/y")
     assert split_connect_string("a:1") == ("a:1", "")
+
+
+def test_every_znode_keeps_its_bytes_and_path() -> None:
+    # What clusters already hold in ZooKeeper: the codec must read and write it unchanged.
+    tid = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    assert TopicZNode.encode({1: [3, 2], 0: [1, 2]}, tid) == (
+        b'{"version":2,"topic_id":"12345678-1234-5678-1234-567812345678",'
+        b'"partitions":{"0":[1,2],"1":[3,2]}}')
+    # Kafka's topic ids are URL-safe base64.
+    assert TopicZNode.decode(b'{"version":2,"topic_id":"EjRWeBI0VngSNFZ4EjRWeA",'
+                             b'"partitions":{"0":[1]}}') == (tid, {0: (1,)})
+    assert ConfigEntityZNode.encode({"a": "1", "b": "x"}) == \
+        b'{"version":1,"config":{"a":"1","b":"x"}}'
+    assert ConfigEntityZNode.decode(None) == {}
+    controller = json.loads(ControllerZNode.encode(7))
+    assert controller["version"] == 1 and controller["brokerid"] == 7
+    assert isinstance(controller["timestamp"], str) and ControllerZNode.decode(
+        ControllerZNode.encode(7)) == 7
+    assert ControllerEpochZNode.encode(12) == b"12" and ControllerEpochZNode.decode(b"12") == 12
+    assert ClusterIdZNode.encode("abc") == b'{"version": "1", "id": "abc"}'
+    assert ClusterIdZNode.decode(b'{"version": "1", "id": "abc"}') == "abc"
+    # Kafka wrote the producer-id block's numbers as strings.
+    assert ProducerIdBlockZNode.decode(
+        b'{"version":1,"broker":"1","block_start":"0","block_end":"999"}') == (1, 0, 999)
+    assert BrokerIdZNode.decode(3, b'{"version":5,"host":null,"port":-1,'
+                                   b'"endpoints":["SASL://x:1"],"rack":null}', 9) == \
+        BrokerInfo(3, "x", 1, None, 9, ("SASL://x:1",))
+    assert [BrokerIdZNode.path(1), TopicZNode.path("t"),
+            ConfigEntityZNode.path(ConfigType.TOPIC, "t"), TopicPartitionsZNode.path("t"),
+            TopicPartitionZNode.path("t", 2), TopicPartitionStateZNode.path("t", 2),
+            DeleteTopicsTopicZNode.path("t"), ControllerZNode.path(),
+            ControllerEpochZNode.path(), ProducerIdBlockZNode.path(),
+            ClusterIdZNode.path()] == [
+        "/brokers/ids/1", "/brokers/topics/t", "/config/topics/t",
+        "/brokers/topics/t/partitions", "/brokers/topics/t/partitions/2",
+        "/brokers/topics/t/partitions/2/state", "/admin/delete_topics/t", "/controller",
+        "/controller_epoch", "/latest_producer_id_block", "/cluster/id"]
 
 
 def test_find_zookeeper_names_the_package_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
