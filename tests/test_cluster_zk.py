@@ -33,21 +33,29 @@ from oncelog.cluster.controller import (
     on_brokers_changed,
     partition_change,
 )
-from oncelog.cluster.zk import (
+from oncelog.cluster.errors import (
     BrokerIdInUseError,
     ClusterConnectionError,
-    ClusterStore,
-    ClusterView,
     ControllerMovedError,
-    LeaderAndIsr,
-    MetadataView,
     TopicExistsError,
     UnknownTopicError,
-    decode_state,
-    encode_broker,
-    encode_producer_id_block,
-    encode_state,
-    split_connect_string,
+)
+from oncelog.cluster.metadata_view import MetadataView
+from oncelog.cluster.model import BrokerInfo, ClusterView, LeaderAndIsr
+from oncelog.cluster.zk_client import KafkaZkClient
+from oncelog.cluster.zk_data import (
+    BrokerIdZNode,
+    ClusterIdZNode,
+    ConfigEntityZNode,
+    ConfigType,
+    ControllerEpochZNode,
+    ControllerZNode,
+    DeleteTopicsTopicZNode,
+    ProducerIdBlockZNode,
+    TopicPartitionStateZNode,
+    TopicPartitionsZNode,
+    TopicPartitionZNode,
+    TopicZNode,
 )
 from oncelog.cluster.zookeeper import (
     ZooKeeperNotFoundError,
@@ -56,6 +64,7 @@ from oncelog.cluster.zookeeper import (
     running_server,
     stop_server,
 )
+from oncelog.cluster.zookeeper_client import split_connect_string
 
 L = LeaderAndIsr
 
@@ -162,16 +171,54 @@ def test_new_partition_states() -> None:
 
 
 def test_json_encodings_are_kafkas() -> None:
-    assert json.loads(encode_broker("h", 9092)) == {
+    assert json.loads(BrokerIdZNode.encode("h", 9092)) == {
         "version": 5, "host": "h", "port": 9092, "endpoints": ["PLAINTEXT://h:9092"],
         "rack": None}
-    assert encode_state(L(1, 3, (1, 2, 3), 2)) == \
+    assert TopicPartitionStateZNode.encode(L(1, 3, (1, 2, 3), 2)) == \
         b'{"version":1,"leader":1,"leader_epoch":3,"isr":[1,2,3],"controller_epoch":2}'
-    assert decode_state(encode_state(L(-1, 0, (4,), 9))) == L(-1, 0, (4,), 9)
-    assert json.loads(encode_producer_id_block(2, 1000, 1999)) == {
+    assert TopicPartitionStateZNode.decode(
+        TopicPartitionStateZNode.encode(L(-1, 0, (4,), 9))) == L(-1, 0, (4,), 9)
+    assert json.loads(ProducerIdBlockZNode.encode(2, 1000, 1999)) == {
         "version": 1, "broker": 2, "block_start": 1000, "block_end": 1999}
     assert split_connect_string("a:1,b:2/x/y/") == ("a:1,b:2", "/x/y")
     assert split_connect_string("a:1") == ("a:1", "")
+
+
+def test_every_znode_keeps_its_bytes_and_path() -> None:
+    # What clusters already hold in ZooKeeper: the codec must read and write it unchanged.
+    tid = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    assert TopicZNode.encode({1: [3, 2], 0: [1, 2]}, tid) == (
+        b'{"version":2,"topic_id":"12345678-1234-5678-1234-567812345678",'
+        b'"partitions":{"0":[1,2],"1":[3,2]}}')
+    # Kafka's topic ids are URL-safe base64.
+    assert TopicZNode.decode(b'{"version":2,"topic_id":"EjRWeBI0VngSNFZ4EjRWeA",'
+                             b'"partitions":{"0":[1]}}') == (tid, {0: (1,)})
+    assert ConfigEntityZNode.encode({"a": "1", "b": "x"}) == \
+        b'{"version":1,"config":{"a":"1","b":"x"}}'
+    assert ConfigEntityZNode.decode(None) == {}
+    controller = json.loads(ControllerZNode.encode(7))
+    assert controller["version"] == 1 and controller["brokerid"] == 7
+    assert isinstance(controller["timestamp"], str) and ControllerZNode.decode(
+        ControllerZNode.encode(7)) == 7
+    assert ControllerEpochZNode.encode(12) == b"12" and ControllerEpochZNode.decode(b"12") == 12
+    assert ClusterIdZNode.encode("abc") == b'{"version": "1", "id": "abc"}'
+    assert ClusterIdZNode.decode(b'{"version": "1", "id": "abc"}') == "abc"
+    # Kafka wrote the producer-id block's numbers as strings.
+    assert ProducerIdBlockZNode.decode(
+        b'{"version":1,"broker":"1","block_start":"0","block_end":"999"}') == (1, 0, 999)
+    assert BrokerIdZNode.decode(3, b'{"version":5,"host":null,"port":-1,'
+                                   b'"endpoints":["SASL://x:1"],"rack":null}', 9) == \
+        BrokerInfo(3, "x", 1, None, 9, ("SASL://x:1",))
+    assert [BrokerIdZNode.path(1), TopicZNode.path("t"),
+            ConfigEntityZNode.path(ConfigType.TOPIC, "t"), TopicPartitionsZNode.path("t"),
+            TopicPartitionZNode.path("t", 2), TopicPartitionStateZNode.path("t", 2),
+            DeleteTopicsTopicZNode.path("t"), ControllerZNode.path(),
+            ControllerEpochZNode.path(), ProducerIdBlockZNode.path(),
+            ClusterIdZNode.path()] == [
+        "/brokers/ids/1", "/brokers/topics/t", "/config/topics/t",
+        "/brokers/topics/t/partitions", "/brokers/topics/t/partitions/2",
+        "/brokers/topics/t/partitions/2/state", "/admin/delete_topics/t", "/controller",
+        "/controller_epoch", "/latest_producer_id_block", "/cluster/id"]
 
 
 def test_find_zookeeper_names_the_package_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,14 +251,14 @@ def connect(zk_server: ZooKeeperServer) -> str:
 
 
 @pytest.fixture
-def stores(connect: str) -> Iterator[Callable[..., ClusterStore]]:
-    """A factory of ClusterStores (one ZooKeeper session each), all closed at the end."""
-    opened: list[ClusterStore] = []
+def stores(connect: str) -> Iterator[Callable[..., KafkaZkClient]]:
+    """A factory of KafkaZkClients (one ZooKeeper session each), all closed at the end."""
+    opened: list[KafkaZkClient] = []
 
-    def make(connect_string: str = connect, **kwargs: Any) -> ClusterStore:
+    def make(connect_string: str = connect, **kwargs: Any) -> KafkaZkClient:
         kwargs.setdefault("session_timeout_s", 4.0)
         kwargs.setdefault("op_timeout_s", 15.0)
-        store = ClusterStore(connect_string, **kwargs)
+        store = KafkaZkClient(connect_string, **kwargs)
         opened.append(store)
         return store
 
@@ -224,7 +271,7 @@ def stores(connect: str) -> Iterator[Callable[..., ClusterStore]]:
 def controllers() -> Iterator[Callable[..., Controller]]:
     started: list[Controller] = []
 
-    def make(store: ClusterStore, node_id: int, **kwargs: Any) -> Controller:
+    def make(store: KafkaZkClient, node_id: int, **kwargs: Any) -> Controller:
         kwargs.setdefault("resync_interval_s", 1.0)
         controller = Controller(store, node_id, **kwargs).start()
         started.append(controller)
@@ -326,7 +373,7 @@ def test_zookeeper_server_answers_and_stops_by_pid_file(zk_server: ZooKeeperServ
     assert (tmp_path / "zk2" / "zookeeper.log").stat().st_size > 0
 
 
-def test_chroot_is_created_with_kafkas_paths(stores: Callable[..., ClusterStore],
+def test_chroot_is_created_with_kafkas_paths(stores: Callable[..., KafkaZkClient],
                                              connect: str) -> None:
     store = stores()
     chroot = split_connect_string(connect)[1]
@@ -337,7 +384,7 @@ def test_chroot_is_created_with_kafkas_paths(stores: Callable[..., ClusterStore]
     assert store.path("/controller") == chroot + "/controller"
 
 
-def test_registration_is_ephemeral_and_exclusive(stores: Callable[..., ClusterStore]) -> None:
+def test_registration_is_ephemeral_and_exclusive(stores: Callable[..., KafkaZkClient]) -> None:
     a, b = stores(), stores()
     info = a.register_broker(1, "127.0.0.1", 9092, rack="r1")
     assert info.epoch > 0
@@ -364,10 +411,10 @@ def test_unreachable_zookeeper() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # nobody listens there
     with pytest.raises(ClusterConnectionError, match="cannot reach ZooKeeper"):
-        ClusterStore(f"127.0.0.1:{port}/x", connect_timeout_s=0.5)
+        KafkaZkClient(f"127.0.0.1:{port}/x", connect_timeout_s=0.5)
 
 
-def test_controller_election_and_failover(stores: Callable[..., ClusterStore]) -> None:
+def test_controller_election_and_failover(stores: Callable[..., KafkaZkClient]) -> None:
     a, b, c = stores(), stores(), stores()
     assert a.controller_id() is None and a.controller_epoch() is None
     assert a.elect_controller(1) == 1
@@ -395,7 +442,7 @@ def test_controller_election_and_failover(stores: Callable[..., ClusterStore]) -
 
 @pytest.mark.slow
 def test_killed_broker_session_expires_controller_fails_over_and_it_registers_again(
-        zk_server: ZooKeeperServer, connect: str, stores: Callable[..., ClusterStore],
+        zk_server: ZooKeeperServer, connect: str, stores: Callable[..., KafkaZkClient],
         controllers: Callable[..., Controller]) -> None:
     proxy = Blackhole((zk_server.host, zk_server.port))
     try:
@@ -444,12 +491,12 @@ def test_killed_broker_session_expires_controller_fails_over_and_it_registers_ag
         proxy.close()
 
 
-def test_producer_id_blocks_are_unique_under_races(stores: Callable[..., ClusterStore]) -> None:
+def test_producer_id_blocks_are_unique_under_races(stores: Callable[..., KafkaZkClient]) -> None:
     members = [stores() for _ in range(3)]
     got: list[tuple[int, int]] = []
     lock = threading.Lock()
 
-    def allocate(store: ClusterStore, node_id: int) -> None:
+    def allocate(store: KafkaZkClient, node_id: int) -> None:
         for _ in range(8):
             block = store.allocate_producer_id_block(node_id, size=100)
             with lock:
@@ -469,7 +516,7 @@ def test_producer_id_blocks_are_unique_under_races(stores: Callable[..., Cluster
     assert members[0].allocate_producer_id_block(9) == (7200, 8199)
 
 
-def test_partition_state_writes_are_conditional(stores: Callable[..., ClusterStore]) -> None:
+def test_partition_state_writes_are_conditional(stores: Callable[..., KafkaZkClient]) -> None:
     a, b = stores(), stores()
     a.create_topic("t", {0: [1, 2]}, uuid.uuid4(), {})
     assert a.partition_state("t", 0) is None
@@ -500,7 +547,7 @@ def test_partition_state_writes_are_conditional(stores: Callable[..., ClusterSto
     assert b.update_partition_state("t", 0, L(2, 3, (2,), 2), 3, fence=lease_b) == 4
 
 
-def test_topics_creation_and_deletion_znodes(stores: Callable[..., ClusterStore]) -> None:
+def test_topics_creation_and_deletion_znodes(stores: Callable[..., KafkaZkClient]) -> None:
     store = stores()
     tid = uuid.uuid4()
     created = store.create_topic("orders", {0: [1, 2], 1: [2, 1]}, tid,
@@ -534,7 +581,7 @@ def test_topics_creation_and_deletion_znodes(stores: Callable[..., ClusterStore]
     assert store.create_topic("orders", {0: [1]}, uuid.uuid4(), {}).partitions == {0: (1,)}
 
 
-def test_metadata_view_follows_the_cluster(stores: Callable[..., ClusterStore]) -> None:
+def test_metadata_view_follows_the_cluster(stores: Callable[..., KafkaZkClient]) -> None:
     a, b = stores(), stores()
     a.register_broker(1, "h1", 1)
     a.create_topic("early", {0: [1]}, uuid.uuid4(), {"k": "v"})
@@ -581,8 +628,8 @@ def test_metadata_view_follows_the_cluster(stores: Callable[..., ClusterStore]) 
     view.close()
 
 
-def _cluster(stores: Callable[..., ClusterStore], n: int, **kwargs: Any
-             ) -> dict[int, ClusterStore]:
+def _cluster(stores: Callable[..., KafkaZkClient], n: int, **kwargs: Any
+             ) -> dict[int, KafkaZkClient]:
     members = {}
     for i in range(1, n + 1):
         members[i] = stores(**kwargs)
@@ -591,7 +638,7 @@ def _cluster(stores: Callable[..., ClusterStore], n: int, **kwargs: Any
 
 
 def test_controller_elects_initial_leaders_and_reelects_on_broker_loss(
-        stores: Callable[..., ClusterStore], controllers: Callable[..., Controller]) -> None:
+        stores: Callable[..., KafkaZkClient], controllers: Callable[..., Controller]) -> None:
     members = _cluster(stores, 3)
     running = {i: controllers(s, i) for i, s in members.items()}
     observer = stores()
@@ -644,7 +691,7 @@ def test_controller_elects_initial_leaders_and_reelects_on_broker_loss(
     view.close()
 
 
-def test_no_unclean_election(stores: Callable[..., ClusterStore],
+def test_no_unclean_election(stores: Callable[..., KafkaZkClient],
                              controllers: Callable[..., Controller]) -> None:
     members = _cluster(stores, 3)
     controller_store = members[1]
@@ -671,7 +718,7 @@ def test_no_unclean_election(stores: Callable[..., ClusterStore],
     view.close()
 
 
-def test_controller_handles_a_bounced_broker(stores: Callable[..., ClusterStore],
+def test_controller_handles_a_bounced_broker(stores: Callable[..., KafkaZkClient],
                                              controllers: Callable[..., Controller]) -> None:
     members = _cluster(stores, 2)
     controllers(members[1], 1)
@@ -691,7 +738,7 @@ def test_controller_handles_a_bounced_broker(stores: Callable[..., ClusterStore]
 
 
 def test_controller_deletes_topics_and_waits_for_live_replicas(
-        stores: Callable[..., ClusterStore], controllers: Callable[..., Controller]) -> None:
+        stores: Callable[..., KafkaZkClient], controllers: Callable[..., Controller]) -> None:
     members = _cluster(stores, 2)
     controllers(members[1], 1)
     controllers(members[2], 2)
@@ -719,7 +766,7 @@ def test_controller_deletes_topics_and_waits_for_live_replicas(
     view.close()
 
 
-def test_controller_stop_resigns(stores: Callable[..., ClusterStore],
+def test_controller_stop_resigns(stores: Callable[..., KafkaZkClient],
                                  controllers: Callable[..., Controller]) -> None:
     a, b = stores(), stores()
     first = controllers(a, 1)

@@ -9,7 +9,7 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
-from oncelog.cluster.zk import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
+from oncelog.cluster.model import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
 from oncelog.records import build_batch, split_batches
 from oncelog.server.clock import now_ms
 from oncelog.server.config import BrokerConfig

@@ -2,12 +2,18 @@
 (docs/cluster.md).
 
 - ``zookeeper``: run Debian's ZooKeeper server (tests, ``oncelog cluster up``);
-- ``zk``: the ZooKeeper data model (``ClusterStore``) and a broker's watched picture of the
-  cluster (``MetadataView`` -> immutable ``ClusterView`` snapshots);
+- ``model``, ``errors``: the cluster's values (``BrokerInfo``, ``LeaderAndIsr``,
+  ``TopicAssignment``, the immutable ``ClusterView`` snapshot) and refusals, shared with a
+  single node's metadata; no kazoo;
+- ``zk_data``: the znodes, one class per path with its encoding (Kafka's ZkData);
+- ``zookeeper_client``, ``zk_client``: one ZooKeeper session (``ZooKeeperClient``) and the
+  operations on the znodes (``KafkaZkClient``);
+- ``metadata_view``: a broker's picture of the cluster kept by watches (``MetadataView`` ->
+  ``ClusterView`` snapshots);
 - ``controller``: the controller's decisions (sans-IO) and its thread (``Controller``).
 - ``local``: a ZooKeeper and N broker processes on this machine (``LocalCluster``; tests,
   benchmarks, ``oncelog cluster up`` / ``down``).
 
-The submodules import kazoo; this package's ``__init__`` imports nothing, so single-node brokers
-never load it.
+This package's ``__init__`` imports nothing; of the submodules, ``zookeeper_client``,
+``zk_client`` and ``controller`` import kazoo.
 """

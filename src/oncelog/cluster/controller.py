@@ -40,17 +40,10 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
-from .zk import (
-    NO_LEADER,
-    ClusterError,
-    ClusterStore,
-    ClusterView,
-    ControllerLease,
-    ControllerMovedError,
-    LeaderAndIsr,
-    MetadataView,
-    TopicAssignment,
-)
+from .errors import ClusterError, ControllerMovedError
+from .metadata_view import MetadataView
+from .model import NO_LEADER, ClusterView, LeaderAndIsr, TopicAssignment
+from .zk_client import ControllerLease, KafkaZkClient
 
 __all__ = [
     "Controller",
@@ -213,7 +206,7 @@ def new_partition_states(assignments: Mapping[str, Mapping[int, Sequence[int]]],
     return out
 
 
-def create_topic(store: ClusterStore, name: str, num_partitions: int, replication_factor: int,
+def create_topic(store: KafkaZkClient, name: str, num_partitions: int, replication_factor: int,
                  configs: Mapping[str, str] | None = None, topic_id: uuid.UUID | None = None,
                  brokers: Collection[int] | None = None) -> TopicAssignment:
     """Kafka's AdminZkClient.createTopic: assign the replicas over the live brokers (or
@@ -237,7 +230,7 @@ class Controller:
     pass compares the view with what should be and writes the difference.
     """
 
-    def __init__(self, store: ClusterStore, node_id: int, *, view: MetadataView | None = None,
+    def __init__(self, store: KafkaZkClient, node_id: int, *, view: MetadataView | None = None,
                  resync_interval_s: float = 5.0, retry_backoff_s: float = 0.5) -> None:
         self.store = store
         self.node_id = node_id

@@ -2,7 +2,7 @@
 
 A broker never asks "am I in a cluster?": it asks its metadata (``broker.metadata``) which
 brokers are alive, which partitions exist and who leads them (``view``, a
-``cluster.metadata_view.ClusterView``), to create and delete topics, for blocks of producer ids,
+``cluster.model.ClusterView``), to create and delete topics, for blocks of producer ids,
 and where a coordinator lives. The replica manager follows the same view and tells the
 coordinators when this broker gains or loses a partition's leadership.
 

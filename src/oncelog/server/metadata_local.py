@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ..cluster.controller import new_partition_states, on_brokers_changed
-from ..cluster.zk import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
+from ..cluster.model import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
 from .clock import now_ms
 from .metadata import CreatedTopic, Metadata
 from .topics import INTERNAL_TOPICS, TopicError

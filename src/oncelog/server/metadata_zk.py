@@ -3,10 +3,10 @@
 ``ZkMetadata`` connects the broker to ZooKeeper once its socket is bound: it registers the
 broker (an ephemeral node with its address), runs the controller candidate (cluster/controller.py;
 one broker of the cluster wins and elects partition leaders), and follows the cluster view
-(cluster/zk.py's watches: live brokers, topics, partition states), which it hands to the
-replica manager on the broker's event loop. Topic creation and deletion go through ZooKeeper as
-in Kafka's ZooKeeper mode: the broker that takes the request writes the assignment, the
-controller elects leaders, every broker sees it in its view.
+(cluster/metadata_view.py on cluster/zk_client.py's watches: live brokers, topics, partition
+states), which it hands to the replica manager on the broker's event loop. Topic creation and
+deletion go through ZooKeeper as in Kafka's ZooKeeper mode: the broker that takes the request
+writes the assignment, the controller elects leaders, every broker sees it in its view.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import uuid
 from typing import Any
 
 from ..cluster.controller import Controller
-from ..cluster.zk import ClusterStore, MetadataView, TopicExistsError
+from ..cluster.errors import TopicExistsError
+from ..cluster.metadata_view import MetadataView
+from ..cluster.zk_client import KafkaZkClient
 from .config import ConfigError, validate_topic_configs
 from .metadata import CreatedTopic, Metadata
 from .topics import INTERNAL_TOPICS, TopicError
@@ -31,7 +33,7 @@ class ZkMetadata(Metadata):
         cfg = broker.config
         self.connect = str(cfg.get("zookeeper.connect"))
         self.session_timeout_ms = cfg.int("zookeeper.session.timeout.ms")
-        self.store: Any = None  # ClusterStore, once started
+        self.store: Any = None  # KafkaZkClient, once started
         self.controller: Controller | None = None
         self.metadata: MetadataView | None = None
         self._requested_internal: set[str] = set()
@@ -54,7 +56,7 @@ class ZkMetadata(Metadata):
                 pass
 
     def _start_blocking(self) -> None:
-        self.store = ClusterStore(self.connect, session_timeout_s=self.session_timeout_ms / 1000)
+        self.store = KafkaZkClient(self.connect, session_timeout_s=self.session_timeout_ms / 1000)
         self.broker.cluster_id = self.store.cluster_id(self.broker.cluster_id)
         # Restarted right after a crash, the old session still holds our registration until
         # ZooKeeper expires it (up to its timeout): wait it out instead of failing.

@@ -438,7 +438,7 @@ class ReplicaManager:
             return
         r.isr_change_in_flight = True
         r.pending_isr = isr
-        from ..cluster.zk import LeaderAndIsr
+        from ..cluster.model import LeaderAndIsr
 
         state = LeaderAndIsr(self.node_id, r.leader_epoch, isr, r.controller_epoch)
         topic, index = r.tp
