@@ -22,11 +22,10 @@ import pytest
 from conftest import wait_until
 from kazoo.exceptions import KazooException
 
-from oncelog.cluster.controller import (
-    Controller,
+from oncelog.cluster.controller import Controller, create_topic
+from oncelog.cluster.election import (
     InvalidReplicationFactorError,
     assign_replicas,
-    create_topic,
     elect_leader,
     initial_state,
     new_partition_states,

@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster.controller import assign_replicas
+from ..cluster.election import assign_replicas
 from .clock import now_ms
 from .topics import CONSUMER_OFFSETS, TRANSACTION_STATE, TopicError, coordinator_partition
 

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from types import MappingProxyType
 
-from ..cluster.controller import new_partition_states, on_brokers_changed
+from ..cluster.election import new_partition_states, on_brokers_changed
 from ..cluster.model import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
 from .clock import now_ms
 from .metadata import CreatedTopic, Metadata
