@@ -9,7 +9,7 @@ coordinators when this broker gains or loses a partition's leadership.
 Two implementations:
 
 - ``LocalMetadata`` (server/metadata_local.py): a cluster of one. Its state is the data
-  directory; it runs the controller's decisions (cluster/controller.py) in process, with this
+  directory; it runs the controller's decisions (cluster/election.py) in process, with this
   broker as the only live broker, so every partition has replicas and ISR {this broker}.
 - ``ZkMetadata`` (server/metadata_zk.py): Kafka's ZooKeeper mode; the controller is whichever
   broker won the election, the view comes from ZooKeeper's watches.

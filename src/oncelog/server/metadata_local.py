@@ -8,7 +8,7 @@ is only where the metadata lives and who decides:
 - the state is the data directory: the topics are the ``.topics/`` files (server/topics.py),
   the leader epochs the partitions' ``leader-epoch-checkpoint`` files, the producer id blocks
   ``producer-id-block``;
-- the controller's decisions (cluster/controller.py) run in process, with this broker as the
+- the controller's decisions (cluster/election.py) run in process, with this broker as the
   only live broker. A start is a broker that re-registers: every hosted partition is elected
   again at a higher leader epoch (Kafka's controller does the same when a broker bounces). The
   coordinators take the leader epoch of their partition as coordinator epoch, so markers of an
