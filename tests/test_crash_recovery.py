@@ -22,6 +22,9 @@ PARTITIONS = 3
 RECORDS = 40_000
 RATE = 10_000  # records/s: the stream lasts ~4 s, so the kills land in its middle
 KILL_AT = (0.25, 0.5, 0.75)  # fractions of the stream acknowledged when the broker is killed
+# The stream runs at most this far past a kill's milestone until the kill is done, so every kill
+# lands mid-stream with records in flight, however slowly a loaded machine restarts the broker.
+AHEAD = 2_000
 
 
 class Stream:
@@ -42,12 +45,15 @@ class Stream:
         self.acked: dict[int, tuple[int, int]] = {}  # record number -> (partition, offset)
         self.failed: list[tuple[int, str]] = []
         self.milestones = [(int(RECORDS * f), threading.Event()) for f in KILL_AT]
+        self.killed = [threading.Event() for _ in KILL_AT]
         self.aborted = False
 
     def abort(self) -> None:
         """The producing thread failed: release the killer thread."""
         self.aborted = True
         for _count, event in self.milestones:
+            event.set()
+        for event in self.killed:
             event.set()
 
     def _on_delivery(self, err, msg) -> None:
@@ -63,7 +69,15 @@ class Stream:
 
     def run(self) -> None:
         start = time.monotonic()
+        holds = {count + AHEAD: killed for (count, _), killed in zip(self.milestones, self.killed,
+                                                                      strict=True)}
         for n in range(RECORDS):
+            if n in holds:
+                waited = time.monotonic() + 120
+                while not holds[n].is_set():  # the kill of that milestone is not done yet
+                    assert time.monotonic() < waited, "the kill did not come"
+                    self.producer.poll(0.05)
+                start = time.monotonic() - n / RATE  # then on at the same pace
             due = start + n / RATE
             while (left := due - time.monotonic()) > 0:
                 self.producer.poll(left)  # serves delivery reports while pacing
@@ -76,7 +90,7 @@ class Stream:
 
 def _killer(broker: BrokerProcess, stream: Stream, kills: list, errors: list) -> None:
     try:
-        for _count, event in stream.milestones:
+        for (_count, event), killed in zip(stream.milestones, stream.killed, strict=True):
             assert event.wait(120), "the stream stalled before the kill"
             if stream.aborted:
                 return
@@ -84,6 +98,7 @@ def _killer(broker: BrokerProcess, stream: Stream, kills: list, errors: list) ->
             broker.kill()
             broker.start()
             kills.append(acked_then)
+            killed.set()
     except Exception as exc:  # noqa: BLE001 (re-raised by the test thread)
         errors.append(exc)
 
