@@ -317,8 +317,7 @@ class Fetcher:
                         self.metadata_stale = True
             if remaining:
                 attempt += 1
-                delay = min(self.config.retry_backoff_ms * 2 ** (attempt - 1),
-                            self.config.retry_backoff_max_ms) / 1000
+                delay = self.net.retry_backoff.backoff(attempt - 1)
                 self.net.sleep(max(0.0, min(delay, deadline - time.monotonic())))
         return result
 

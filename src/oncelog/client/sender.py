@@ -273,9 +273,8 @@ class Sender:
                                      time.monotonic() + self.config.retry_backoff_ms / 1000)
 
     def _backoff(self, attempts: int) -> float:
-        base = self.config.retry_backoff_ms
-        return min(base * 2 ** max(0, attempts - 1),
-                   max(self.config.retry_backoff_max_ms, base)) / 1000
+        """The wait before retry number ``attempts`` (1 for the first)."""
+        return self.net.retry_backoff.backoff(attempts - 1)
 
     # --- producer id ------------------------------------------------------------------------
 
