@@ -76,7 +76,6 @@ class Admin:
         self.config = admin_config(config, kwargs)
         self.client_id = self.config.client_id or f"oncelog-admin-{next(_client_ids)}"
         self._net = NetworkClient(self.config, self.client_id)
-        self._coordinators = Coordinators()
         self._closed = False
 
     # --- topics -----------------------------------------------------------------------------
@@ -327,8 +326,10 @@ class Admin:
         """Send to the transactional id's coordinator and return its answer, retrying
         retriable ones (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) and an unreachable
         node until ``deadline`` (a coordinator moves when its broker fails)."""
+        # Each call finds the coordinator afresh (Kafka's admin CoordinatorStrategy): admin
+        # calls are rare and independent, and a coordinator found calls ago may have moved.
         return coordinator_request.do(
-            self._net, self._coordinators,
+            self._net, Coordinators(),
             _TxnCoordinatorHandler(api_key, transactional_id, values, error_of, what), deadline)
 
     # --- ACLs (KIP-11; CreateAcls / DescribeAcls / DeleteAcls) ---------------------------------
