@@ -21,7 +21,6 @@ from ..errors import (
     RetriableError,
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
-    error_for_code,
 )
 from ..protocol import ApiKey
 from .backoff import reconnect_backoff, retry_backoff
@@ -315,27 +314,6 @@ class NetworkClient:
         delay = min(self.retry_backoff.backoff(attempt - 1), max(0.0, deadline - time.monotonic()))
         if delay > 0:
             self.sleep(delay)
-
-    def find_coordinator(self, key_type: int, key: str, deadline: float) -> int:
-        """The node id of the group (key type 0) or transaction (1) coordinator of ``key``,
-        waiting out retriable answers (COORDINATOR_NOT_AVAILABLE while the internal topic is
-        created ...) until ``deadline``; its address is fetched if not yet known."""
-        attempt = 0
-        while True:
-            r = self.request_any(ApiKey.FIND_COORDINATOR, {
-                "key": key, "key_type": key_type, "coordinator_keys": [key]}, deadline)
-            found = r.coordinators[0] if hasattr(r, "coordinators") else r
-            code = int(found.error_code)
-            if code == 0:
-                node = int(found.node_id)
-                if node not in self.cluster.brokers:
-                    self.update_metadata([], deadline, allow_auto_topic_creation=False)
-                return node
-            error = error_for_code(code)(f"FindCoordinator {key!r}: {found.error_message}")
-            if not isinstance(error, RetriableError) or time.monotonic() >= deadline:
-                raise error
-            attempt += 1
-            self._backoff(attempt, deadline)
 
     def update_metadata(self, topics: list[str] | None, deadline: float,
                         allow_auto_topic_creation: bool = True) -> Cluster:
