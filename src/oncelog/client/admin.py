@@ -402,7 +402,8 @@ class Admin:
 
 class _TxnCoordinatorHandler(CoordinatorRequestHandler):
     """An admin request to a transactional id's coordinator. A retriable answer is asked
-    again; at the deadline the last retriable error is raised, as the answer it was."""
+    again; at the deadline the last retriable answer is raised, as the answer it was (no
+    answer at all, an unreachable coordinator: KafkaTimeoutError)."""
 
     def __init__(self, api: ApiKey, transactional_id: str, values: dict,
                  error_of: Callable[[Any], int], what: str) -> None:
@@ -419,7 +420,10 @@ class _TxnCoordinatorHandler(CoordinatorRequestHandler):
         return Action.DONE
 
     def timeout_error(self, last: BaseException | None) -> BaseException:
-        return last if last is not None else super().timeout_error(None)
+        answer = self.last_error
+        if answer is not None and last is answer:
+            return answer
+        return super().timeout_error(last)
 
 
 def _filter_values(f: AclFilter) -> dict[str, Any]:
