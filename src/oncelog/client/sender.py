@@ -280,7 +280,7 @@ class Sender:
     def _need_metadata(self) -> None:
         if self._metadata_request is None:
             self._metadata_due = min(self._metadata_due,
-                                     time.monotonic() + self.config.retry_backoff_ms / 1000)
+                                     time.monotonic() + self._backoff(1))
 
     def _backoff(self, attempts: int) -> float:
         """The wait before retry number ``attempts`` (1 for the first)."""
