@@ -30,7 +30,14 @@ from ..security.acls import (
     Permission,
     ResourceType,
 )
+from . import coordinator_request
 from .config import admin_config
+from .coordinator_request import (
+    Action,
+    BrokerVersions,
+    CoordinatorRequestHandler,
+    Coordinators,
+)
 from .errors import KafkaTimeoutError
 from .metadata import metadata_request
 from .network import NetworkClient
@@ -138,8 +145,7 @@ class Admin:
                                         "retriable errors")
             self._net.update_metadata([], deadline)  # the controller may have moved
             values = self._only(values, set(retry))
-            self._net.sleep(min(self.config.retry_backoff_ms * 2 ** (attempt - 1),
-                                self.config.retry_backoff_max_ms) / 1000)
+            self._net.sleep(self._net.retry_backoff.backoff(attempt - 1))
         if errors:
             raise errors[0]
 
@@ -240,7 +246,7 @@ class Admin:
     def _describe_transaction(self, txn_id: str, deadline: float) -> TransactionDescription:
         r = self._to_txn_coordinator(
             txn_id, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn_id]}, deadline,
-            lambda r: int(r.transaction_states[0].error_code))
+            lambda r: int(r.transaction_states[0].error_code), f"transactional id {txn_id!r}")
         (s,) = r.transaction_states
         if int(s.error_code):
             raise error_for_code(int(s.error_code))(f"transactional id {txn_id!r}")
@@ -309,32 +315,22 @@ class Admin:
             "transactional_id": transactional_id,
             "transaction_timeout": _FENCE_TRANSACTION_TIMEOUT_MS,
             "producer_id": -1, "producer_epoch": -1, "enable2_pc": False,
-            "keep_prepared_txn": False}, deadline, lambda r: int(r.error_code))
+            "keep_prepared_txn": False}, deadline, lambda r: int(r.error_code),
+            f"force-terminate of {transactional_id!r}")
         if int(r.error_code):
             raise error_for_code(int(r.error_code))(f"force-terminate of {transactional_id!r}")
         return before
 
     def _to_txn_coordinator(self, transactional_id: str, api_key: ApiKey, values: dict,
-                            deadline: float, error_of: Callable[[Any], int]) -> Any:
-        """Send to the transactional id's coordinator and return its answer, unless that is a
-        retriable error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) or the node is
-        unreachable: then find the coordinator again and retry, until ``deadline`` (a
-        coordinator moves when its broker fails)."""
-        while True:
-            node = self._net.find_coordinator(1, transactional_id, deadline)
-            try:
-                r = self._net.request_any(api_key, values, deadline, node_id=node,
-                                          single_attempt=True)
-            except RetriableError:
-                if time.monotonic() >= deadline:
-                    raise
-                self._net.disconnect(node)
-            else:
-                code = error_of(r)
-                if not code or not isinstance(error_for_code(code)(""), RetriableError) \
-                        or time.monotonic() >= deadline:
-                    return r
-            time.sleep(self.config.retry_backoff_ms / 1000)
+                            deadline: float, error_of: Callable[[Any], int], what: str) -> Any:
+        """Send to the transactional id's coordinator and return its answer, retrying
+        retriable ones (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) and an unreachable
+        node until ``deadline`` (a coordinator moves when its broker fails)."""
+        # Each call finds the coordinator afresh (Kafka's admin CoordinatorStrategy): admin
+        # calls are rare and independent, and a coordinator found calls ago may have moved.
+        return coordinator_request.do(
+            self._net, Coordinators(),
+            _TxnCoordinatorHandler(api_key, transactional_id, values, error_of, what), deadline)
 
     # --- ACLs (KIP-11; CreateAcls / DescribeAcls / DeleteAcls) ---------------------------------
 
@@ -402,6 +398,32 @@ class Admin:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class _TxnCoordinatorHandler(CoordinatorRequestHandler):
+    """An admin request to a transactional id's coordinator. A retriable answer is asked
+    again; at the deadline the last retriable answer is raised, as the answer it was (no
+    answer at all, an unreachable coordinator: KafkaTimeoutError)."""
+
+    def __init__(self, api: ApiKey, transactional_id: str, values: dict,
+                 error_of: Callable[[Any], int], what: str) -> None:
+        self.api, self.key, self.values = api, transactional_id, values
+        self.error_of, self.what = error_of, what
+
+    def create_request(self, broker: BrokerVersions) -> dict:
+        return self.values
+
+    def handle_response(self, response: Any) -> Action:
+        code = self.error_of(response)
+        if code and issubclass(error_for_code(code), RetriableError):
+            return self.retriable(code, self.what)
+        return Action.DONE
+
+    def timeout_error(self, last: BaseException | None) -> BaseException:
+        answer = self.last_error
+        if answer is not None and last is answer:
+            return answer
+        return super().timeout_error(last)
 
 
 def _filter_values(f: AclFilter) -> dict[str, Any]:

@@ -317,8 +317,7 @@ class Fetcher:
                         self.metadata_stale = True
             if remaining:
                 attempt += 1
-                delay = min(self.config.retry_backoff_ms * 2 ** (attempt - 1),
-                            self.config.retry_backoff_max_ms) / 1000
+                delay = self.net.retry_backoff.backoff(attempt - 1)
                 self.net.sleep(max(0.0, min(delay, deadline - time.monotonic())))
         return result
 
@@ -359,7 +358,7 @@ class Fetcher:
 
     def update_metadata(self, topics: set[str], deadline: float) -> None:
         # Asked again while the topic does not exist or has no leader: not more often than
-        # every retry.backoff.ms.
+        # every retry.backoff.ms (jittered, as every wait: backoff.py).
         wait = self._metadata_next - time.monotonic()
         if wait > 0:
             self.net.sleep(min(wait, max(0.0, deadline - time.monotonic())))
@@ -367,7 +366,7 @@ class Fetcher:
                 return
         # A consumer reading by assignment should not create topics by asking about them.
         self.net.update_metadata(sorted(topics), deadline, allow_auto_topic_creation=False)
-        self._metadata_next = time.monotonic() + self.config.retry_backoff_ms / 1000
+        self._metadata_next = time.monotonic() + self.net.retry_backoff.backoff(0)
         self.metadata_stale = False
         for topic in sorted(topics):
             code = self.net.cluster.topic_error(topic)

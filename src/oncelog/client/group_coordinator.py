@@ -27,16 +27,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import (
+    CoordinatorLoadInProgressError,
     FatalError,
     IllegalGenerationError,
     KafkaError,
     MemberIdRequiredError,
     RebalanceInProgressError,
-    RetriableError,
     UnknownMemberIdError,
     error_for_code,
 )
 from ..protocol import ApiKey
+from . import coordinator_request
 from .assignors import (
     ASSIGNORS,
     COOPERATIVE,
@@ -47,6 +48,14 @@ from .assignors import (
     encode_subscription,
 )
 from .config import ClientConfig
+from .coordinator_request import (
+    COORDINATOR_MOVED,
+    KEY_TYPE_GROUP,
+    Action,
+    BrokerVersions,
+    CoordinatorRequestHandler,
+    Coordinators,
+)
 from .errors import KafkaTimeoutError
 from .network import NetworkClient
 from .subscription_state import SubscriptionState
@@ -54,7 +63,6 @@ from .types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
-KEY_TYPE_GROUP = 0
 UNSTABLE_OFFSET_COMMIT = 88
 _REJOIN = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
 Callback = Callable[[list[TopicPartition]], None]
@@ -84,7 +92,7 @@ class GroupCoordinator:
         self.on_lost: Callback | None = None
         self.member_id = ""
         self.generation = -1
-        self.coordinator: int | None = None
+        self._coordinators = Coordinators()
         self.rejoin_needed = True
         self.member_lost = False
         self.joining = False  # the heartbeat thread stays quiet while a join is under way
@@ -117,32 +125,22 @@ class GroupCoordinator:
 
     # -- coordinator ---------------------------------------------------------------------------
 
-    def _ensure_coordinator(self, deadline: float) -> int:
-        if self.coordinator is None:
-            self.coordinator = self.net.find_coordinator(KEY_TYPE_GROUP, self.group_id, deadline)
-        return self.coordinator
+    @property
+    def coordinator(self) -> int | None:
+        """The group coordinator's node id while it is known (the heartbeat thread's target)."""
+        node = self._coordinators.get(KEY_TYPE_GROUP, self.group_id)
+        return node.node_id if node is not None else None
 
-    def _sleep(self, deadline: float) -> None:
-        delay = self.config.retry_backoff_ms / 1000
-        if time.monotonic() + delay >= deadline:
-            raise KafkaTimeoutError(f"group {self.group_id!r}: coordinator not ready in time")
-        time.sleep(delay)
-
-    def _request(self, api: ApiKey, values: Any, deadline: float,
-                 timeout_ms: int | None = None) -> Any:
-        node = self._ensure_coordinator(deadline)
-        try:
-            return self.net.request(node, api, values, timeout_ms=timeout_ms)
-        except RetriableError:
-            self.coordinator = None
-            raise
+    def _do(self, handler: _GroupRequestHandler, deadline: float) -> Any:
+        """Send to the coordinator through the one coordinator loop (coordinator_request.py):
+        it is found again when it moved, and waited for while it loads."""
+        handler.key = self.group_id
+        return coordinator_request.do(self.net, self._coordinators, handler, deadline)
 
     def _coordinator_moved(self, code: int) -> bool:
-        if code in (14, 15, 16):  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
-            if code != 14:
-                self.coordinator = None
-            return True
-        return False
+        if code in COORDINATOR_MOVED:
+            self._coordinators.forget(KEY_TYPE_GROUP, self.group_id)
+        return code in COORDINATOR_MOVED
 
     # -- poll ----------------------------------------------------------------------------------
 
@@ -223,33 +221,19 @@ class GroupCoordinator:
     def _join_and_sync(self, topics: list[str], subscription: bytes, deadline: float
                        ) -> list[TopicPartition]:
         join_timeout = self.config.max_poll_interval_ms + 5000
-        while True:
-            r = self._request(ApiKey.JOIN_GROUP, {
-                "group_id": self.group_id, "session_timeout": self.config.session_timeout_ms,
-                "rebalance_timeout": self.config.max_poll_interval_ms,
-                "member_id": self.member_id, "group_instance_id": self.instance_id,
-                "protocol_type": "consumer", "reason": None,
-                "protocols": [{"name": a, "metadata": subscription} for a in self.assignors]},
-                deadline, timeout_ms=join_timeout)
-            code = int(r.error_code)
-            if code == MemberIdRequiredError.code:
-                self.member_id = r.member_id
-                continue
-            if self._coordinator_moved(code):
-                self._sleep(deadline + join_timeout / 1000)
-                continue
-            if code:
-                raise error_for_code(code)(f"JoinGroup {self.group_id!r}")
-            break
+        r = self._do(_JoinGroup(self, subscription, join_timeout), deadline + join_timeout / 1000)
+        code = int(r.error_code)
+        if code:
+            raise error_for_code(code)(f"JoinGroup {self.group_id!r}")
         self.member_id, self.generation = r.member_id, int(r.generation_id)
         assignments: list[dict[str, Any]] = []
         if r.leader == r.member_id:
             assignments = self._assign_as_leader(r.protocol_name, r.members, deadline)
-        s = self._request(ApiKey.SYNC_GROUP, {
+        s = self._do(_GroupRequest(ApiKey.SYNC_GROUP, {
             "group_id": self.group_id, "generation_id": self.generation,
             "member_id": self.member_id, "group_instance_id": self.instance_id,
             "protocol_type": "consumer", "protocol_name": r.protocol_name,
-            "assignments": assignments}, deadline, timeout_ms=join_timeout)
+            "assignments": assignments}, _answer, timeout_ms=join_timeout), deadline)
         code = int(s.error_code)
         if code:
             raise error_for_code(code)(f"SyncGroup {self.group_id!r}")
@@ -292,26 +276,20 @@ class GroupCoordinator:
             by_topic.setdefault(tp.topic, []).append({
                 "partition_index": tp.partition, "committed_offset": offset,
                 "committed_leader_epoch": -1, "committed_metadata": ""})
-        while True:
-            r = self._request(ApiKey.OFFSET_COMMIT, {
-                "group_id": self.group_id, "generation_id_or_member_epoch": self.generation,
-                "member_id": self.member_id, "group_instance_id": self.instance_id,
-                "retention_time": -1,
-                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
-                deadline)
-            code = next((int(p.error_code) for t in r.topics for p in t.partitions
-                         if int(p.error_code)), 0)
-            if self._coordinator_moved(code):
-                self._sleep(deadline)
-                continue
-            if code in (RebalanceInProgressError.code, IllegalGenerationError.code,
-                        UnknownMemberIdError.code):
-                self.rejoin_needed = True
-                raise CommitFailedError(
-                    f"group {self.group_id!r} rebalanced: {error_for_code(code).__name__}")
-            if code:
-                raise error_for_code(code)(f"OffsetCommit {self.group_id!r}")
-            return
+        r = self._do(_GroupRequest(ApiKey.OFFSET_COMMIT, {
+            "group_id": self.group_id, "generation_id_or_member_epoch": self.generation,
+            "member_id": self.member_id, "group_instance_id": self.instance_id,
+            "retention_time": -1,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
+            _commit_error), deadline)
+        code = _commit_error(r)
+        if code in (RebalanceInProgressError.code, IllegalGenerationError.code,
+                    UnknownMemberIdError.code):
+            self.rejoin_needed = True
+            raise CommitFailedError(
+                f"group {self.group_id!r} rebalanced: {error_for_code(code).__name__}")
+        if code:
+            raise error_for_code(code)(f"OffsetCommit {self.group_id!r}")
 
     def committed(self, partitions: list[TopicPartition], deadline: float
                   ) -> dict[TopicPartition, int | None]:
@@ -320,22 +298,17 @@ class GroupCoordinator:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
         require_stable = self.config.isolation_level == "read_committed"
-        while True:
-            r = self._request(ApiKey.OFFSET_FETCH, {
-                "group_id": self.group_id, "topics": topics, "require_stable": require_stable,
-                "groups": [{"group_id": self.group_id, "topics": topics}]}, deadline)
-            group = r.groups[0] if hasattr(r, "groups") else r
-            code = int(getattr(group, "error_code", 0))
-            parts = [(t.name, p) for t in group.topics for p in t.partitions]
-            code = code or next((int(p.error_code) for _, p in parts if int(p.error_code)), 0)
-            if code == UNSTABLE_OFFSET_COMMIT or self._coordinator_moved(code):
-                self._sleep(deadline)  # a transaction's offsets are pending: wait for its end
-                continue
-            if code:
-                raise error_for_code(code)(f"OffsetFetch {self.group_id!r}")
-            return {TopicPartition(t, int(p.partition_index)):
-                    (int(p.committed_offset) if int(p.committed_offset) >= 0 else None)
-                    for t, p in parts}
+        r = self._do(_GroupRequest(ApiKey.OFFSET_FETCH, {
+            "group_id": self.group_id, "topics": topics, "require_stable": require_stable,
+            "groups": [{"group_id": self.group_id, "topics": topics}]}, _fetch_error,
+            also_retry=(UNSTABLE_OFFSET_COMMIT,)), deadline)
+        group = r.groups[0] if hasattr(r, "groups") else r
+        code = _fetch_error(r)
+        if code:
+            raise error_for_code(code)(f"OffsetFetch {self.group_id!r}")
+        return {TopicPartition(t.name, int(p.partition_index)):
+                (int(p.committed_offset) if int(p.committed_offset) >= 0 else None)
+                for t in group.topics for p in t.partitions}
 
     # -- heartbeats ----------------------------------------------------------------------------
 
@@ -348,10 +321,13 @@ class GroupCoordinator:
     def _heartbeat_loop(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
         while not self._hb_stop.wait(interval):
-            node, generation, member = self.coordinator, self.generation, self.member_id
-            if node is None or generation < 0 or self.rejoin_needed or self.joining:
+            found = self._coordinators.get(KEY_TYPE_GROUP, self.group_id)
+            generation, member = self.generation, self.member_id
+            if found is None or generation < 0 or self.rejoin_needed or self.joining:
                 continue
+            node = found.node_id
             self._hb_net.cluster = self.net.cluster  # addresses of the nodes
+            self._hb_net.learn_address(node, found.host, found.port)
             try:
                 r = self._hb_net.request(node, ApiKey.HEARTBEAT, {
                     "group_id": self.group_id, "generation_id": generation, "member_id": member,
@@ -380,12 +356,85 @@ class GroupCoordinator:
         try:
             if self.config.enable_auto_commit and self.generation >= 0:
                 self._auto_commit(deadline)
-            if self.member_id and self.coordinator is not None:
-                self._request(ApiKey.LEAVE_GROUP, lambda v: {
+            node = self.coordinator
+            if self.member_id and node is not None:
+                # One attempt: a member that cannot say goodbye is dropped by its session
+                # timeout anyway.
+                self.net.request(node, ApiKey.LEAVE_GROUP, {
                     "group_id": self.group_id, "member_id": self.member_id,
                     "members": [{"member_id": self.member_id,
                                  "group_instance_id": self.instance_id, "reason": None}]},
-                    deadline)
+                    timeout_ms=max(1, int((deadline - time.monotonic()) * 1000)))
         except (KafkaError, TimeoutError) as exc:
             log.info("leaving group %r: %s", self.group_id, exc)
         self._hb_net.close()
+
+
+def _answer(response: Any) -> int:
+    return int(response.error_code)
+
+
+def _commit_error(response: Any) -> int:
+    return next((int(p.error_code) for t in response.topics for p in t.partitions
+                 if int(p.error_code)), 0)
+
+
+def _fetch_error(response: Any) -> int:
+    group = response.groups[0] if hasattr(response, "groups") else response
+    code = int(getattr(group, "error_code", 0))
+    return code or next((int(p.error_code) for t in group.topics for p in t.partitions
+                         if int(p.error_code)), 0)
+
+
+class _GroupRequestHandler(CoordinatorRequestHandler):
+    key_type = KEY_TYPE_GROUP
+
+    def timeout_error(self, last: BaseException | None) -> BaseException:
+        return KafkaTimeoutError(f"group {self.key!r}: coordinator not ready in time"
+                                 + (f" ({last})" if last else ""))
+
+
+class _GroupRequest(_GroupRequestHandler):
+    """A group request whose answer is the caller's to judge, except that the coordinator
+    moving (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) or loading
+    (COORDINATOR_LOAD_IN_PROGRESS), and the codes in ``also_retry``, are retried."""
+
+    def __init__(self, api: ApiKey, values: dict[str, Any], error_of: Callable[[Any], int],
+                 timeout_ms: int | None = None, also_retry: tuple[int, ...] = ()) -> None:
+        self.api, self.values, self.error_of = api, values, error_of
+        self.timeout_ms = timeout_ms
+        self.also_retry = also_retry
+
+    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
+        return self.values
+
+    def handle_response(self, response: Any) -> Action:
+        code = self.error_of(response)
+        if code in COORDINATOR_MOVED or code == CoordinatorLoadInProgressError.code \
+                or code in self.also_retry:
+            return self.retriable(code, f"{self.api.name} {self.key!r}")
+        return Action.DONE
+
+
+class _JoinGroup(_GroupRequestHandler):
+    api = ApiKey.JOIN_GROUP
+
+    def __init__(self, group: GroupCoordinator, subscription: bytes, timeout_ms: int) -> None:
+        self.group, self.subscription, self.timeout_ms = group, subscription, timeout_ms
+
+    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
+        g = self.group
+        return {"group_id": g.group_id, "session_timeout": g.config.session_timeout_ms,
+                "rebalance_timeout": g.config.max_poll_interval_ms, "member_id": g.member_id,
+                "group_instance_id": g.instance_id, "protocol_type": "consumer",
+                "reason": None, "protocols": [{"name": a, "metadata": self.subscription}
+                                              for a in g.assignors]}
+
+    def handle_response(self, response: Any) -> Action:
+        code = int(response.error_code)
+        if code == MemberIdRequiredError.code:
+            self.group.member_id = response.member_id  # KIP-394: join again with it
+            return Action.RETRY_NOW
+        if code in COORDINATOR_MOVED or code == CoordinatorLoadInProgressError.code:
+            return self.retriable(code, f"JoinGroup {self.key!r}")
+        return Action.DONE

@@ -21,9 +21,9 @@ from ..errors import (
     RetriableError,
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
-    error_for_code,
 )
 from ..protocol import ApiKey
+from .backoff import reconnect_backoff, retry_backoff
 from .config import ClientConfig
 from .connection import BrokerConnection, InFlightRequest, RequestValues
 from .errors import KafkaTimeoutError
@@ -50,6 +50,9 @@ class NetworkClient:
             self._sasl = (config.sasl_mechanism, config.sasl_plain_username,
                           config.sasl_plain_password)
         self._conns: dict[int, BrokerConnection] = {}
+        # Coordinators' addresses from FindCoordinator: a coordinator need not be in the
+        # metadata we hold (a client that has only asked its bootstrap server so far).
+        self._learned: dict[int, tuple[str, int]] = {}
         self._reconnect_at: dict[int, float] = {}
         self._failures: dict[int, int] = {}
         self._selector = selectors.DefaultSelector()
@@ -59,6 +62,8 @@ class NetworkClient:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self.last_metadata_at = 0.0
+        self.retry_backoff = retry_backoff(config)
+        self._reconnect_backoff = reconnect_backoff(config)
         self._done: list[InFlightRequest] = []  # finished, not yet returned by poll()
 
     # --- nodes ------------------------------------------------------------------------------
@@ -67,13 +72,20 @@ class NetworkClient:
         broker = self.cluster.brokers.get(node_id)
         if broker is not None:
             return broker.host, broker.port
-        return self.bootstrap.get(node_id)
+        return self._learned.get(node_id) or self.bootstrap.get(node_id)
+
+    def learn_address(self, node_id: int, host: str, port: int) -> None:
+        """Where ``node_id`` is, as FindCoordinator said (used while the metadata does not
+        name it)."""
+        if node_id >= 0:
+            self._learned[node_id] = (host, port)
 
     def connection(self, node_id: int) -> BrokerConnection | None:
         """A connected connection to ``node_id``, connecting now if needed; None on failure.
 
         After a failed attempt the node is skipped for reconnect.backoff.ms, doubling up to
-        reconnect.backoff.max.ms, so a dead broker does not stall every loop iteration.
+        reconnect.backoff.max.ms (with jitter: backoff.py), so a dead broker does not stall
+        every loop iteration.
         """
         conn = self._conns.get(node_id)
         if conn is not None and conn.connected:
@@ -95,9 +107,8 @@ class NetworkClient:
         except KafkaError as exc:
             failures = self._failures.get(node_id, 0) + 1
             self._failures[node_id] = failures
-            backoff = min(self.config.reconnect_backoff_ms * 2 ** (failures - 1),
-                          self.config.reconnect_backoff_max_ms)
-            self._reconnect_at[node_id] = time.monotonic() + backoff / 1000
+            self._reconnect_at[node_id] = time.monotonic() + \
+                self._reconnect_backoff.backoff(failures - 1)
             log.info("%s", exc)
             if isinstance(exc, _AUTHENTICATION_ERRORS):
                 raise  # wrong credentials: retrying cannot help, tell the caller
@@ -300,32 +311,9 @@ class NetworkClient:
             self._backoff(attempt, deadline)
 
     def _backoff(self, attempt: int, deadline: float) -> None:
-        delay = min(self.config.retry_backoff_ms * 2 ** (attempt - 1),
-                    max(self.config.retry_backoff_max_ms, self.config.retry_backoff_ms)) / 1000
-        delay = min(delay, max(0.0, deadline - time.monotonic()))
+        delay = min(self.retry_backoff.backoff(attempt - 1), max(0.0, deadline - time.monotonic()))
         if delay > 0:
             self.sleep(delay)
-
-    def find_coordinator(self, key_type: int, key: str, deadline: float) -> int:
-        """The node id of the group (key type 0) or transaction (1) coordinator of ``key``,
-        waiting out retriable answers (COORDINATOR_NOT_AVAILABLE while the internal topic is
-        created ...) until ``deadline``; its address is fetched if not yet known."""
-        attempt = 0
-        while True:
-            r = self.request_any(ApiKey.FIND_COORDINATOR, {
-                "key": key, "key_type": key_type, "coordinator_keys": [key]}, deadline)
-            found = r.coordinators[0] if hasattr(r, "coordinators") else r
-            code = int(found.error_code)
-            if code == 0:
-                node = int(found.node_id)
-                if node not in self.cluster.brokers:
-                    self.update_metadata([], deadline, allow_auto_topic_creation=False)
-                return node
-            error = error_for_code(code)(f"FindCoordinator {key!r}: {found.error_message}")
-            if not isinstance(error, RetriableError) or time.monotonic() >= deadline:
-                raise error
-            attempt += 1
-            self._backoff(attempt, deadline)
 
     def update_metadata(self, topics: list[str] | None, deadline: float,
                         allow_auto_topic_creation: bool = True) -> Cluster:

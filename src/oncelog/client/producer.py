@@ -93,9 +93,12 @@ class Producer:
         self._closed = False
         self._txn: TransactionManager | None = None
         if self.config.transactional_id is not None:
-            self._txn = TransactionManager(self.config, client_id,
-                                           self._sender.set_producer_id, self.flush,
-                                           self._sender.set_transaction_v2)
+            # State the sender drives: it sends the manager's coordinator requests on its
+            # own network client (no second client, no blocking loop of the manager's).
+            self._txn = TransactionManager(self.config, self._sender.set_producer_id,
+                                           self.flush, self._sender.set_transaction_v2,
+                                           self._sender.net.wakeup)
+            self._sender.transaction_manager = self._txn
             self._sender.on_sequence_lost = self._txn.sequence_lost
         self._sender.start()
 

@@ -1,8 +1,10 @@
 """The producer's network loop, on its own thread (aiokafka's sender, the Java Sender).
 
-Each turn: get a producer id if idempotent, refresh metadata when asked or stale, drain ready
-batches into one ProduceRequest per leader, expire batches past delivery.timeout.ms, wait for
-responses, and settle each batch: acknowledged, retried, or failed.
+Each turn: get a producer id if idempotent, refresh metadata when asked or stale, send the
+transaction manager's next coordinator request (transactional producers: the manager is state,
+this thread its IO), drain ready batches into one ProduceRequest per leader, expire batches
+past delivery.timeout.ms, wait for responses, and settle each batch: acknowledged, retried, or
+failed.
 
 Idempotence (spec 000, "PID-Sequence Management"). A batch gets its base sequence the first time
 it is drained and keeps it for every retry. Per partition we track the next sequence to hand out
@@ -44,9 +46,11 @@ from ..records.batch import increment_sequence
 from .accumulator import ProducerBatch, RecordAccumulator
 from .config import ClientConfig
 from .connection import InFlightRequest
+from .coordinator_request import BrokerVersions
 from .errors import KafkaTimeoutError
 from .metadata import metadata_request
 from .network import NetworkClient
+from .transaction_manager import TransactionManager
 from .types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -76,10 +80,14 @@ class Sender:
         self.acc = accumulator
         self.net = network
         self.idempotent: bool = config.enable_idempotence
-        # Transactional: the TransactionManager gets the producer id (set_producer_id) and is
-        # told when a sequence is lost (on_sequence_lost): that aborts the transaction.
+        # Transactional: the TransactionManager's coordinator requests go out from here, one
+        # at a time (_maybe_send_transactional_request); it sets the producer id
+        # (set_producer_id) and is told when a sequence is lost (on_sequence_lost): that
+        # aborts the transaction.
         self.transactional: bool = config.transactional_id is not None
+        self.transaction_manager: TransactionManager | None = None
         self.on_sequence_lost: Any = None
+        self._txn_request: InFlightRequest | None = None
         self.acks: int = config.acks
         self.max_in_flight: int = config.max_in_flight_requests_per_connection
         self.delivery_timeout = config.delivery_timeout_ms / 1000
@@ -178,6 +186,8 @@ class Sender:
             for batch in self.acc.take_all():
                 self._fail(batch, self.fatal_error, reset=False)
         timeout = min(timeout, self._maybe_update_metadata(now))
+        if self.transaction_manager is not None:
+            timeout = min(timeout, self._maybe_send_transactional_request(now))
         if self.idempotent:
             timeout = min(timeout, self._maybe_init_producer_id(now))
         if not self.idempotent or self.producer_id >= 0:
@@ -270,12 +280,60 @@ class Sender:
     def _need_metadata(self) -> None:
         if self._metadata_request is None:
             self._metadata_due = min(self._metadata_due,
-                                     time.monotonic() + self.config.retry_backoff_ms / 1000)
+                                     time.monotonic() + self._backoff(1))
 
     def _backoff(self, attempts: int) -> float:
-        base = self.config.retry_backoff_ms
-        return min(base * 2 ** max(0, attempts - 1),
-                   max(self.config.retry_backoff_max_ms, base)) / 1000
+        """The wait before retry number ``attempts`` (1 for the first)."""
+        return self.net.retry_backoff.backoff(attempts - 1)
+
+    # --- the transaction manager's requests -------------------------------------------------
+
+    def _maybe_send_transactional_request(self, now: float) -> float:
+        """Send the transaction manager's next coordinator request, if one is due and none is
+        in flight; how long until one may be due."""
+        txn = self.transaction_manager
+        if txn is None or self._txn_request is not None:
+            return 1.0
+        while True:
+            step = txn.next_request(now)
+            if step is None:
+                return 1.0
+            if isinstance(step, float):
+                return step
+            node = step.node if step.node is not None else self.net.least_loaded_node()
+            if node is not None and step.address is not None:
+                self.net.learn_address(node, *step.address)
+            try:
+                conn = self.net.connection(node) if node is not None else None
+            except KafkaError as exc:  # e.g. authentication failed: the call fails with it
+                txn.on_failure(step, exc, now)
+                continue
+            if conn is None or node is None:
+                txn.on_failure(step, NetworkExceptionError(f"node {node} is not reachable"), now)
+                continue
+            values = txn.request_values(step, BrokerVersions(conn.api_versions, conn.features))
+            if values is None:
+                continue  # the handler failed the call
+            try:
+                req = self.net.send(node, step.api, values, context=step,
+                                    timeout_ms=step.timeout_ms, max_version=step.max_version)
+            except KafkaError as exc:  # no usable version: nothing was sent
+                txn.on_failure(step, exc, now)
+                continue
+            if req is None:
+                txn.on_failure(step, NetworkExceptionError(f"node {node} is not reachable"), now)
+                continue
+            self._txn_request = req
+            return 1.0
+
+    def _handle_transactional(self, req: InFlightRequest) -> None:
+        self._txn_request = None
+        txn = self.transaction_manager
+        assert txn is not None
+        if req.error is not None:
+            txn.on_failure(req.context, req.error, time.monotonic())
+        else:
+            txn.on_response(req.context, req.response, time.monotonic())
 
     # --- producer id ------------------------------------------------------------------------
 
@@ -427,6 +485,8 @@ class Sender:
             self._handle_metadata(req)
         elif req is self._pid_request:
             self._handle_init_producer_id(req)
+        elif req is self._txn_request:
+            self._handle_transactional(req)
         elif req.api_key == ApiKey.PRODUCE:
             self._handle_produce(req)
 

@@ -2,10 +2,15 @@
 client's TransactionManager, aiokafka's transaction_manager.py).
 
 States and their legal predecessors live in one table; ``_transition`` is the only place that
-changes the state. The coordinator requests (FindCoordinator, InitProducerId,
-AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) go out on a network client of
-the manager's own, from the caller's thread: the producer's API calls block anyway, and the
-sender thread keeps producing meanwhile.
+changes the state. It is state, not IO (Kafka's TransactionManager): the API calls check the
+state and queue the coordinator request the step needs (InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn: handlers of coordinator_request.py), then wait on
+its future; the producer's sender thread takes the next request (``next_request``), sends it
+on its own network client, and hands the answer back (``on_response`` / ``on_failure``), where
+the request's handler moves the state on. One request is out at a time, in order; the
+coordinator loop finds the coordinator, follows it when it moves and backs off while it is busy
+(CONCURRENT_TRANSACTIONS), until the call's deadline. The sender takes ``lock`` only for
+these short steps, and the caller's thread never holds it while it waits.
 
 Errors: a fenced producer (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH from the coordinator,
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ...) is in FatalError for good: every later call raises
@@ -34,38 +39,48 @@ import enum
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
 from ..errors import (
     AbortableError,
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
     FatalError,
     InvalidTxnStateError,
     KafkaError,
-    NotCoordinatorError,
-    RetriableError,
     UnsupportedVersionError,
     error_for_code,
 )
 from ..protocol import ApiKey
+from .backoff import retry_backoff
 from .config import ClientConfig
+from .coordinator_request import (
+    COORDINATOR_MOVED,
+    KEY_TYPE_GROUP,
+    Action,
+    BrokerVersions,
+    CoordinatorCall,
+    CoordinatorRequestHandler,
+    Coordinators,
+    Send,
+)
 from .errors import KafkaTimeoutError
-from .network import NetworkClient
 from .types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
-KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 # The last versions of the older protocol (transaction version 0/1).
 _V1_MAX = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 3}
 # AddPartitionsToTxn v4+ is the brokers' (verification, batched by transactional id).
 _CLIENT_MAX = {ApiKey.ADD_PARTITIONS_TO_TXN: 3}
-_COORDINATOR_MOVED = (NotCoordinatorError.code, CoordinatorNotAvailableError.code)
 _BUSY = (CoordinatorLoadInProgressError.code, ConcurrentTransactionsError.code)
+# How long a caller waits past its deadline for the sender to end the request (it checks the
+# deadline at least every second) before giving up on it itself.
+_GRACE_S = 2.0
 
 
 class TransactionError(AbortableError):
@@ -146,17 +161,30 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
 }
 
 
+class _Pending:
+    """A queued coordinator call and the future its caller waits on (Kafka's
+    TransactionalRequestResult). A handler's ``follow_up`` goes out next under the same
+    future (AddOffsetsToTxn, then TxnOffsetCommit; an abort's EndTxn, then the epoch bump)."""
+
+    __slots__ = ("call", "future")
+
+    def __init__(self, call: CoordinatorCall, future: Future) -> None:
+        self.call = call
+        self.future = future
+
+
 class TransactionManager:
-    def __init__(self, config: ClientConfig, client_id: str,
+    def __init__(self, config: ClientConfig,
                  set_producer: Callable[[int, int], None],
                  flush: Callable[[float | None], None],
-                 set_transaction_v2: Callable[[bool], None] = lambda _on: None) -> None:
+                 set_transaction_v2: Callable[[bool], None] = lambda _on: None,
+                 wakeup: Callable[[], None] = lambda: None) -> None:
         self.transactional_id: str = config.transactional_id
         self.timeout_ms: int = config.transaction_timeout_ms
         self.config = config
-        self.net = NetworkClient(config, f"{client_id}-txn")
         self._set_producer = set_producer
         self._flush = flush
+        self._wakeup = wakeup  # the sender: a request is queued
         self.lock = threading.RLock()
         self.state = T.UNINITIALIZED
         self.producer_id = -1
@@ -166,7 +194,9 @@ class TransactionManager:
         self.partitions: set[TopicPartition] = set()
         self.offsets_added = False
         self.futures: list[Future] = []
-        self._coordinators: dict[tuple[int, str], int] = {}
+        self.coordinators = Coordinators()
+        self._backoff = retry_backoff(config)
+        self._queue: deque[_Pending] = deque()
         self._set_transaction_v2 = set_transaction_v2
         self.transaction_v2 = False  # KIP-890: decided at init_transactions
         self.two_phase: bool = config.transaction_two_phase_commit_enable
@@ -208,114 +238,161 @@ class TransactionManager:
     def sequence_lost(self, error: KafkaError) -> None:
         """The sender could not write a batch whose sequence numbers are now spent: the
         transaction must abort (commit sees the batch's failed future), and the epoch be
-        bumped after (KIP-360). Called on the sender thread, which must never wait for
-        ``lock``: the caller's thread may hold it while it waits for the sender (flush)."""
+        bumped after (KIP-360). Called on the sender thread while it settles batches; a flag
+        is all it sets."""
         log.info("transaction %r: a batch was lost (%s); abort, then a new epoch",
                  self.transactional_id, error)
         self.epoch_bump_needed = True
 
-    # -- coordinator requests ------------------------------------------------------------------
+    # -- the queue the sender drains (sans IO) ---------------------------------------------------
+
+    def _enqueue(self, handler: TxnRequestHandler, deadline: float) -> _Pending:
+        """Queue ``handler``'s request (under ``lock``); the sender sends it."""
+        pending = _Pending(self._call(handler, deadline), Future())
+        self._queue.append(pending)
+        self._wakeup()
+        return pending
+
+    def _call(self, handler: TxnRequestHandler, deadline: float) -> CoordinatorCall:
+        return CoordinatorCall(handler, deadline, self._backoff, self.coordinators,
+                               self.config.request_timeout_ms)
+
+    def next_request(self, now: float) -> Send | float | None:
+        """What to send now (a ``Send``), or how long nothing is due (seconds); None when no
+        request is queued or one is in flight."""
+        with self.lock:
+            while self._queue:
+                head = self._queue[0]
+                if head.future.done():  # its caller gave up on it
+                    self._queue.popleft()
+                    continue
+                step = head.call.poll(now)
+                if head.call.done:
+                    self._finish(head)
+                    continue
+                return step
+            return None
+
+    def request_values(self, send: Send, broker: BrokerVersions) -> Any:
+        """The body of ``send`` for the coordinator's ``broker`` versions; None if the handler
+        refused (the call then fails: e.g. no two-phase commit on that broker)."""
+        with self.lock:
+            return send.values(broker)
+
+    def on_response(self, send: Send, response: Any, now: float) -> None:
+        with self.lock:
+            send.call.on_response(send, response, now)
+            self._settle(send.call)
+
+    def on_failure(self, send: Send, error: KafkaError, now: float) -> None:
+        """``send`` got no answer (unreachable node, dropped connection, timeout)."""
+        with self.lock:
+            send.call.on_failure(send, error, now)
+            self._settle(send.call)
+
+    def _settle(self, call: CoordinatorCall) -> None:
+        if call.done and self._queue and self._queue[0].call is call:
+            self._finish(self._queue[0])
+
+    def _finish(self, pending: _Pending) -> None:
+        self._queue.popleft()
+        call, future = pending.call, pending.future
+        if future.done():
+            return
+        if call.error is not None:
+            future.set_exception(call.error)
+            return
+        assert isinstance(call.handler, TxnRequestHandler)
+        follow_up = call.handler.follow_up
+        if follow_up is not None:
+            self._queue.appendleft(_Pending(self._call(follow_up, call.deadline), future))
+        else:
+            future.set_result(call.response)
+
+    def _await(self, pending: _Pending | None, deadline: float) -> None:
+        """Wait (not holding ``lock``) for the queued request's end; raise its error."""
+        if pending is None:
+            return
+        try:
+            pending.future.result(max(0.0, deadline - time.monotonic()) + _GRACE_S)
+            return
+        except FutureTimeoutError:
+            pass
+        with self.lock:  # the sender did not end it (it is stuck, or gone): give up on it
+            if not pending.future.done():
+                pending.call.fail(KafkaTimeoutError(
+                    "transactional request did not complete in time"))
+                pending.future.set_exception(pending.call.error)  # type: ignore[arg-type]
+        pending.future.result(0)
 
     def _deadline(self, timeout: float | None) -> float:
         if timeout is None:
             timeout = self.config.max_block_ms / 1000
         return time.monotonic() + timeout
 
-    def _coordinator(self, key_type: int, key: str, deadline: float) -> int:
-        node = self._coordinators.get((key_type, key))
-        if node is None:
-            node = self._coordinators[(key_type, key)] = self.net.find_coordinator(
-                key_type, key, deadline)
-        return node
+    # -- what the handlers do on success (under lock, on the sender's thread) ------------------
 
-    def _wait(self, deadline: float, error: KafkaError) -> None:
-        if time.monotonic() + self.config.retry_backoff_ms / 1000 >= deadline:
-            raise KafkaTimeoutError(f"transactional request did not complete in time: {error}")
-        time.sleep(self.config.retry_backoff_ms / 1000)
-
-    def _call(self, api: ApiKey, values: dict[str, Any], deadline: float,
-              error_of: Callable[[Any], int], key_type: int = KEY_TYPE_TRANSACTION,
-              key: str | None = None) -> tuple[Any, int]:
-        """Send to the coordinator, following it when it moves and waiting while it is busy;
-        returns the response and its error code."""
-        key = key or self.transactional_id
-        max_version = _CLIENT_MAX.get(api) if self.transaction_v2 else _V1_MAX.get(api)
-        while True:
-            node = self._coordinator(key_type, key, deadline)
-            try:
-                response = self.net.request_any(api, values, deadline, node_id=node,
-                                                max_version=max_version, single_attempt=True)
-            except RetriableError as exc:
-                self._coordinators.pop((key_type, key), None)
-                self._wait(deadline, exc)
-                continue
-            code = error_of(response)
-            if code in _COORDINATOR_MOVED:
-                self._coordinators.pop((key_type, key), None)
-            if code in _COORDINATOR_MOVED or code in _BUSY:
-                self._wait(deadline, error_for_code(code)(api.name))
-                continue
-            return response, code
-
-    def _init_producer_id(self, deadline: float, producer_id: int, producer_epoch: int,
-                          keep_prepared_txn: bool = False) -> PreparedTxnState:
-        """InitProducerId; returns the kept transaction's state (KIP-939; empty if none)."""
-        if self.two_phase or keep_prepared_txn:
-            node = self._coordinator(KEY_TYPE_TRANSACTION, self.transactional_id, deadline)
-            conn = self.net.connection(node)  # connected: its ApiVersions are known
-            if conn is not None and conn.api_versions.get(ApiKey.INIT_PRODUCER_ID,
-                                                          (0, 0))[1] < 6:
-                raise self._fail(UnsupportedVersionError(
-                    "the transaction coordinator does not support two-phase commit "
-                    "(InitProducerId v6, KIP-939)"))
-        response, code = self._call(ApiKey.INIT_PRODUCER_ID, {
-            "transactional_id": self.transactional_id,
-            "transaction_timeout": -1 if self.two_phase else self.timeout_ms,
-            "producer_id": producer_id, "producer_epoch": producer_epoch,
-            "enable2_pc": self.two_phase, "keep_prepared_txn": keep_prepared_txn},
-            deadline, lambda r: int(r.error_code))
-        if code:
-            error = error_for_code(code)(f"InitProducerId {self.transactional_id!r}")
-            raise self._fail(error if isinstance(error, FatalError) else TransactionError(
-                f"InitProducerId failed: {error}"))
+    def _initialized(self, response: Any, broker: BrokerVersions, keep_prepared_txn: bool,
+                     bump: bool) -> None:
         self.producer_id, self.producer_epoch = int(response.producer_id), \
             int(response.producer_epoch)
         self._set_producer(self.producer_id, self.producer_epoch)
         self.epoch_bump_needed = False
-        self._choose_protocol()
-        return PreparedTxnState(producer_id=int(getattr(response, "ongoing_txn_producer_id", -1)),
+        self._choose_protocol(broker)
+        if bump:  # the abort's KIP-360 epoch bump: the abort is over
+            self.prepared = None
+            self._kept = False
+            self._transition(T.READY)
+            return
+        kept = PreparedTxnState(producer_id=int(getattr(response, "ongoing_txn_producer_id", -1)),
                                 producer_epoch=int(getattr(response, "ongoing_txn_producer_epoch",
                                                            -1)))
+        if keep_prepared_txn and kept.has_transaction:
+            self.prepared = kept
+            self._kept = True
+            self._transition(T.PREPARED)  # only commit, abort or complete from here
+        else:
+            self._nothing_kept = keep_prepared_txn
+            self._transition(T.READY)
 
-    def _choose_protocol(self) -> None:
+    def _choose_protocol(self, broker: BrokerVersions) -> None:
         """KIP-890: transaction version 2 when the coordinator's broker finalizes it and offers
         its request versions (EndTxn v5, Produce v12)."""
-        node = self._coordinators.get((KEY_TYPE_TRANSACTION, self.transactional_id))
-        versions, features = self.net.broker_versions(node) if node is not None else ({}, {})
-        self.transaction_v2 = (features.get("transaction.version", 0) >= 2
+        versions = broker.api_versions
+        self.transaction_v2 = (broker.features.get("transaction.version", 0) >= 2
                                and versions.get(ApiKey.END_TXN, (0, 0))[1] >= 5
                                and versions.get(ApiKey.PRODUCE, (0, 0))[1] >= 12)
         self._set_transaction_v2(self.transaction_v2)
 
-    # -- the API -------------------------------------------------------------------------------
+    def _ended(self, commit: bool, response: Any | None) -> TxnRequestHandler | None:
+        """EndTxn succeeded (or was not needed): READY, after the epoch bump an abort may
+        need (returned, to go out next)."""
+        if self.transaction_v2 and response is not None \
+                and int(getattr(response, "producer_id", -1)) >= 0:
+            # KIP-890: the next transaction's producer id and epoch (sequences restart at 0).
+            self.producer_id = int(response.producer_id)
+            self.producer_epoch = int(response.producer_epoch)
+            self._set_producer(self.producer_id, self.producer_epoch)
+        if not commit and self.epoch_bump_needed and not self.transaction_v2:
+            # KIP-360: a new epoch, the same producer id; sequences restart at 0.
+            # (Transaction version 2 bumped it with the abort itself.)
+            self._transition(T.INITIALIZING)
+            return _InitProducerId(self, self.producer_id, self.producer_epoch, bump=True)
+        if not commit:
+            self.epoch_bump_needed = False
+        self.prepared = None
+        self._kept = False
+        self._transition(T.READY)
+        return None
 
-    def init_transactions(self, timeout: float | None, keep_prepared_txn: bool = False) -> None:
+    # -- the API, sans IO: each returns what to wait for -----------------------------------------
+
+    def initialize(self, deadline: float, keep_prepared_txn: bool = False) -> _Pending:
         with self.lock:
             self._require(T.UNINITIALIZED)
             self._transition(T.INITIALIZING)
-            try:
-                kept = self._init_producer_id(self._deadline(timeout), -1, -1,
-                                              keep_prepared_txn=keep_prepared_txn)
-            except KafkaTimeoutError:
-                self._transition(T.UNINITIALIZED)  # call init_transactions again
-                raise
-            if keep_prepared_txn and kept.has_transaction:
-                self.prepared = kept
-                self._kept = True
-                self._transition(T.PREPARED)  # only commit, abort or complete from here
-            else:
-                self._nothing_kept = keep_prepared_txn
-                self._transition(T.READY)
+            return self._enqueue(_InitProducerId(self, -1, -1, keep_prepared_txn=keep_prepared_txn),
+                                 deadline)
 
     def begin_transaction(self) -> None:
         with self.lock:
@@ -330,24 +407,69 @@ class TransactionManager:
         with self.lock:
             self._require(T.IN_TRANSACTION)
 
-    def add_partition(self, tp: TopicPartition, deadline: float) -> None:
+    def maybe_add_partition(self, tp: TopicPartition, deadline: float) -> _Pending | None:
         """spec 000 step 4.1: a partition joins the transaction before its first batch."""
         with self.lock:
             self._require(T.IN_TRANSACTION)
             if tp in self.partitions:
-                return
+                return None
             if self.transaction_v2:
                 self.partitions.add(tp)  # the partition leader adds it (Produce v12)
-                return
-            _, code = self._call(ApiKey.ADD_PARTITIONS_TO_TXN, {
-                "v3_and_below_transactional_id": self.transactional_id,
-                "v3_and_below_producer_id": self.producer_id,
-                "v3_and_below_producer_epoch": self.producer_epoch,
-                "v3_and_below_topics": [{"name": tp.topic, "partitions": [tp.partition]}]},
-                deadline, _partition_error)
-            if code:
-                raise self._fail(_txn_error(code, f"AddPartitionsToTxn {tp}"))
-            self.partitions.add(tp)
+                return None
+            return self._enqueue(_AddPartitions(self, tp), deadline)
+
+    def add_offsets(self, offsets: Mapping[TopicPartition, int] | Iterable[Any],
+                    group: ConsumerGroupMetadata | str, deadline: float) -> _Pending:
+        """spec 000 steps 4.3 and 4.4 (with KIP-447's group metadata)."""
+        meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(group)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, offset in _offset_items(offsets):
+            by_topic.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "committed_offset": offset,
+                "committed_leader_epoch": -1, "committed_metadata": ""})
+        with self.lock:
+            self._require(T.IN_TRANSACTION)
+            commit = _TxnOffsetCommit(self, meta, by_topic)
+            if self.transaction_v2:  # the group coordinator adds it (TxnOffsetCommit v5)
+                self.offsets_added = True
+                return self._enqueue(commit, deadline)
+            return self._enqueue(_AddOffsets(self, meta.group_id, commit), deadline)
+
+    def begin_end(self, commit: bool, before: TxnState, deadline: float) -> _Pending | None:
+        """Commit or abort (Kafka's beginCommit / beginAbort), once the records are flushed;
+        None when it is already over (the coordinator never heard of the transaction)."""
+        with self.lock:
+            self._require(before)
+            if commit and before == T.IN_TRANSACTION:
+                self._check_sent()
+            self._transition(T.COMMITTING if commit else T.ABORTING)
+            if self.partitions or self.offsets_added or self._kept:
+                return self._enqueue(_EndTxn(self, commit), deadline)
+            bump = self._ended(commit, None)
+            return None if bump is None else self._enqueue(bump, deadline)
+
+    def _check_sent(self) -> None:
+        failed = next((f.exception() for f in self.futures if f.exception() is not None), None)
+        if failed is not None:
+            error = failed if isinstance(failed, FatalError) else TransactionError(
+                f"a record of the transaction was not written: {failed}")
+            raise self._fail(error)
+
+    # -- the API the producer calls (blocking) --------------------------------------------------
+
+    def init_transactions(self, timeout: float | None, keep_prepared_txn: bool = False) -> None:
+        deadline = self._deadline(timeout)
+        pending = self.initialize(deadline, keep_prepared_txn)
+        try:
+            self._await(pending, deadline)
+        except KafkaTimeoutError:
+            with self.lock:
+                if self.state == T.INITIALIZING:
+                    self._transition(T.UNINITIALIZED)  # call init_transactions again
+            raise
+
+    def add_partition(self, tp: TopicPartition, deadline: float) -> None:
+        self._await(self.maybe_add_partition(tp, deadline), deadline)
 
     def track(self, future: Future) -> None:
         self.futures.append(future)
@@ -371,33 +493,8 @@ class TransactionManager:
 
     def send_offsets(self, offsets: Mapping[TopicPartition, int] | Iterable[Any],
                      group: ConsumerGroupMetadata | str, timeout: float | None) -> None:
-        """spec 000 steps 4.3 and 4.4 (with KIP-447's group metadata)."""
-        meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(group)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp, offset in _offset_items(offsets):
-            by_topic.setdefault(tp.topic, []).append({
-                "partition_index": tp.partition, "committed_offset": offset,
-                "committed_leader_epoch": -1, "committed_metadata": ""})
-        with self.lock:
-            self._require(T.IN_TRANSACTION)
-            deadline = self._deadline(timeout)
-            if not self.transaction_v2:  # else the group coordinator adds it (TxnOffsetCommit v5)
-                _, code = self._call(ApiKey.ADD_OFFSETS_TO_TXN, {
-                    "transactional_id": self.transactional_id, "producer_id": self.producer_id,
-                    "producer_epoch": self.producer_epoch, "group_id": meta.group_id},
-                    deadline, lambda r: int(r.error_code))
-                if code:
-                    raise self._fail(_txn_error(code, f"AddOffsetsToTxn {meta.group_id!r}"))
-            self.offsets_added = True
-            _, code = self._call(ApiKey.TXN_OFFSET_COMMIT, {
-                "transactional_id": self.transactional_id, "group_id": meta.group_id,
-                "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
-                "generation_id": meta.generation_id, "member_id": meta.member_id,
-                "group_instance_id": meta.group_instance_id,
-                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
-                deadline, _offset_commit_error, KEY_TYPE_GROUP, meta.group_id)
-            if code:
-                raise self._fail(_txn_error(code, f"TxnOffsetCommit {meta.group_id!r}"))
+        deadline = self._deadline(timeout)
+        self._await(self.add_offsets(offsets, group, deadline), deadline)
 
     def commit(self, timeout: float | None) -> None:
         with self.lock:
@@ -407,26 +504,14 @@ class TransactionManager:
         if before == T.IN_TRANSACTION:
             # Not under the lock: the sender thread finishes the batches meanwhile.
             self._flush(max(0.0, deadline - time.monotonic()))
-        with self.lock:
-            self._require(before)
-            if before == T.IN_TRANSACTION:
-                self._check_sent()
-            self._transition(T.COMMITTING)
-            try:
-                self._end(True, deadline)
-            except KafkaTimeoutError:
-                self._transition(before)  # commit_transaction again
-                raise
-            self.prepared = None
-            self._kept = False
-            self._transition(T.READY)
-
-    def _check_sent(self) -> None:
-        failed = next((f.exception() for f in self.futures if f.exception() is not None), None)
-        if failed is not None:
-            error = failed if isinstance(failed, FatalError) else TransactionError(
-                f"a record of the transaction was not written: {failed}")
-            raise self._fail(error)
+        pending = self.begin_end(True, before, deadline)
+        try:
+            self._await(pending, deadline)
+        except KafkaTimeoutError:
+            with self.lock:
+                if self.state == T.COMMITTING:
+                    self._transition(before)  # commit_transaction again
+            raise
 
     def prepare(self, timeout: float | None) -> PreparedTxnState:
         """KIP-939 phase one: flush every record of the transaction; it is then prepared (it
@@ -475,42 +560,187 @@ class TransactionManager:
             self._flush(max(0.0, deadline - time.monotonic()))  # not under the lock
         except KafkaTimeoutError:
             pass  # what is still unsent is aborted with the rest
-        with self.lock:
-            self._require(before)
-            self._transition(T.ABORTING)
-            try:
-                self._end(False, deadline)
-                if self.epoch_bump_needed and not self.transaction_v2:
-                    # KIP-360: a new epoch, the same producer id; sequences restart at 0.
-                    # (Transaction version 2 bumped it with the abort itself.)
-                    self._transition(T.INITIALIZING)
-                    self._init_producer_id(deadline, self.producer_id, self.producer_epoch)
-            except KafkaTimeoutError as exc:
-                self.error = exc
-                self._transition(T.ABORTABLE_ERROR)  # abort_transaction again
-                raise
-            self.epoch_bump_needed = False
-            self.prepared = None
-            self._kept = False
-            self._transition(T.READY)
-
-    def _end(self, commit: bool, deadline: float) -> None:
-        if not self.partitions and not self.offsets_added and not self._kept:
-            return  # the coordinator never heard of this transaction
-        response, code = self._call(ApiKey.END_TXN, {
-            "transactional_id": self.transactional_id, "producer_id": self.producer_id,
-            "producer_epoch": self.producer_epoch, "committed": commit}, deadline,
-            lambda r: int(r.error_code))
-        if code:
-            raise self._fail(_txn_error(code, "EndTxn"))
-        if self.transaction_v2 and int(getattr(response, "producer_id", -1)) >= 0:
-            # KIP-890: the next transaction's producer id and epoch (sequences restart at 0).
-            self.producer_id = int(response.producer_id)
-            self.producer_epoch = int(response.producer_epoch)
-            self._set_producer(self.producer_id, self.producer_epoch)
+        pending = self.begin_end(False, before, deadline)
+        try:
+            self._await(pending, deadline)
+        except KafkaTimeoutError as exc:
+            with self.lock:
+                if self.state in (T.ABORTING, T.INITIALIZING):
+                    self.error = exc
+                    self._transition(T.ABORTABLE_ERROR)  # abort_transaction again
+            raise
 
     def close(self) -> None:
-        self.net.close()
+        """The producer closes: whoever still waits for a request is told."""
+        with self.lock:
+            while self._queue:
+                pending = self._queue.popleft()
+                if not pending.future.done():
+                    pending.future.set_exception(KafkaError("the producer was closed"))
+
+
+# -- the requests (Kafka's TxnRequestHandler subclasses) ------------------------------------------
+
+
+class TxnRequestHandler(CoordinatorRequestHandler):
+    """A request of the transaction manager. ``handle_response`` runs under the manager's
+    lock and moves its state on; a coordinator that moved or is busy is retried by the
+    coordinator loop, any other error fails the transaction (``_fail``) or the producer."""
+
+    follow_up: TxnRequestHandler | None = None
+
+    def __init__(self, manager: TransactionManager) -> None:
+        self.m = manager
+        self.key = manager.transactional_id
+
+    @property
+    def max_version(self) -> int | None:
+        return (_CLIENT_MAX if self.m.transaction_v2 else _V1_MAX).get(self.api)
+
+    def timeout_error(self, last: BaseException | None) -> BaseException:
+        return KafkaTimeoutError(f"transactional request did not complete in time: {last}")
+
+    def error_code(self, response: Any) -> int:
+        return int(response.error_code)
+
+    def handle_response(self, response: Any) -> Action:
+        code = self.error_code(response)
+        if code in COORDINATOR_MOVED or code in _BUSY:
+            return self.retriable(code, self.api.name)
+        if code:
+            raise self.m._fail(self.error(code))
+        self.done(response)
+        return Action.DONE
+
+    def error(self, code: int) -> KafkaError:
+        return _txn_error(code, self.api.name)
+
+    def done(self, response: Any) -> None:
+        pass
+
+
+class _InitProducerId(TxnRequestHandler):
+    api = ApiKey.INIT_PRODUCER_ID
+
+    def __init__(self, manager: TransactionManager, producer_id: int, producer_epoch: int,
+                 keep_prepared_txn: bool = False, bump: bool = False) -> None:
+        super().__init__(manager)
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.keep_prepared_txn, self.bump = keep_prepared_txn, bump
+        self.broker = BrokerVersions()
+
+    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
+        m = self.m
+        if (m.two_phase or self.keep_prepared_txn) and \
+                broker.api_versions.get(ApiKey.INIT_PRODUCER_ID, (0, 0))[1] < 6:
+            raise m._fail(UnsupportedVersionError(
+                "the transaction coordinator does not support two-phase commit "
+                "(InitProducerId v6, KIP-939)"))
+        self.broker = broker  # its versions decide the transaction version (KIP-890)
+        return {"transactional_id": m.transactional_id,
+                "transaction_timeout": -1 if m.two_phase else m.timeout_ms,
+                "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                "enable2_pc": m.two_phase, "keep_prepared_txn": self.keep_prepared_txn}
+
+    def error(self, code: int) -> KafkaError:
+        error = error_for_code(code)(f"InitProducerId {self.m.transactional_id!r}")
+        return error if isinstance(error, FatalError) else TransactionError(
+            f"InitProducerId failed: {error}")
+
+    def done(self, response: Any) -> None:
+        self.m._initialized(response, self.broker, self.keep_prepared_txn, self.bump)
+
+
+class _AddPartitions(TxnRequestHandler):
+    api = ApiKey.ADD_PARTITIONS_TO_TXN
+
+    def __init__(self, manager: TransactionManager, tp: TopicPartition) -> None:
+        super().__init__(manager)
+        self.tp = tp
+
+    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
+        m = self.m
+        return {"v3_and_below_transactional_id": m.transactional_id,
+                "v3_and_below_producer_id": m.producer_id,
+                "v3_and_below_producer_epoch": m.producer_epoch,
+                "v3_and_below_topics": [{"name": self.tp.topic,
+                                         "partitions": [self.tp.partition]}]}
+
+    def error_code(self, response: Any) -> int:
+        return _partition_error(response)
+
+    def error(self, code: int) -> KafkaError:
+        return _txn_error(code, f"AddPartitionsToTxn {self.tp}")
+
+    def done(self, response: Any) -> None:
+        self.m.partitions.add(self.tp)
+
+
+class _AddOffsets(TxnRequestHandler):
+    api = ApiKey.ADD_OFFSETS_TO_TXN
+
+    def __init__(self, manager: TransactionManager, group_id: str,
+                 then: _TxnOffsetCommit) -> None:
+        super().__init__(manager)
+        self.group_id = group_id
+        self.follow_up = then
+
+    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
+        m = self.m
+        return {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                "producer_epoch": m.producer_epoch, "group_id": self.group_id}
+
+    def error(self, code: int) -> KafkaError:
+        return _txn_error(code, f"AddOffsetsToTxn {self.group_id!r}")
+
+    def done(self, response: Any) -> None:
+        self.m.offsets_added = True
+
+
+class _TxnOffsetCommit(TxnRequestHandler):
+    """To the group's coordinator, not the transaction's."""
+
+    api = ApiKey.TXN_OFFSET_COMMIT
+    key_type = KEY_TYPE_GROUP
+
+    def __init__(self, manager: TransactionManager, meta: ConsumerGroupMetadata,
+                 by_topic: dict[str, list[dict[str, Any]]]) -> None:
+        super().__init__(manager)
+        self.key = meta.group_id
+        self.meta, self.by_topic = meta, by_topic
+
+    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
+        m, meta = self.m, self.meta
+        return {"transactional_id": m.transactional_id, "group_id": meta.group_id,
+                "producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
+                "generation_id": meta.generation_id, "member_id": meta.member_id,
+                "group_instance_id": meta.group_instance_id,
+                "topics": [{"name": t, "partitions": ps} for t, ps in self.by_topic.items()]}
+
+    def error_code(self, response: Any) -> int:
+        return _offset_commit_error(response)
+
+    def error(self, code: int) -> KafkaError:
+        return _txn_error(code, f"TxnOffsetCommit {self.meta.group_id!r}")
+
+
+class _EndTxn(TxnRequestHandler):
+    api = ApiKey.END_TXN
+
+    def __init__(self, manager: TransactionManager, commit: bool) -> None:
+        super().__init__(manager)
+        self.commit = commit
+
+    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
+        m = self.m
+        return {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                "producer_epoch": m.producer_epoch, "committed": self.commit}
+
+    def error(self, code: int) -> KafkaError:
+        return _txn_error(code, "EndTxn")
+
+    def done(self, response: Any) -> None:
+        self.follow_up = self.m._ended(self.commit, response)
 
 
 def _txn_error(code: int, what: str) -> KafkaError:

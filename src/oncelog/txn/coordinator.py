@@ -168,6 +168,13 @@ class TransactionCoordinator:
         if busy:
             return busy, None
         m = self.transactions.get(transactional_id)
+        if m is not None and m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT) \
+                and (producer_id, producer_epoch) == m.client_identity \
+                and (producer_id, producer_epoch) != (m.producer_id, m.producer_epoch):
+            # The client's next transaction, early: the last one's markers still go out under
+            # that transaction's own id and epoch (a kept two-phase-commit transaction, an
+            # epoch overflow), while the client already holds its next ones. Busy, not fenced.
+            return "concurrent_transactions", None
         if m is None or m.producer_id != producer_id:
             return "invalid_producer_id_mapping", None
         if producer_epoch != m.producer_epoch:
