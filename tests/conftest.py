@@ -378,7 +378,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def require_zookeeper() -> None:
     """Skip the test, saying why, on a machine without Debian's ZooKeeper (and Java)."""
-    from oncelog.cluster.zookeeper import ZooKeeperNotFoundError, find_zookeeper
+    from oncelog.harness.zookeeper import ZooKeeperNotFoundError, find_zookeeper
 
     try:
         find_zookeeper()
@@ -390,7 +390,7 @@ def require_zookeeper() -> None:
 def zookeeper_server(tmp_path_factory: pytest.TempPathFactory):
     """One ZooKeeper server for the session's cluster tests (each test takes a chroot of its
     own)."""
-    from oncelog.cluster.zookeeper import ZooKeeperServer
+    from oncelog.harness.zookeeper import ZooKeeperServer
 
     require_zookeeper()
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), fsync=False,

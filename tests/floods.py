@@ -8,9 +8,9 @@ import socket
 import time
 from pathlib import Path
 
-from broker_process import BrokerProcess
 from raw_wire import RawConnection, create_topics_request, fetch_request, produce
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, encode_request, make, request_module
 from oncelog.records import build_batch
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from broker_process import BrokerProcess
+from oncelog.harness.broker_process import BrokerProcess
 
 ONCELOG = [sys.executable, "-m", "oncelog.cli.main"]
 

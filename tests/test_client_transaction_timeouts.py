@@ -11,11 +11,11 @@ import signal
 import time
 
 import pytest
-from broker_process import BrokerProcess
 from test_client_transactions import read_committed
 
 from oncelog import Admin, NewTopic, Producer, TransactionError
 from oncelog.client import KafkaTimeoutError
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 TOPIC = "txn-client"

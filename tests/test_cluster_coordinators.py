@@ -18,8 +18,8 @@ from conftest import require_zookeeper, wait_until
 from test_exactly_once_app import App
 
 from oncelog import Admin, NewTopic, Producer
-from oncelog.cluster.local import LocalCluster
 from oncelog.examples.purchases import GROUP, INVOICES, PURCHASES, SHIPMENTS, purchase
+from oncelog.harness.local_cluster import LocalCluster
 from oncelog.server.topics import CONSUMER_OFFSETS, TRANSACTION_STATE, coordinator_partition
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

@@ -56,7 +56,7 @@ from oncelog.cluster.zk_data import (
     TopicPartitionZNode,
     TopicZNode,
 )
-from oncelog.cluster.zookeeper import (
+from oncelog.harness.zookeeper import (
     ZooKeeperNotFoundError,
     ZooKeeperServer,
     find_zookeeper,
@@ -221,7 +221,7 @@ def test_every_znode_keeps_its_bytes_and_path() -> None:
 
 
 def test_find_zookeeper_names_the_package_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from oncelog.cluster import zookeeper
+    from oncelog.harness import zookeeper
 
     monkeypatch.delenv("ONCELOG_ZOOKEEPER_CLASSPATH", raising=False)
     monkeypatch.setattr(zookeeper, "DEBIAN_JAR", "/nonexistent/zookeeper.jar")

@@ -16,10 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
 from test_client_transactions import read_committed
 
 from oncelog import Admin, NewTopic, Producer, TopicPartition
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.log import LogConfig, PartitionLog
 from oncelog.records import build_batch, split_batches
 from oncelog.server.topics import TRANSACTION_STATE, coordinator_partition

@@ -16,12 +16,12 @@ import time
 from collections import Counter
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 from test_interop_transactions import read_ours
 
 from oncelog.examples.purchases import INVOICES, PURCHASES, SHIPMENTS, purchase
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from raw_wire import RawConnection
 from wire_fuzz import API_VERSIONS, encode_body, request_frames
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import (
     ApiKey,
     ProtocolError,
@@ -122,7 +122,7 @@ def send_one(address: tuple[str, int], frame: bytes, wait: float = 0.25) -> None
 
 
 def assert_serving(broker: BrokerProcess) -> None:
-    assert broker.running, "the broker died\n" + broker.stderr_tail()
+    assert broker.running, "the broker died\n" + broker.log_tail()
     with RawConnection(broker.bootstrap_servers, timeout=10) as conn:
         request = make(request_module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest,
                        client_software_name="fuzz", client_software_version="1")

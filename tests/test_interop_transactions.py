@@ -10,7 +10,6 @@ import time
 import uuid
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as ConfluentProducer
@@ -22,6 +21,7 @@ from kafka.errors import KafkaError as KafkaPythonError
 from kafka.structs import OffsetAndMetadata
 
 from oncelog import Consumer, TopicPartition
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

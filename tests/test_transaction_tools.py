@@ -7,7 +7,6 @@ refuses an id that does not exist and works whatever the broker's transaction.ma
 from __future__ import annotations
 
 import pytest
-from broker_process import BrokerProcess
 from raw_wire import (
     RawConnection,
     idempotent_batch,
@@ -20,6 +19,7 @@ from test_cli import broker, oncelog  # noqa: F401 (the fixture)
 
 from oncelog import Admin, NewTopic, Producer, TopicPartition
 from oncelog.errors import ProducerFencedError, TransactionalIdNotFoundError
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
