@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Self
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # oncelog, and the tests' helpers
-from floods import MIB, api_versions, fill_partition, push, rss, slow_readers
-from raw_wire import RawConnection, create_topics_request, fetch_request
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # oncelog, and the tests' support
+from support.floods import MIB, api_versions, fill_partition, push, rss, slow_readers
+from support.raw_wire import RawConnection, create_topics_request, fetch_request
 
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import encode_request

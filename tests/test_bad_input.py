@@ -9,7 +9,7 @@ import struct
 import uuid
 
 import pytest
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     fetch_all,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import cramjam
 import pytest
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     fetch_all,

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     fetch_request,

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_zookeeper, wait_until
+from support.waiting import wait_until
+from support.zookeeper import require_zookeeper
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.errors import NotEnoughReplicasError

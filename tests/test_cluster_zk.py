@@ -19,8 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from conftest import wait_until
 from kazoo.exceptions import KazooException
+from support.waiting import wait_until
 
 from oncelog.cluster.controller import Controller, create_topic
 from oncelog.cluster.election import (

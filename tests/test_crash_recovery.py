@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
-from interop import confluent_consume, confluent_create_topic
+from support.interop import confluent_consume, confluent_create_topic
 
 from oncelog.harness.broker_process import BrokerProcess
 

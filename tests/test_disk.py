@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from raw_wire import (
+from support.raw_wire import (
     BASE_TIMESTAMP,
     RawConnection,
     create_topics_request,

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from raw_wire import RawConnection, create_topics_request, produce
+from support.raw_wire import RawConnection, create_topics_request, produce
 
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, make, request_module

@@ -9,7 +9,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from interop import (
+from support.interop import (
     CODECS,
     CONSUMERS,
     KCAT,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from interop import (
+from support.interop import (
     CODECS,
     CONSUMERS,
     DEADLINE_S,

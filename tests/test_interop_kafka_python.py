@@ -4,7 +4,10 @@ and records produced by kafka-python read by the other clients."""
 from __future__ import annotations
 
 import pytest
-from interop import (
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+from kafka.errors import InvalidTopicError, TopicAlreadyExistsError
+from support.interop import (
     CODECS,
     CONSUMERS,
     KCAT,
@@ -14,9 +17,6 @@ from interop import (
     kafka_python_produce,
     unique_topic,
 )
-from kafka import KafkaConsumer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
-from kafka.errors import InvalidTopicError, TopicAlreadyExistsError
 
 from oncelog.harness.broker_process import BrokerProcess
 

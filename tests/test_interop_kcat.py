@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from interop import (
+from support.interop import (
     CODECS,
     CONSUMERS,
     KCAT,

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
-from floods import MIB, api_versions, fill_partition, push, rss, slow_readers
-from raw_wire import RawConnection, create_topics_request, fetch_request
+from support.floods import MIB, api_versions, fill_partition, push, rss, slow_readers
+from support.raw_wire import RawConnection, create_topics_request, fetch_request
+from support.waiting import wait_until
 
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, encode_request, make, request_module

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from raw_wire import (
+from support.raw_wire import (
     BASE_TIMESTAMP,
     RawConnection,
     create_topics_request,
