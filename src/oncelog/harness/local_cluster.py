@@ -5,11 +5,12 @@
 ``data_dir/zookeeper`` (unless given the connect string of one that runs) and brokers 1..N as
 ``oncelog broker --node-id N --zookeeper ZK/oncelog ...`` (``BrokerProcess``, the one broker
 launcher), each in a session of its own with its output in ``data_dir/broker-N/broker.log`` and
-its logs in ``data_dir/broker-N/data``; it waits until every broker answers Metadata naming all of them
-(registered in ZooKeeper), and records the pids, ports and connect string in
-``data_dir/cluster.json``. Then it is a fault injector: ``kill`` (SIGKILL), ``pause`` /
-``resume`` (SIGSTOP / SIGCONT), ``stop_broker`` (SIGTERM), ``start_broker`` (same port, same
-data directory), and an observer through the Admin client: ``leader_of``, ``wait_for_isr``.
+its logs in ``data_dir/broker-N/data``; it waits until every broker names all of them
+(registered in ZooKeeper) in its answer to the Admin client's ``describe_cluster``, and records
+the pids, ports and connect string in ``data_dir/cluster.json``. Then it is a fault injector:
+``kill`` (SIGKILL), ``pause`` / ``resume`` (SIGSTOP / SIGCONT), ``stop_broker`` (SIGTERM),
+``start_broker`` (same port, same data directory), and an observer through the Admin client:
+``leader_of``, ``wait_for_isr``.
 
 ``cluster_down(data_dir)`` stops a cluster another process started (``cluster.json``): the
 brokers gracefully (SIGTERM, SIGKILL after a timeout), then the ZooKeeper if it started one.
