@@ -56,6 +56,7 @@ from oncelog.cluster.zk_data import (
     TopicPartitionZNode,
     TopicZNode,
 )
+from oncelog.cluster.zookeeper_client import split_connect_string
 from oncelog.harness.zookeeper import (
     ZooKeeperNotFoundError,
     ZooKeeperServer,
@@ -63,7 +64,6 @@ from oncelog.harness.zookeeper import (
     running_server,
     stop_server,
 )
-from oncelog.cluster.zookeeper_client import split_connect_string
 
 L = LeaderAndIsr
 
