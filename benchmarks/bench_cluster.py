@@ -1,5 +1,5 @@
 """Cluster mode: the cost of replication, and how long a partition is unavailable when its
-leader crashes, on one local 3-broker cluster (oncelog.cluster.local) in one run.
+leader crashes, on one local 3-broker cluster (oncelog.harness.local_cluster) in one run.
 
     .venv/bin/python benchmarks/bench_cluster.py [--records 20000] [--size 1024] [--rounds 3]
                                                  [--trials 5] [--session-timeout-ms 3000]
@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from oncelog import Admin, NewTopic, Producer
-from oncelog.cluster.local import LocalCluster
+from oncelog.harness.local_cluster import LocalCluster
 
 PARTITIONS = 3
 

@@ -38,11 +38,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Self
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from broker_process import BrokerProcess  # the tests' broker launcher
-from floods import MIB, api_versions, fill_partition, push, rss, slow_readers
-from raw_wire import RawConnection, create_topics_request, fetch_request
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # oncelog, and the tests' support
+from support.floods import MIB, api_versions, fill_partition, push, rss, slow_readers
+from support.raw_wire import RawConnection, create_topics_request, fetch_request
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import encode_request
 
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from broker_process import BrokerProcess  # the tests' broker launcher
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from oncelog.harness.broker_process import BrokerProcess
 
 PRODUCER_CONFIG = {"enable.idempotence": True, "acks": "all"}
 MAX_PARTITION_BYTES = 4 * 1000 * 1000  # the mock keeps ~5 MB of each partition's log

@@ -24,8 +24,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from broker_process import BrokerProcess  # the tests' broker launcher
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from oncelog.harness.broker_process import BrokerProcess
 
 PARTITIONS = 4
 COMMIT_INTERVAL_S = 0.1

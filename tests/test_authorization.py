@@ -10,10 +10,9 @@ import threading
 import time
 
 import pytest
-from conftest import wait_until
-from raw_wire import RawConnection, create_topics_request, fetch_request
-from test_error_response import error_codes
-from test_security_wire import USERS, Op, R, allow, grant, raw_login, sasl_config
+from support.raw_wire import RawConnection, create_topics_request, error_codes, fetch_request
+from support.security import USERS, Op, R, allow, grant, raw_login, sasl_config
+from support.waiting import wait_until
 
 from oncelog.protocol import ApiKey, make, request_module
 from oncelog.records import build_batch

@@ -9,8 +9,7 @@ import struct
 import uuid
 
 import pytest
-from broker_process import BrokerProcess
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     fetch_all,
@@ -19,6 +18,7 @@ from raw_wire import (
     produce_request,
 )
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, decode_response, encode_request, make, request_module
 from oncelog.protocol.apis import SUPPORTED_VERSIONS
 from oncelog.records import build_batch
@@ -37,7 +37,7 @@ def broker(tmp_path_factory):
         with RawConnection(b.bootstrap_servers) as conn:
             assert conn.request(create_topics_request(TOPIC)).topics[0].error_code == 0
         yield b
-        assert b.running, "the broker died\n" + b.stderr_tail()
+        assert b.running, "the broker died\n" + b.log_tail()
 
 
 def api_versions_request(version: int = 3):
@@ -48,7 +48,7 @@ def api_versions_request(version: int = 3):
 
 def assert_still_serving(broker: BrokerProcess) -> None:
     """A fresh connection gets ApiVersions, Metadata and a produce/fetch round trip."""
-    assert broker.running, "the broker process died\n" + broker.stderr_tail()
+    assert broker.running, "the broker process died\n" + broker.log_tail()
     with RawConnection(broker.bootstrap_servers) as conn:
         assert conn.request(api_versions_request()).error_code == 0
         md = conn.request(metadata_request([TOPIC]))
@@ -272,5 +272,5 @@ def test_a_null_in_a_non_nullable_field_closes_only_that_connection(broker):
     with RawConnection(broker.bootstrap_servers) as conn:
         conn.send(frame(header + body))
         assert conn.closed_by_broker()
-    assert "non-nullable" in broker.stderr_tail(5)
+    assert "non-nullable" in broker.log_tail(5)
     assert_still_serving(broker)

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import cramjam
 import pytest
-from broker_process import BrokerProcess
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     fetch_all,
@@ -22,6 +21,7 @@ from raw_wire import (
     produce,
 )
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.records import build_batch
 from oncelog.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -48,7 +48,7 @@ def broker(tmp_path_factory):
         with RawConnection(b.bootstrap_servers) as conn:
             assert conn.request(create_topics_request(TOPIC)).topics[0].error_code == 0
         yield b
-        assert b.running, "the broker died\n" + b.stderr_tail()
+        assert b.running, "the broker died\n" + b.log_tail()
 
 
 def now_ms() -> int:

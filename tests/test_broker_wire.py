@@ -8,12 +8,7 @@ import threading
 import time
 
 import pytest
-
-from oncelog.protocol import ApiKey, decode_response, encode_request, make, request_module
-from oncelog.protocol.apis import SUPPORTED_VERSIONS
-from oncelog.records import build_batch, iter_batches
-from oncelog.server.embedded import EmbeddedBroker
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     fetch_request,
@@ -23,6 +18,11 @@ from raw_wire import (
     produce,
     produce_request,
 )
+
+from oncelog.protocol import ApiKey, decode_response, encode_request, make, request_module
+from oncelog.protocol.apis import SUPPORTED_VERSIONS
+from oncelog.records import build_batch, iter_batches
+from oncelog.server.embedded import EmbeddedBroker
 
 
 @pytest.fixture(scope="module")

@@ -2,29 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-import pytest
-
-from broker_process import BrokerProcess
-
-ONCELOG = [sys.executable, "-m", "oncelog.cli.main"]
-
-
-def oncelog(*args: str, stdin: str | None = None, check: bool = True):
-    proc = subprocess.run(ONCELOG + list(args), input=stdin, capture_output=True, text=True,
-                          timeout=60)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"oncelog {' '.join(args)} failed ({proc.returncode}):\n"
-                             f"{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("cli") / "data") as b:
-        yield b
+from support.cli import broker, oncelog  # noqa: F401 (broker: a fixture)
 
 
 def test_help_everywhere():
@@ -37,7 +15,7 @@ def test_help_everywhere():
         assert "usage: oncelog" in out
 
 
-def test_topics_produce_consume_round_trip(broker):
+def test_topics_produce_consume_round_trip(broker):  # noqa: F811 (the fixture)
     bs = ["--bootstrap-server", broker.bootstrap_servers]
     oncelog("topics", "create", *bs, "--topic", "orders", "--partitions", "2",
             "--config", "retention.ms=3600000")
@@ -58,7 +36,7 @@ def test_topics_produce_consume_round_trip(broker):
     assert "orders" not in oncelog("topics", "list", *bs).stdout.split()
 
 
-def test_clear_errors(broker):
+def test_clear_errors(broker):  # noqa: F811 (the fixture)
     bs = ["--bootstrap-server", broker.bootstrap_servers]
     bad = oncelog("topics", "create", *bs, "--topic", "bad name", check=False)
     assert bad.returncode == 1 and "InvalidTopicException" in bad.stderr
@@ -75,7 +53,7 @@ def test_clear_errors(broker):
     assert bad_setting.returncode == 2 and "unknown broker setting" in bad_setting.stderr
 
 
-def test_dump_log_prints_one_line_per_batch(broker):
+def test_dump_log_prints_one_line_per_batch(broker):  # noqa: F811 (the fixture)
     bs = ["--bootstrap-server", broker.bootstrap_servers]
     oncelog("topics", "create", *bs, "--topic", "dumped")
     oncelog("produce", *bs, "--topic", "dumped", stdin="alpha\nbeta\n")

@@ -24,6 +24,16 @@ def admin(embedded_broker):
         yield a
 
 
+def test_describe_cluster_names_the_broker_and_the_cluster(admin, embedded_broker):
+    """Kafka's describeCluster: the live brokers, the controller and the cluster id (what the
+    local-cluster harness waits on to see every broker registered)."""
+    described = admin.describe_cluster()
+    host, port = embedded_broker.bootstrap_servers.rsplit(":", 1)
+    assert [(n.host, n.port) for n in described.nodes.values()] == [(host, int(port))]
+    assert described.controller_id in described.nodes
+    assert described.cluster_id
+
+
 def test_create_list_describe_delete(admin):
     admin.create_topics([NewTopic("orders", num_partitions=3, replication_factor=1,
                                   config={"retention.ms": "3600000"}),

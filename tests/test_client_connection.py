@@ -7,7 +7,7 @@ import socket
 import struct
 
 import pytest
-from conftest import CLOSE
+from support.fake_broker import CLOSE
 
 from oncelog.client.connection import BrokerConnection
 from oncelog.client.metadata import metadata_request

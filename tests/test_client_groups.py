@@ -15,7 +15,6 @@ import threading
 import time
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Consumer as ConfluentConsumer
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,6 +29,7 @@ from oncelog.client.assignors import (
     encode_assignment,
     encode_subscription,
 )
+from oncelog.harness.broker_process import BrokerProcess
 
 SETTINGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
             "offsets.topic.num.partitions": "3"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import CLOSE
+from support.fake_broker import CLOSE
 
 from oncelog import Producer
 from oncelog.client import KafkaTimeoutError

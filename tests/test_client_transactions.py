@@ -11,6 +11,7 @@ import time
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import TopicPartition as ConfluentTP
+from support.transactions import read_committed
 
 from oncelog import Admin, Consumer, ConsumerGroupMetadata, NewTopic, Producer, TopicPartition
 from oncelog.client import IllegalStateError, TransactionError
@@ -28,20 +29,6 @@ def bootstrap(embedded_broker):
     return bs
 
 
-def read_committed(bootstrap: str, partitions: int = 2, topic: str = TOPIC) -> list[bytes]:
-    with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as c:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        ends = c.end_offsets(tps)
-        out: list[bytes] = []
-        deadline = time.monotonic() + 20
-        while any(c.position(tp) < ends[tp] for tp in tps):
-            assert time.monotonic() < deadline
-            out.extend(r.value for r in c.poll(timeout=0.5))
-        return sorted(out)
-
-
 def test_commit_and_abort(bootstrap):
     with Producer(bootstrap_servers=bootstrap, transactional_id="t-commit") as p:
         p.init_transactions()
@@ -54,7 +41,7 @@ def test_commit_and_abort(bootstrap):
             else:
                 p.abort_transaction()
     expected = sorted(b"%d-%d" % (n, i) for n in (0, 2) for i in range(10))
-    assert read_committed(bootstrap) == expected
+    assert sorted(read_committed(bootstrap, TOPIC)) == expected
     c = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": "x",
                            "isolation.level": "read_committed", "enable.partition.eof": True})
     try:
@@ -98,7 +85,7 @@ def test_a_new_instance_fences_the_old_one(bootstrap):
     with pytest.raises(ProducerFencedError):  # fatal: every later call too
         zombie.begin_transaction()
     zombie.close()
-    assert read_committed(bootstrap) == [b"successor"]
+    assert sorted(read_committed(bootstrap, TOPIC)) == [b"successor"]
 
 
 def test_send_offsets_to_transaction_commits_the_groups_offsets(bootstrap):
@@ -117,7 +104,7 @@ def test_send_offsets_to_transaction_commits_the_groups_offsets(bootstrap):
         assert got.offset == 5  # the aborted transaction's 9 never became visible
     finally:
         c.close()
-    assert read_committed(bootstrap) == [b"out-5"]
+    assert sorted(read_committed(bootstrap, TOPIC)) == [b"out-5"]
 
 
 def test_a_downstream_consumer_that_dies_before_committing_reads_again(bootstrap):
@@ -192,7 +179,7 @@ def test_a_record_that_fails_in_send_fails_its_transaction(bootstrap, case):
         p.begin_transaction()
         p.send(TOPIC, b"next", partition=0)
         p.commit_transaction()
-    assert read_committed(bootstrap) == [b"next"]
+    assert sorted(read_committed(bootstrap, TOPIC)) == [b"next"]
 
 
 def test_a_metadata_timeout_in_send_fails_its_transaction():
@@ -212,4 +199,4 @@ def test_a_metadata_timeout_in_send_fails_its_transaction():
             with pytest.raises(TransactionError, match="never-created"):
                 p.commit_transaction()
             p.abort_transaction()
-        assert read_committed(bs) == []
+        assert sorted(read_committed(bs, TOPIC)) == []

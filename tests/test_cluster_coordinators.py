@@ -14,12 +14,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import require_zookeeper, wait_until
-from test_exactly_once_app import App
+from support.purchases_app import App
+from support.transactions import read_committed
+from support.waiting import wait_until
+from support.zookeeper import require_zookeeper
 
 from oncelog import Admin, NewTopic, Producer
-from oncelog.cluster.local import LocalCluster
 from oncelog.examples.purchases import GROUP, INVOICES, PURCHASES, SHIPMENTS, purchase
+from oncelog.harness.local_cluster import LocalCluster
 from oncelog.server.topics import CONSUMER_OFFSETS, TRANSACTION_STATE, coordinator_partition
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -59,9 +61,8 @@ def _seed(bootstrap: str) -> None:
 def _purchase_ids(bootstrap: str, topic: str) -> Counter:
     import json
 
-    from test_interop_transactions import read_ours
-
-    return Counter(json.loads(v)["purchase"] for v in read_ours(bootstrap, topic, PARTITIONS))
+    return Counter(json.loads(v)["purchase"]
+                   for v in read_committed(bootstrap, topic, PARTITIONS))
 
 
 def _coordinator(cluster: LocalCluster, topic: str, key: str) -> int:
@@ -149,9 +150,8 @@ def test_transaction_coordinator_moves_and_prepared_commit_rolls_forward(cluster
         assert new != old
     finally:
         p.close()
-    from test_interop_transactions import read_ours
-
-    got = [v.decode() if isinstance(v, bytes) else v for v in read_ours(bootstrap, topic, 3)]
+    got = [v.decode() if isinstance(v, bytes) else v
+           for v in read_committed(bootstrap, topic, 3)]
     assert sorted(got) == sorted(committed)
 
 
@@ -160,7 +160,7 @@ def test_a_client_that_hangs_up_mid_write_leaves_no_hanging_transaction(cluster)
     paused follower; the client hangs up meanwhile (its request is cancelled). The write must
     still finish and settle the transactional id: before the fix its pending transition stayed
     set for ever, and every later request was answered CONCURRENT_TRANSACTIONS."""
-    from raw_wire import RawConnection
+    from support.raw_wire import RawConnection
 
     from oncelog.protocol import ApiKey, encode_request, make, request_module
 
@@ -247,6 +247,4 @@ def test_a_completion_the_log_refused_is_written_once_the_isr_is_back(tmp_path: 
         with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, acks="all",
                       max_block_ms=20_000) as again:
             again.init_transactions(20)  # the transactional id is usable again
-        from test_interop_transactions import read_ours
-
-        assert sorted(read_ours(bootstrap, topic, 3)) == sorted(values)
+            assert sorted(read_committed(bootstrap, topic, 3)) == sorted(values)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import require_zookeeper
+from support.zookeeper import require_zookeeper
 
 from oncelog.verify.cluster import run_cluster
 

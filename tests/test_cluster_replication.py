@@ -1,6 +1,6 @@
-"""Replication in cluster mode through real faults: broker processes (oncelog.cluster.local's
-LocalCluster) on a real ZooKeeper (Debian's, one for the module; each test's cluster under a
-chroot of its own), replication factor 3 with min.insync.replicas 2.
+"""Replication in cluster mode through real faults: broker processes
+(oncelog.harness.local_cluster's LocalCluster) on a real ZooKeeper (Debian's, one for the module;
+each test's cluster under a chroot of its own), replication factor 3 with min.insync.replicas 2.
 
 Every test keeps a history of acknowledged writes (value -> partition, offset) and ends by
 reading every partition to its end: no acknowledged write lost (it is at its acknowledged
@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_zookeeper, wait_until
+from support.waiting import wait_until
+from support.zookeeper import require_zookeeper
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from oncelog.cluster.local import LocalCluster, cluster_down, read_cluster_file
-from oncelog.cluster.zookeeper import ZooKeeperServer, pid_alive
 from oncelog.errors import NotEnoughReplicasError
+from oncelog.harness.local_cluster import LocalCluster, cluster_down, read_cluster_file
+from oncelog.harness.zookeeper import ZooKeeperServer, pid_alive
 from oncelog.records.batch import HEADER_SIZE, decode_batch, parse_header
 
 pytest.importorskip("kazoo")  # the brokers need it

@@ -19,8 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from conftest import wait_until
 from kazoo.exceptions import KazooException
+from support.waiting import wait_until
 
 from oncelog.cluster.controller import Controller, create_topic
 from oncelog.cluster.election import (
@@ -56,14 +56,14 @@ from oncelog.cluster.zk_data import (
     TopicPartitionZNode,
     TopicZNode,
 )
-from oncelog.cluster.zookeeper import (
+from oncelog.cluster.zookeeper_client import split_connect_string
+from oncelog.harness.zookeeper import (
     ZooKeeperNotFoundError,
     ZooKeeperServer,
     find_zookeeper,
     running_server,
     stop_server,
 )
-from oncelog.cluster.zookeeper_client import split_connect_string
 
 L = LeaderAndIsr
 
@@ -221,7 +221,7 @@ def test_every_znode_keeps_its_bytes_and_path() -> None:
 
 
 def test_find_zookeeper_names_the_package_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from oncelog.cluster import zookeeper
+    from oncelog.harness import zookeeper
 
     monkeypatch.delenv("ONCELOG_ZOOKEEPER_CLASSPATH", raising=False)
     monkeypatch.setattr(zookeeper, "DEBIAN_JAR", "/nonexistent/zookeeper.jar")

@@ -16,10 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
-from test_client_transactions import read_committed
+from support.transactions import read_committed
 
 from oncelog import Admin, NewTopic, Producer, TopicPartition
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.log import LogConfig, PartitionLog
 from oncelog.records import build_batch, split_batches
 from oncelog.server.topics import TRANSACTION_STATE, coordinator_partition
@@ -85,4 +85,4 @@ def test_a_prepared_transaction_is_rolled_forward_after_a_crash(tmp_path, state)
             assert p0.current_txn_start_offset == -1 and p0.coordinator_epoch > 0
         expected = sorted(b"r%d" % i for i in range(6)) \
             if state == TransactionState.PREPARE_COMMIT else []
-        assert read_committed(bs, topic=TOPIC) == expected
+        assert sorted(read_committed(bs, TOPIC)) == expected

@@ -11,9 +11,10 @@ import time
 from collections import Counter
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Producer
-from interop import confluent_consume, confluent_create_topic
+from support.interop import confluent_consume, confluent_create_topic
+
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, BrokerProcessError
-from raw_wire import (
+from support.raw_wire import (
     BASE_TIMESTAMP,
     RawConnection,
     create_topics_request,
@@ -24,6 +23,7 @@ from raw_wire import (
     produce,
 )
 
+from oncelog.harness.broker_process import BrokerProcess, BrokerProcessError
 from oncelog.log import LogConfig, PartitionLog
 from oncelog.records import build_batch, iter_batches, split_batches
 from oncelog.server import BrokerConfig, ConfigError
@@ -32,8 +32,8 @@ from oncelog.server.embedded import EmbeddedBroker
 TOPIC = "disk"
 
 
-def _stderr_since_last_start(broker: BrokerProcess) -> str:
-    text = broker.stderr_path.read_text(errors="replace")
+def _log_since_last_start(broker: BrokerProcess) -> str:
+    text = broker.log_path.read_text(errors="replace")
     return text.rsplit("--- start #", 1)[-1]
 
 
@@ -44,11 +44,11 @@ def test_a_second_broker_on_the_same_directory_refuses_and_names_the_holder(tmp_
     data = tmp_path / "data"
     with BrokerProcess(data) as first:
         second = BrokerProcess(data)
-        second.stderr_path = tmp_path / "second.stderr.log"
+        second.log_path = tmp_path / "second.log"
         with pytest.raises(BrokerProcessError, match="before listening"):
             second.start()
         assert second.proc is not None and second.proc.returncode == 1
-        log = second.stderr_path.read_text()
+        log = second.log_path.read_text()
         assert (f"data directory {data} is in use by another broker (pid {first.proc.pid}, "
                 f"listening on {first.bootstrap_servers})") in log
         assert "Traceback" not in log
@@ -160,11 +160,11 @@ def test_a_damaged_index_entry_is_caught_on_load_and_the_index_rebuilt(tmp_path,
         name = damage(segment)
         broker.start()
         _assert_every_record_served(broker)
-        log = _stderr_since_last_start(broker)
+        log = _log_since_last_start(broker)
         assert re.search(rf"WARNING oncelog\.log: .*{re.escape(name)}.* rebuilding", log), log
         # Rebuilt on disk too: the next start finds it sane and says nothing.
         assert broker.restart()
-        assert "rebuilding" not in _stderr_since_last_start(broker)
+        assert "rebuilding" not in _log_since_last_start(broker)
         _assert_every_record_served(broker)
 
 
@@ -199,7 +199,7 @@ def test_recovery_after_a_kill_logs_every_truncation_with_its_figures(tmp_path):
         broker.start()
         with RawConnection(broker.bootstrap_servers) as conn:
             assert latest_offset(conn, TOPIC) == 5
-        log = _stderr_since_last_start(broker)
+        log = _log_since_last_start(broker)
         assert (f"WARNING oncelog.log: Recovery truncated {segment} at byte {pos} (file {size} "
                 f"bytes): batch CRC32C mismatch. Last good offset 4; dropped {size - pos} bytes "
                 f"holding 35 records in batch headers still readable (offsets 5..39)") in log, log
@@ -220,7 +220,7 @@ def test_recovery_of_a_hand_truncated_segment_names_the_torn_batch(tmp_path):
         broker.start()
         with RawConnection(broker.bootstrap_servers) as conn:
             assert latest_offset(conn, TOPIC) == 10
-        log = _stderr_since_last_start(broker)
+        log = _log_since_last_start(broker)
         assert (f"Recovery truncated {segment} at byte {pos} (file {pos + 20} bytes): a batch "
                 f"of {h.size} bytes with only 20 in the file. Last good offset 9; dropped 20 "
                 f"bytes holding part of a batch at offset 10") in log, log
@@ -243,7 +243,7 @@ def test_a_corrupt_batch_in_a_sealed_segment_costs_only_that_segments_tail(tmp_p
         _shift_offset_index_entry(segment)
 
         broker.start()
-        log = _stderr_since_last_start(broker)
+        log = _log_since_last_start(broker)
         assert f"Recovery truncated {segment} at byte {pos}" in log, log
         assert (f"Last good offset 14; dropped {len(data) - pos} bytes holding "
                 f"{end - 15} records in batch headers still readable (offsets 15..{end - 1})"
@@ -265,7 +265,7 @@ def test_bytes_past_the_last_batch_of_a_sealed_segment_are_cut(tmp_path):
 
         broker.start()
         assert segment.stat().st_size == size
-        log = _stderr_since_last_start(broker)
+        log = _log_since_last_start(broker)
         assert f"the batches end at byte {size} of {size + 100}; rebuilding" in log, log
         assert "dropped 100 bytes holding only zeros" in log, log
         _assert_every_record_served(broker)

@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
-from raw_wire import RawConnection, create_topics_request, produce
+from support.raw_wire import RawConnection, create_topics_request, produce
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, make, request_module
 from oncelog.records import build_batch
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from raw_wire import RawConnection, list_offsets_request
+from support.raw_wire import RawConnection, list_offsets_request
 
 from oncelog import Admin, Consumer, NewTopic, TopicPartition
 from oncelog.dualwrite import DualWriter, RecoveryPendingError, SQLiteStore

@@ -4,12 +4,10 @@ open (it was closed)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from raw_wire import RawConnection, list_offsets_request
-from wire_fuzz import API_VERSIONS
+from support.raw_wire import RawConnection, error_codes, list_offsets_request
+from support.wire_fuzz import API_VERSIONS
 
 from oncelog.protocol import (
     ApiKey,
@@ -24,21 +22,6 @@ from oncelog.protocol.error_response import error_response
 from oncelog.server.embedded import EmbeddedBroker
 
 UNKNOWN_SERVER_ERROR = -1
-
-
-def error_codes(entity) -> list[int]:
-    found = []
-    for f in dataclasses.fields(entity):
-        value = getattr(entity, f.name)
-        if f.metadata.get("kafka_type") == "error_code":
-            found.append(int(value))
-        elif isinstance(value, tuple):
-            for item in value:
-                if dataclasses.is_dataclass(item):
-                    found += error_codes(item)
-        elif dataclasses.is_dataclass(value):
-            found += error_codes(value)
-    return found
 
 
 @settings(max_examples=len(API_VERSIONS) * 5, deadline=None, database=None,

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_interop_transactions import read_ours
+from support.purchases_app import App
+from support.transactions import read_committed
 
 from oncelog.examples.purchases import INVOICES, PURCHASES, SHIPMENTS, purchase
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -29,65 +27,6 @@ PURCHASE_COUNT = 20_000
 PARTITIONS = 3
 SETTINGS = {"transaction.state.log.num.partitions": "5", "offsets.topic.num.partitions": "5",
             "group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
-
-
-class App:
-    """The purchases app as a child process; ``committed`` is the last count it reported."""
-
-    def __init__(self, bootstrap: str, client: str) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "oncelog.examples.purchases", "--bootstrap-server",
-             bootstrap, "--client", client, "--batch", "500", "--idle-exit", "8",
-             "--session-timeout-ms", "3000"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        self.committed = 0
-        self.lines: list[str] = []
-        self._sel = selectors.DefaultSelector()
-        assert self.proc.stdout is not None
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self._buf = b""
-
-    def _pump(self, timeout: float) -> bool:
-        """Read what the app printed; False once its output has ended."""
-        assert self.proc.stdout is not None
-        if not self._sel.select(timeout):
-            return True
-        chunk = self.proc.stdout.read()
-        if not chunk:
-            return False
-        self._buf += chunk
-        *lines, self._buf = self._buf.split(b"\n")
-        for raw in lines:
-            line = raw.decode(errors="replace")
-            self.lines.append(line)
-            if line.startswith("committed "):
-                self.committed = int(line.split()[1])
-        return True
-
-    def wait_committed_more_than(self, n: int, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while self.committed <= n:
-            assert time.monotonic() < deadline, "\n".join(self.lines[-30:])
-            assert self._pump(0.2), "app exited:\n" + "\n".join(self.lines[-30:])
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self._close()
-
-    def wait_done(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while self._pump(0.2):
-            assert time.monotonic() < deadline, "\n".join(self.lines[-30:])
-        assert self.proc.wait(30) == 0, "\n".join(self.lines[-30:])
-        self._close()
-
-    def _close(self) -> None:
-        self._sel.close()
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
 
 
 def _seed(bootstrap: str) -> None:
@@ -108,7 +47,8 @@ def _seed(bootstrap: str) -> None:
 
 
 def _purchase_ids(bootstrap: str, topic: str) -> Counter:
-    return Counter(json.loads(v)["purchase"] for v in read_ours(bootstrap, topic, PARTITIONS))
+    return Counter(json.loads(v)["purchase"]
+                   for v in read_committed(bootstrap, topic, PARTITIONS))
 
 
 @pytest.mark.parametrize("client", ["confluent", "oncelog"])

@@ -1,7 +1,7 @@
 """The wire fuzzer: nothing a client sends, and nothing a broker answers, ends the process or
 balloons it (issue 16).
 
-Structure-aware inputs (tests/wire_fuzz.py): bodies of every API and version the broker
+Structure-aware inputs (tests/support/wire_fuzz.py): bodies of every API and version the broker
 advertises, built by hypothesis from kio's schemas, then pushed out of shape (lengths and counts
 at their extremes, truncations, bad tagged fields, flipped bytes); random bytes behind valid and
 invalid headers. They go (1) through our decoders in a child process, requests as the broker
@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
-from raw_wire import RawConnection
-from wire_fuzz import API_VERSIONS, encode_body, request_frames
+from support.raw_wire import RawConnection
+from support.wire_fuzz import API_VERSIONS, encode_body, request_frames
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import (
     ApiKey,
     ProtocolError,
@@ -90,7 +90,7 @@ def test_fuzzed_frames_never_end_a_decoding_process(tmp_path):
     """Requests as the broker decodes them, responses as our client does, in a child process:
     a decoder that aborts shows as the child dying, with the input it died on."""
     last = tmp_path / "last-input"
-    run = subprocess.run([sys.executable, str(HERE / "wire_fuzz.py"), "--examples", "3000",
+    run = subprocess.run([sys.executable, str(HERE / "support" / "wire_fuzz.py"), "--examples", "3000",
                           "--last", str(last)], capture_output=True, text=True, timeout=300, check=False,
                          cwd=HERE)
     assert run.returncode == 0, (
@@ -122,7 +122,7 @@ def send_one(address: tuple[str, int], frame: bytes, wait: float = 0.25) -> None
 
 
 def assert_serving(broker: BrokerProcess) -> None:
-    assert broker.running, "the broker died\n" + broker.stderr_tail()
+    assert broker.running, "the broker died\n" + broker.log_tail()
     with RawConnection(broker.bootstrap_servers, timeout=10) as conn:
         request = make(request_module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest,
                        client_software_name="fuzz", client_software_version="1")
@@ -182,7 +182,7 @@ def test_a_broker_survives_a_long_fuzz(tmp_path, security):
 @pytest.mark.slow
 def test_a_long_fuzz_of_the_decoders(tmp_path):
     last = tmp_path / "last-input"
-    run = subprocess.run([sys.executable, str(HERE / "wire_fuzz.py"), "--examples", "10000",
+    run = subprocess.run([sys.executable, str(HERE / "support" / "wire_fuzz.py"), "--examples", "10000",
                           "--seed", "1616", "--last", str(last)], capture_output=True, check=False,
                          text=True, timeout=900, cwd=HERE)
     assert run.returncode == 0, (

@@ -4,7 +4,7 @@ by Kafka's hash of the key, readable by clients but never writable or deletable 
 from __future__ import annotations
 
 import pytest
-from raw_wire import RawConnection, create_topics_request, metadata_request, produce
+from support.raw_wire import RawConnection, create_topics_request, metadata_request, produce
 
 from oncelog.protocol import ApiKey, make, request_module
 from oncelog.records import build_batch

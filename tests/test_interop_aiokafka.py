@@ -9,8 +9,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from broker_process import BrokerProcess
-from interop import (
+from support.interop import (
     CODECS,
     CONSUMERS,
     KCAT,
@@ -20,6 +19,8 @@ from interop import (
     dataset,
     unique_topic,
 )
+
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +33,7 @@ INVALID_TOPIC_EXCEPTION = 17
 def broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("aiokafka") / "data") as b:
         yield b
-        assert b.running, b.stderr_tail()
+        assert b.running, b.log_tail()
 
 
 async def _admin(bootstrap, action):

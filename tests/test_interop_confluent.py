@@ -4,10 +4,9 @@ every codec, group-less consume, and the records of every other client."""
 from __future__ import annotations
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from interop import (
+from support.interop import (
     CODECS,
     CONSUMERS,
     DEADLINE_S,
@@ -20,6 +19,8 @@ from interop import (
     unique_topic,
 )
 
+from oncelog.harness.broker_process import BrokerProcess
+
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 3
@@ -29,7 +30,7 @@ PARTITIONS = 3
 def broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("confluent") / "data") as b:
         yield b
-        assert b.running, b.stderr_tail()
+        assert b.running, b.log_tail()
 
 
 def test_admin_creates_describes_and_deletes_topics(broker):

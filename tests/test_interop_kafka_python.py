@@ -4,8 +4,10 @@ and records produced by kafka-python read by the other clients."""
 from __future__ import annotations
 
 import pytest
-from broker_process import BrokerProcess
-from interop import (
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+from kafka.errors import InvalidTopicError, TopicAlreadyExistsError
+from support.interop import (
     CODECS,
     CONSUMERS,
     KCAT,
@@ -15,9 +17,8 @@ from interop import (
     kafka_python_produce,
     unique_topic,
 )
-from kafka import KafkaConsumer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
-from kafka.errors import InvalidTopicError, TopicAlreadyExistsError
+
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,7 @@ OPTIONAL_CODECS = ("snappy", "lz4", "zstd")  # need python-snappy, lz4, zstandar
 def broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("kafka-python") / "data") as b:
         yield b
-        assert b.running, b.stderr_tail()
+        assert b.running, b.log_tail()
 
 
 @pytest.fixture(scope="module")

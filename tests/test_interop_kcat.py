@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from broker_process import BrokerProcess
-from interop import (
+from support.interop import (
     CODECS,
     CONSUMERS,
     KCAT,
@@ -24,6 +23,8 @@ from interop import (
     unique_topic,
 )
 
+from oncelog.harness.broker_process import BrokerProcess
+
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian package kcat)")]
 
@@ -34,7 +35,7 @@ PARTITIONS = 3
 def broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("kcat") / "data") as b:
         yield b
-        assert b.running, b.stderr_tail()
+        assert b.running, b.log_tail()
 
 
 def produce_runs(bootstrap, topic, codecs, partitions, per_run=80) -> list[Rec]:

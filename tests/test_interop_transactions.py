@@ -10,7 +10,6 @@ import time
 import uuid
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as ConfluentProducer
@@ -20,8 +19,9 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaPythonTP
 from kafka.errors import KafkaError as KafkaPythonError
 from kafka.structs import OffsetAndMetadata
+from support.transactions import read_committed
 
-from oncelog import Consumer, TopicPartition
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -48,20 +48,6 @@ def new_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
 
 
 # -- read_committed readers, one per client -------------------------------------------------
-
-
-def read_ours(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> list[bytes]:
-    with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as c:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        ends = c.end_offsets(tps)
-        out: list[bytes] = []
-        deadline = time.monotonic() + DEADLINE_S
-        while any(c.position(tp) < ends[tp] for tp in tps):
-            assert time.monotonic() < deadline, (out, ends)
-            out.extend(r.value for r in c.poll(timeout=0.5))
-        return out
 
 
 def read_confluent(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> list[bytes]:
@@ -107,7 +93,8 @@ def read_kafka_python(bootstrap: str, topic: str, partitions: int = PARTITIONS) 
         c.close()
 
 
-READERS = {"oncelog": read_ours, "confluent": read_confluent, "kafka-python": read_kafka_python}
+READERS = {"oncelog": read_committed, "confluent": read_confluent,
+           "kafka-python": read_kafka_python}
 
 
 def by_partition_order(values: list[bytes]) -> list[bytes]:
@@ -225,7 +212,7 @@ def test_kafka_python_zombie_is_fenced_by_a_new_instance(broker):
         zombie.send(topic, value=b"0:2-zombie", partition=0)
         zombie.commit_transaction()
     zombie.close(timeout=1)
-    assert read_ours(bootstrap, topic) == [b"0:1-successor"]
+    assert read_committed(bootstrap, topic) == [b"0:1-successor"]
 
 
 def test_confluent_transaction_past_its_timeout_is_aborted_by_the_coordinator(broker):
@@ -301,4 +288,4 @@ def test_send_offsets_to_transaction_commits_offsets_with_the_output(broker, wri
             assert committed == (upto if commit else -1001)  # -1001: none committed yet
     finally:
         consumer.close()
-    assert read_ours(bootstrap, sink, 1) == [b"0:%d-out" % i for i in range(10)]
+    assert read_committed(bootstrap, sink, 1) == [b"0:%d-out" % i for i in range(10)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     idempotent_batch,

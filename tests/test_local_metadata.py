@@ -4,7 +4,7 @@ tier (an embedded broker, no ZooKeeper)."""
 
 from __future__ import annotations
 
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     metadata_request,

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     idempotent_batch,

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
-from conftest import wait_until
-from floods import MIB, api_versions, fill_partition, push, rss, slow_readers
-from raw_wire import RawConnection, create_topics_request, fetch_request
+from support.floods import MIB, api_versions, fill_partition, push, rss, slow_readers
+from support.raw_wire import RawConnection, create_topics_request, fetch_request
+from support.waiting import wait_until
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, encode_request, make, request_module
 
 
@@ -57,7 +57,7 @@ def test_a_large_frame_before_authentication_closes_the_connection(tmp_path):
             sent = push(sock, struct.pack(">i", 100 * MIB) + bytes(100 * MIB), timeout=5)
             assert sent < 100 * MIB
         assert rss(broker.proc.pid) - before < 20 * MIB
-        assert "sasl.server.max.receive.size" in broker.stderr_tail(5)
+        assert "sasl.server.max.receive.size" in broker.log_tail(5)
         with RawConnection(broker.bootstrap_servers) as conn:  # a small frame is fine
             conn.send(api_versions())
             assert conn.read_frame() is not None
@@ -76,7 +76,7 @@ def test_idle_and_half_sent_connections_are_closed(tmp_path):
                 time.sleep(0.2)
             assert slow.closed_by_broker()
             assert idle.closed_by_broker()
-        log = broker.stderr_tail(20)
+        log = broker.log_tail(20)
         assert "socket.request.read.timeout.ms" in log and "connections.max.idle.ms" in log
 
 
@@ -91,7 +91,7 @@ def test_connections_over_the_limit_are_closed(tmp_path, setting):
             extra.send(api_versions())
             assert extra.closed_by_broker()
         kept.pop().close()
-        wait_until(lambda: f"{setting} (3) reached" in broker.stderr_tail(5), 5)
+        wait_until(lambda: f"{setting} (3) reached" in broker.log_tail(5), 5)
 
         def a_new_one_is_served() -> bool:
             with RawConnection(broker.bootstrap_servers) as conn:

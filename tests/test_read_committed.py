@@ -10,7 +10,7 @@ import time
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import TopicPartition as ConfluentTP
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     fetch_request,

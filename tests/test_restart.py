@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from broker_process import BrokerProcess
-from raw_wire import (
+from support.raw_wire import (
     BASE_TIMESTAMP,
     RawConnection,
     create_topics_request,
@@ -21,6 +20,7 @@ from raw_wire import (
     produce,
 )
 
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.records import build_batch, iter_batches
 
 pytestmark = pytest.mark.slow

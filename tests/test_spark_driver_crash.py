@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from test_spark_speculation import (  # noqa: F401 (broker: a fixture)
+from support.spark_tasks import (  # noqa: F401 (broker: a fixture)
     attempt,
     broker,
     committed_output,

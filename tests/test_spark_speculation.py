@@ -11,96 +11,27 @@ output exactly once and nothing of the sink may stay open."""
 
 from __future__ import annotations
 
-import base64
-import os
-import pickle
-import subprocess
-import sys
 import time
 
 import pytest
 
 pytest.importorskip("pyspark")
 
-from oncelog import Admin, Consumer, NewTopic, TopicPartition
-from oncelog.server.embedded import EmbeddedBroker
+from support.spark_tasks import (  # noqa: F401 (broker: a fixture)
+    attempt,
+    broker,
+    committed_output,
+    open_transactions,
+    result,
+    wait_open,
+    writer_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-# An executor running one task attempt: unpickles the writer, sets the task context, writes.
-ATTEMPT = r"""
-import base64, pickle, sys
-from pyspark import TaskContext
-from pyspark.sql import Row
-writer, partition, attempt, batch, rows = pickle.loads(base64.b64decode(sys.argv[1]))
-tc = TaskContext._getOrCreate()
-tc._partitionId, tc._attemptNumber, tc._stageId = partition, attempt, 0
-tc._localProperties = {"streaming.sql.batchId": str(batch)}
-message = writer.write(iter([Row(value=v) for v in rows]))
-print(base64.b64encode(pickle.dumps(message)).decode())
-"""
-
-
-@pytest.fixture
-def broker():
-    with EmbeddedBroker(config={"transaction.two.phase.commit.enable": "true"}) as b:
-        with Admin(bootstrap_servers=b.bootstrap_servers) as a:
-            a.create_topics([NewTopic("out", 1)])
-        yield b
-
-
-def attempt(writer, n: int, batch: int, rows: list[bytes], slow: str | None = None,
-            partition: int = 0):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCELOG_SPARK_")}
-    if slow:
-        env["ONCELOG_SPARK_SLOW"] = slow
-    task = base64.b64encode(pickle.dumps((writer, partition, n, batch, rows))).decode()
-    return subprocess.Popen([sys.executable, "-c", ATTEMPT, task], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-
-
-def result(proc, timeout=60):
-    out, err = proc.communicate(timeout=timeout)
-    if proc.returncode != 0:
-        return None, err
-    return pickle.loads(base64.b64decode(out.strip().splitlines()[-1])), err
-
-
-def committed_output(b) -> list[bytes]:
-    tp = TopicPartition("out", 0)
-    with Consumer(bootstrap_servers=b.bootstrap_servers, isolation_level="read_committed") as c:
-        c.assign([tp])
-        c.seek(tp, 0)
-        end = c.end_offsets([tp])[tp]
-        values: list[bytes] = []
-        deadline = time.monotonic() + 20
-        while c.position(tp) < end and time.monotonic() < deadline:
-            values += [r.value for r in c.poll(0.3)]
-    return values
-
-
-def open_transactions(b) -> list[str]:
-    with Admin(bootstrap_servers=b.bootstrap_servers) as a:
-        return [t.transactional_id for t in a.list_transactions(states=["Ongoing"])]
-
-
-def wait_open(b, txn_id: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while txn_id not in open_transactions(b):
-        assert time.monotonic() < deadline, f"{txn_id} never opened a transaction"
-        time.sleep(0.1)
-
-
-def writer_for(b, tmp_path):
-    from oncelog.spark.sink import OncelogStreamWriter
-
-    return OncelogStreamWriter({"kafka.bootstrap.servers": b.bootstrap_servers,
-                                "topic": "out", "checkpointLocation": str(tmp_path / "ck")})
-
-
 @pytest.mark.parametrize("straggler_point", ["before-prepare", "after-prepare"])
-def test_a_straggler_whose_transaction_is_open_at_the_commit_is_aborted(broker, tmp_path,
-                                                                        straggler_point):
+def test_a_straggler_whose_transaction_is_open_at_the_commit_is_aborted(
+        broker, tmp_path, straggler_point):  # noqa: F811 (the fixture)
     """The straggler has written (and maybe prepared) when the driver commits the winner: the
     driver aborts it with the other leftovers; the straggler fails, its rows never appear."""
     writer = writer_for(broker, tmp_path)
@@ -116,8 +47,8 @@ def test_a_straggler_whose_transaction_is_open_at_the_commit_is_aborted(broker, 
     assert open_transactions(broker) == []
 
 
-def test_a_straggler_that_opens_its_transaction_after_the_commit_aborts_itself(broker,
-                                                                               tmp_path):
+def test_a_straggler_that_opens_its_transaction_after_the_commit_aborts_itself(
+        broker, tmp_path):  # noqa: F811 (the fixture)
     """The straggler passed its replay check before the commit and opens its transaction only
     after the driver has cleaned up: after preparing it sees the batch committed for its
     partition and aborts its own transaction."""
@@ -134,7 +65,8 @@ def test_a_straggler_that_opens_its_transaction_after_the_commit_aborts_itself(b
     assert open_transactions(broker) == []
 
 
-def test_the_next_micro_batch_is_not_held_up_by_a_straggler_of_the_last(broker, tmp_path):
+def test_the_next_micro_batch_is_not_held_up_by_a_straggler_of_the_last(
+        broker, tmp_path):  # noqa: F811 (the fixture)
     """Batch 1 runs while batch 0's straggler still holds a prepared transaction: batch 1's
     commit aborts it; both batches appear once, in order."""
     writer = writer_for(broker, tmp_path)

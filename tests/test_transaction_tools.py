@@ -7,8 +7,8 @@ refuses an id that does not exist and works whatever the broker's transaction.ma
 from __future__ import annotations
 
 import pytest
-from broker_process import BrokerProcess
-from raw_wire import (
+from support.cli import broker, oncelog  # noqa: F401 (broker: a fixture)
+from support.raw_wire import (
     RawConnection,
     idempotent_batch,
     init_producer_id_request,
@@ -16,10 +16,10 @@ from raw_wire import (
     list_offsets_request,
     produce,
 )
-from test_cli import broker, oncelog  # noqa: F401 (the fixture)
 
 from oncelog import Admin, NewTopic, Producer, TopicPartition
 from oncelog.errors import ProducerFencedError, TransactionalIdNotFoundError
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import textwrap
 import time
 
 import pytest
-from raw_wire import RawConnection, create_topics_request, list_offsets_request
+from support.raw_wire import RawConnection, create_topics_request, list_offsets_request
 
 from oncelog import Admin, Consumer, PreparedTxnState, Producer
 from oncelog.client.transaction_manager import IllegalStateError, TransactionError

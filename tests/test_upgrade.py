@@ -21,7 +21,8 @@ from pathlib import Path
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
-from broker_process import BrokerProcess
+
+from oncelog.harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

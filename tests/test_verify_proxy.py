@@ -8,7 +8,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer as ConfluentProducer
-from raw_wire import (
+from support.raw_wire import (
     RawConnection,
     create_topics_request,
     fetch_all,

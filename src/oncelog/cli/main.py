@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
                        "`cluster up` starts it in the background, `cluster down` stops it.")
-    from ..cluster.local import add_arguments as _cluster_arguments
+    from ..harness.local_cluster import add_arguments as _cluster_arguments
 
     _cluster_arguments(k)
 
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.command == "cluster":
-        from ..cluster.local import run_command as run_cluster
+        from ..harness.local_cluster import run_command as run_cluster
 
         return run_cluster(args)
     if args.command == "verify":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Self
 
 from ..errors import (
@@ -39,7 +40,7 @@ from .coordinator_request import (
     Coordinators,
 )
 from .errors import KafkaTimeoutError
-from .metadata import metadata_request
+from .metadata import BrokerNode, metadata_request
 from .network import NetworkClient
 from .types import (
     NewTopic,
@@ -66,6 +67,15 @@ _RETRY_TOPIC_ERRORS = {NotControllerError.code, ThrottlingQuotaExceededError.cod
 # coordinator uses the value as the transaction log append's timeout; ours appends with a
 # log-write timeout of its own, whatever the request says.)
 _FENCE_TRANSACTION_TIMEOUT_MS = 1
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """``Admin.describe_cluster``'s answer (Kafka's ``DescribeClusterResult``)."""
+
+    nodes: dict[int, BrokerNode]  # node id -> the broker
+    controller_id: int  # -1 when the answering broker knows of none
+    cluster_id: str | None
 
 
 class Admin:
@@ -165,6 +175,13 @@ class Admin:
             self._net.update_metadata([], deadline)
         controller = self._net.cluster.controller_id
         return controller if controller in self._net.cluster.brokers else None
+
+    def describe_cluster(self) -> ClusterDescription:
+        """The brokers the cluster has (registered and alive), its controller and its id, as
+        Kafka's ``Admin.describeCluster`` (asked with a Metadata request naming no topic)."""
+        cluster = self._metadata([])
+        return ClusterDescription(nodes=dict(cluster.brokers), controller_id=cluster.controller_id,
+                                  cluster_id=cluster.cluster_id)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Names of all topics, sorted (internal ones such as __consumer_offsets only on

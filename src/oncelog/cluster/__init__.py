@@ -1,7 +1,7 @@
 """Cluster mode: brokers coordinated by Apache ZooKeeper, laid out as Kafka's ZooKeeper mode
-(docs/cluster.md).
+(docs/cluster.md). Only what a broker runs in cluster mode lives here; running ZooKeeper and
+brokers on this machine (tests, ``oncelog cluster up``) is ``oncelog.harness``'s.
 
-- ``zookeeper``: run Debian's ZooKeeper server (tests, ``oncelog cluster up``);
 - ``model``, ``errors``: the cluster's values (``BrokerInfo``, ``LeaderAndIsr``,
   ``TopicAssignment``, the immutable ``ClusterView`` snapshot) and refusals, shared with a
   single node's metadata; no kazoo;
@@ -11,8 +11,6 @@
 - ``metadata_view``: a broker's picture of the cluster kept by watches (``MetadataView`` ->
   ``ClusterView`` snapshots);
 - ``controller``: the controller's decisions (sans-IO) and its thread (``Controller``).
-- ``local``: a ZooKeeper and N broker processes on this machine (``LocalCluster``; tests,
-  benchmarks, ``oncelog cluster up`` / ``down``).
 
 This package's ``__init__`` imports nothing; of the submodules, ``zookeeper_client``,
 ``zk_client`` and ``controller`` import kazoo.

@@ -6,7 +6,7 @@
 - proxy.py     FaultProxy: delays, holds (late messages) and duplicates Kafka requests
 - raw_writer.py  a bare-wire transactional client of the old protocol or of version 2
 - workload.py  writers (ours, confluent-kafka, raw) and read_committed readers
-- broker.py, cli.py  ``oncelog verify``
+- cli.py       ``oncelog verify`` (its broker: harness/broker_process.py)
 """
 
 from .checker import ANOMALIES, Verdict, check

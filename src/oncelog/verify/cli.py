@@ -4,6 +4,7 @@ print the verdict, exit 1 if the checker found any anomaly (2 if the run itself 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
@@ -153,14 +154,14 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
 def _run_workload(args: argparse.Namespace, faults: list[str], clients: list[str]) -> int:
     from ..client import Admin, NewTopic
-    from .broker import BrokerChild
+    from ..harness.broker_process import BrokerProcess, BrokerProcessError
     from .checker import check
     from .history import History
     from .proxy import FaultProxy, Faults
     from .workload import WorkloadConfig, run_readers, run_writers
 
     tmp: Path | None = None
-    child: BrokerChild | None = None
+    child: BrokerProcess | None = None
     history = History()
     sink = open(args.history, "w") if args.history else None  # noqa: SIM115 (closed below)
     if sink is not None:
@@ -175,8 +176,7 @@ def _run_workload(args: argparse.Namespace, faults: list[str], clients: list[str
                         "offsets.topic.num.partitions": "5",
                         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
                         **dict(args.set)}
-            child = BrokerChild(tmp / "data", settings)
-            child.start()
+            child = BrokerProcess(tmp / "data", settings=settings).start()
             bootstrap = child.bootstrap_servers
             topic = "verify"
             print(f"oncelog verify: started a broker at {bootstrap} ({tmp})"
@@ -229,8 +229,9 @@ def _run_workload(args: argparse.Namespace, faults: list[str], clients: list[str
         if sink is not None:
             history.stream_to(None)
             sink.close()
-        if child is not None:
-            child.stop()
+        if child is not None and child.running:
+            with contextlib.suppress(BrokerProcessError):  # it hung on SIGTERM: killed then
+                child.stop()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     verdict = check(history)

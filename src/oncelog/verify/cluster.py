@@ -1,7 +1,7 @@
 """``oncelog verify --cluster``: the transactional workload against a replicated cluster while
 brokers fail (spec 001 failure scenarios 5-7), checked by the history checker.
 
-A local cluster of three brokers (cluster/local.py) with a topic of replication factor 3 and
+A local cluster of three brokers (harness/local_cluster.py) with a topic of replication factor 3 and
 min.insync.replicas 2; transactional writers (ours, confluent-kafka's) write while, one after
 another, the faults strike:
 
@@ -64,7 +64,7 @@ def run_cluster(data_dir: Path, faults: list[str], *, duration: float = 30.0,
                 readers: int = 2, partitions: int = 3, seed: int = 0,
                 progress: Callable[[str], None] = lambda _line: None) -> ClusterRun:
     from ..client import Admin, NewTopic
-    from ..cluster.local import LocalCluster
+    from ..harness.local_cluster import LocalCluster
     from ..server.topics import TRANSACTION_STATE, coordinator_partition
 
     unknown = [f for f in faults if f not in CLUSTER_FAULTS]

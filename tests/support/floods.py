@@ -8,11 +8,10 @@ import socket
 import time
 from pathlib import Path
 
-from broker_process import BrokerProcess
-from raw_wire import RawConnection, create_topics_request, fetch_request, produce
-
+from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, encode_request, make, request_module
 from oncelog.records import build_batch
+from support.raw_wire import RawConnection, create_topics_request, fetch_request, produce
 
 MIB = 1024 * 1024
 

@@ -9,6 +9,7 @@ No client library in the way: requests are kio entities framed by oncelog.protoc
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import socket
 import struct
@@ -224,3 +225,19 @@ def fetch_all(conn: RawConnection, topic: str, partition: int = 0, start: int = 
         if not data:
             raise AssertionError(f"fetch at {offset} returned nothing below the high watermark "
                                  f"{pd.high_watermark}")
+
+
+def error_codes(entity) -> list[int]:
+    """Every error code of a decoded response (kio entity), nested ones included."""
+    found = []
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.metadata.get("kafka_type") == "error_code":
+            found.append(int(value))
+        elif isinstance(value, tuple):
+            for item in value:
+                if dataclasses.is_dataclass(item):
+                    found += error_codes(item)
+        elif dataclasses.is_dataclass(value):
+            found += error_codes(value)
+    return found

@@ -3,13 +3,14 @@
 
 ``LocalCluster(data_dir, brokers=3)`` starts (``start()`` or ``with``) a ZooKeeper server in
 ``data_dir/zookeeper`` (unless given the connect string of one that runs) and brokers 1..N as
-``python -m oncelog.cli.main broker --node-id N --zookeeper ZK/oncelog ...``, each in a session
-of its own with its output in ``data_dir/broker-N/broker.log`` and its logs in
-``data_dir/broker-N/data``; it waits until every broker answers Metadata naming all of them
-(registered in ZooKeeper), and records the pids, ports and connect string in
-``data_dir/cluster.json``. Then it is a fault injector: ``kill`` (SIGKILL), ``pause`` /
-``resume`` (SIGSTOP / SIGCONT), ``stop_broker`` (SIGTERM), ``start_broker`` (same port, same
-data directory), and an observer through the Admin client: ``leader_of``, ``wait_for_isr``.
+``oncelog broker --node-id N --zookeeper ZK/oncelog ...`` (``BrokerProcess``, the one broker
+launcher), each in a session of its own with its output in ``data_dir/broker-N/broker.log`` and
+its logs in ``data_dir/broker-N/data``; it waits until every broker names all of them
+(registered in ZooKeeper) in its answer to the Admin client's ``describe_cluster``, and records
+the pids, ports and connect string in ``data_dir/cluster.json``. Then it is a fault injector:
+``kill`` (SIGKILL), ``pause`` / ``resume`` (SIGSTOP / SIGCONT), ``stop_broker`` (SIGTERM),
+``start_broker`` (same port, same data directory), and an observer through the Admin client:
+``leader_of``, ``wait_for_isr``.
 
 ``cluster_down(data_dir)`` stops a cluster another process started (``cluster.json``): the
 brokers gracefully (SIGTERM, SIGKILL after a timeout), then the ZooKeeper if it started one.
@@ -17,7 +18,7 @@ brokers gracefully (SIGTERM, SIGKILL after a timeout), then the ZooKeeper if it 
 Layout of ``data_dir``::
 
     cluster.json          connect string, bootstrap servers, each broker's pid, port, dirs
-    zookeeper/            the ZooKeeper server (cluster/zookeeper.py), unless an external one
+    zookeeper/            the ZooKeeper server (harness/zookeeper.py), unless an external one
     broker-N/broker.log   broker N's output (appended to across restarts)
     broker-N/data/        broker N's data directory
 """
@@ -27,10 +28,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from ..errors import KafkaError
+from .broker_process import BrokerProcess, BrokerProcessError
 from .relay import Relay
 from .zookeeper import (
     ZooKeeperServer,
@@ -55,7 +55,6 @@ __all__ = ["CLUSTER_FILE", "DEFAULT_CHROOT", "LocalBroker", "LocalCluster", "Loc
 CLUSTER_FILE = "cluster.json"
 DEFAULT_CHROOT = "/oncelog"
 ZOOKEEPER_DIR = "zookeeper"
-BROKER_MODULE = "oncelog.cli.main"
 
 
 class LocalClusterError(RuntimeError):
@@ -68,7 +67,7 @@ class LocalBroker:
     host: str
     port: int
     dir: Path  # data_dir/broker-N: broker.log and data/
-    proc: subprocess.Popen[bytes] | None = None
+    process: BrokerProcess | None = None  # from the first start on
     pid: int | None = None
     state: str = "stopped"  # running, paused, stopped
 
@@ -114,18 +113,35 @@ def _is_our_broker(pid: int, data_dir: str) -> bool:
     return runs_with(pid, b"broker", os.fsencode(data_dir))
 
 
-def _stop_pids(pids: list[int], timeout: float,
-               procs: Mapping[int, subprocess.Popen[bytes]] | None = None) -> None:
-    """SIGTERM (and SIGCONT, for paused ones) to all, then SIGKILL to what is left."""
+def _stop_pids(pids: list[int], timeout: float) -> None:
+    """SIGTERM (and SIGCONT, for paused ones) to the brokers of a cluster another process
+    started, then SIGKILL to what is left."""
     for pid in pids:
         signal_group(pid, signal.SIGTERM)
         signal_group(pid, signal.SIGCONT)
-    left = wait_gone(pids, timeout, procs)
+    left = wait_gone(pids, timeout)
     for pid in left:
         signal_group(pid, signal.SIGKILL)
-    left = wait_gone(left, 5.0, procs)
+    left = wait_gone(left, 5.0)
     if left:
         raise LocalClusterError(f"broker processes {left} survived SIGKILL")
+
+
+def _stop_processes(processes: list[BrokerProcess], timeout: float) -> None:
+    """SIGTERM to all (side by side: each shuts down while the others do), then SIGKILL to
+    those still running after ``timeout``."""
+    for p in processes:
+        p.terminate()
+    deadline = time.monotonic() + timeout
+    left = [p for p in processes if p.wait(max(0.0, deadline - time.monotonic())) is None]
+    survivors = []
+    for p in left:
+        try:
+            p.kill(5.0)
+        except BrokerProcessError:
+            survivors.append(p.pid)
+    if survivors:
+        raise LocalClusterError(f"broker processes {survivors} survived SIGKILL")
 
 
 def read_cluster_file(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -277,35 +293,24 @@ class LocalCluster:
             self.connect_string = (self._external_zookeeper if chroot.strip("/")
                                    else hosts + self._chroot)
 
-    def _command(self, b: LocalBroker) -> list[str]:
-        command = [sys.executable, "-m", BROKER_MODULE, "broker", "--node-id", str(b.node_id),
-                   "--zookeeper", self.connect_string, "--data-dir", str(b.data_dir),
-                   "--host", b.host, "--port", str(b.port)]
-        for key, value in self.broker_settings.items():
-            command += ["--set", f"{key}={value}"]
-        if self.use_relays:
-            command += ["--set",
-                        f"advertised.listeners=PLAINTEXT://{self._relay(b).address}"]
-        if self.die_with_parent:
-            setpriv = shutil.which("setpriv")
-            if setpriv:  # PR_SET_PDEATHSIG, then exec python
-                command = [setpriv, "--pdeathsig", "KILL", "--", *command]
-        return command
-
     def _launch(self, b: LocalBroker) -> None:
-        b.data_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        # The broker imports this very oncelog (a source checkout need not be installed).
-        src = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        with open(b.log_path, "ab") as out:
-            out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting broker "
-                      f"{b.node_id} on {b.address}\n".encode())
-            out.flush()
-            b.proc = subprocess.Popen(self._command(b), stdin=subprocess.DEVNULL, stdout=out,
-                                      stderr=subprocess.STDOUT, cwd=b.dir, env=env,
-                                      start_new_session=True)
-        b.pid = b.proc.pid
+        """Spawn broker ``b`` (``_wait_ready`` waits for it)."""
+        settings = dict(self.broker_settings)
+        if self.use_relays:
+            settings["advertised.listeners"] = f"PLAINTEXT://{self._relay(b).address}"
+        if b.process is None:
+            # A session of its own: signals go to its process group. Unless it dies with this
+            # process, it outlives it (``oncelog cluster up``): not killed at exit either.
+            b.process = BrokerProcess(
+                b.data_dir, log_path=b.log_path, node_id=b.node_id, host=b.host,
+                new_session=True, die_with_parent=self.die_with_parent,
+                kill_at_exit=self.die_with_parent)
+        b.process.port = b.port
+        b.process.settings = settings
+        b.process.zookeeper = self.connect_string
+        b.dir.mkdir(parents=True, exist_ok=True)
+        b.process.launch()
+        b.pid = b.process.pid
         b.state = "running"
 
     def _wait_ready(self, b: LocalBroker, expect: set[int], deadline: float,
@@ -315,10 +320,12 @@ class LocalCluster:
         from ..client.admin import Admin
 
         expect = expect | {b.node_id}
+        assert b.process is not None
         while True:
-            assert b.proc is not None
-            rc = b.proc.poll()
-            if rc is not None:
+            try:
+                b.process.wait_listening(max(0.0, deadline - time.monotonic()))
+                break
+            except BrokerProcessError as exc:
                 tail = b.tail()
                 if first_start and self.base_port == 0 and "Address already in use" in tail \
                         and time.monotonic() < deadline:
@@ -326,14 +333,20 @@ class LocalCluster:
                     self._launch(b)
                     self._write_file()
                     continue
-                b.state = "stopped"
+                self._reap(b)
+                raise LocalClusterError(f"broker {b.node_id} did not start: {exc}") from None
+        while True:
+            assert b.process.proc is not None
+            rc = b.process.proc.poll()
+            if rc is not None:
+                self._reap(b)
                 raise LocalClusterError(f"broker {b.node_id} exited with code {rc}; the end "
-                                        f"of {b.log_path}:\n{tail}")
+                                        f"of {b.log_path}:\n{b.tail()}")
             try:
                 with Admin(bootstrap_servers=b.address, request_timeout_ms=1000,
                            default_api_timeout_ms=1000, retry_backoff_ms=50,
                            reconnect_backoff_ms=50, reconnect_backoff_max_ms=200) as admin:
-                    seen = set(admin._metadata(None).brokers)
+                    seen = set(admin.describe_cluster().nodes)
                 if expect <= seen:
                     return
             except (KafkaError, OSError):  # not listening yet, no view yet ...
@@ -363,12 +376,9 @@ class LocalCluster:
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop every broker (SIGTERM, SIGKILL after ``timeout``), then the ZooKeeper."""
-        procs = {b.pid: b.proc for b in self.brokers.values()
-                 if b.pid is not None and b.proc is not None}
-        pids = [b.pid for b in self.brokers.values()
-                if b.pid is not None and b.proc is not None and b.proc.poll() is None]
         try:
-            _stop_pids(pids, timeout, procs)
+            _stop_processes([b.process for b in self.brokers.values()
+                             if b.process is not None and b.process.running], timeout)
         finally:
             for b in self.brokers.values():
                 self._reap(b)
@@ -382,10 +392,8 @@ class LocalCluster:
                 self._write_file()
 
     def _reap(self, b: LocalBroker) -> None:
-        if b.proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                b.proc.wait(timeout=5.0)
-        b.proc = None
+        if b.process is not None and b.process.proc is not None:
+            b.process.wait(5.0)
         b.pid = None
         b.state = "stopped"
 
@@ -403,38 +411,35 @@ class LocalCluster:
         except KeyError:
             raise ValueError(f"no broker {n} (brokers are {sorted(self.brokers)})") from None
 
-    def _running_proc(self, n: int) -> subprocess.Popen[bytes]:
+    def _running(self, n: int) -> BrokerProcess:
         b = self._broker(n)
-        if b.proc is None or b.proc.poll() is not None:
+        if b.process is None or not b.process.running:
             raise LocalClusterError(f"broker {n} is not running")
-        return b.proc
+        return b.process
 
     def kill(self, n: int) -> None:
         """SIGKILL broker ``n`` (a crash: its ZooKeeper session lingers until it expires)."""
-        proc = self._running_proc(n)
-        signal_group(proc.pid, signal.SIGKILL)
+        self._running(n).kill()
         self._reap(self.brokers[n])
         self._write_file()
 
     def pause(self, n: int) -> None:
         """SIGSTOP broker ``n``: it neither answers nor heartbeats ZooKeeper until resumed."""
-        proc = self._running_proc(n)
-        signal_group(proc.pid, signal.SIGSTOP)
+        self._running(n).pause()
         self.brokers[n].state = "paused"
         self._write_file()
 
     def resume(self, n: int) -> None:
         """SIGCONT a paused broker."""
-        proc = self._running_proc(n)
-        signal_group(proc.pid, signal.SIGCONT)
+        self._running(n).resume()
         self.brokers[n].state = "running"
         self._write_file()
 
     def stop_broker(self, n: int, timeout: float = 15.0) -> None:
         """SIGTERM broker ``n`` (a clean shutdown; SIGKILL after ``timeout``)."""
         b = self._broker(n)
-        if b.proc is not None and b.proc.poll() is None:
-            _stop_pids([b.proc.pid], timeout, {b.proc.pid: b.proc})
+        if b.process is not None and b.process.running:
+            _stop_processes([b.process], timeout)
         self._reap(b)
         self._write_file()
 
@@ -443,7 +448,7 @@ class LocalCluster:
         registered and answers. A broker restarted right after a crash may first have to wait
         out its old ZooKeeper session."""
         b = self._broker(n)
-        if b.proc is not None and b.proc.poll() is None:
+        if b.process is not None and b.process.running:
             raise LocalClusterError(f"broker {n} is running already")
         self._reap(b)
         self._launch(b)
