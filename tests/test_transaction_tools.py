@@ -16,6 +16,7 @@ from support.raw_wire import (
     list_offsets_request,
     produce,
 )
+from support.waiting import wait_until
 
 from oncelog import Admin, NewTopic, Producer, TopicPartition
 from oncelog.errors import ProducerFencedError, TransactionalIdNotFoundError
@@ -49,8 +50,11 @@ def test_admin_sees_an_open_transaction_then_its_end(broker):  # noqa: F811
                 TopicPartition("tools-a", 1)]
             assert (state.producer_id, state.current_txn_start_offset) == (d.producer_id, 0)
             p.commit_transaction()
-        d = admin.describe_transactions(["tools-1"])["tools-1"]
-        assert d.state == "CompleteCommit" and d.start_ms is None and not d.partitions
+        # EndTxn is answered once PrepareCommit is logged; the markers and CompleteCommit
+        # follow (as in Kafka), so the state moves on a moment after commit returns.
+        d = wait_until(lambda: (t := admin.describe_transactions(["tools-1"])["tools-1"]).state
+                       == "CompleteCommit" and t, 10, "CompleteCommit")
+        assert d.start_ms is None and not d.partitions
         with pytest.raises(TransactionalIdNotFoundError):
             admin.describe_transactions(["nobody"])
     out = oncelog("transactions", "list", "--bootstrap-server", bs).stdout
