@@ -35,12 +35,12 @@ import dataclasses
 import logging
 import random
 import struct
-import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from ..loop_thread import LoopThread
 from ..protocol import (
     ApiKey,
     ProtocolError,
@@ -145,11 +145,8 @@ class FaultProxy:
         self._hold_next: list[tuple[frozenset[int], int]] = []  # (api keys, count) to hold
         self._links: dict[int, _Link] = {}
         self._next_link = 0
-        self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._loop_thread = LoopThread("oncelog-proxy")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -157,35 +154,18 @@ class FaultProxy:
 
     # -- lifecycle (the proxy runs on an event loop of its own, in a thread) -------------------
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop_thread.loop
+
     def start(self) -> Self:
-        self._thread = threading.Thread(target=self._run, name="oncelog-proxy", daemon=True)
-        self._thread.start()
-        self._started.wait()
-        if self._error is not None:
-            raise self._error
+        self._server = self._loop_thread.start(
+            asyncio.start_server(self._accept, self.host, self.port))
+        self.port = self._server.sockets[0].getsockname()[1]
         return self
 
-    def _run(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        try:
-            self._server = self.loop.run_until_complete(
-                asyncio.start_server(self._accept, self.host, self.port))
-            self.port = self._server.sockets[0].getsockname()[1]
-        except BaseException as exc:  # noqa: BLE001 (re-raised in the starting thread)
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
-        self.loop.run_forever()
-        self.loop.close()
-
     def stop(self) -> None:
-        if self.loop is None or self._thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self._thread = None
+        self._loop_thread.stop(self._shutdown(), timeout=10)
 
     async def _shutdown(self) -> None:
         assert self._server is not None
@@ -204,12 +184,7 @@ class FaultProxy:
         self.stop()
 
     def _call(self, fn: Any, *args: Any) -> Any:
-        assert self.loop is not None
-
-        async def run() -> Any:
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+        return self._loop_thread.call(fn, *args, timeout=10)
 
     # -- control (from any thread) ------------------------------------------------------------
 
