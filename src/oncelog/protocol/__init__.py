@@ -26,9 +26,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from ..primitives import DecodeError, read_uvarint
 from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
-from .bounds import BoundsError, check_body, read_uvarint
+from .bounds import BoundsError, check_body
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -159,8 +160,8 @@ def _writer(cls: Any) -> Any:
 
 def _read_uvarint(buf, pos: int) -> tuple[int, int]:
     try:
-        return read_uvarint(buf, pos, len(buf))
-    except BoundsError as exc:
+        return read_uvarint(buf, pos)
+    except DecodeError as exc:
         raise ProtocolError(f"{exc} in header") from None
 
 
