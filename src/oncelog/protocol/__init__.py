@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from ..primitives import DecodeError, read_uvarint
+from ..primitives import DecodeError, encode_string, read_uvarint
 from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
 from .bounds import BoundsError, check_body
@@ -281,12 +281,7 @@ def encode_request(correlation_id: int, client_id: str | None, request: Any) -> 
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
     buf.write(_HEADER_FIXED.pack(cls.__api_key__, cls.__version__, correlation_id))
-    if client_id is None:
-        buf.write(_I16.pack(-1))
-    else:
-        raw = client_id.encode()
-        buf.write(_I16.pack(len(raw)))
-        buf.write(raw)
+    buf.write(encode_string(client_id))  # nullable
     if cls.__flexible__:
         buf.write(b"\x00")
     _writer(cls)(buf, request)
