@@ -73,6 +73,12 @@ def encode_uvarint(value: int) -> bytes:
 def read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
     """(value, new position) of an unsigned varint of at most five bytes at ``pos``."""
     try:
+        b = buf[pos]
+    except IndexError:
+        raise DecodeError("truncated varint") from None
+    if b < 0x80:  # one byte: most counts, lengths and tags; no call into kio
+        return b, pos + 1
+    try:
         value, size = _kio_read_unsigned_varint(buf, pos)
     except (SerialError, ValueError) as exc:  # kio: BufferUnderflow; ValueError: > 5 bytes
         raise _decode_error("varint", exc) from None
