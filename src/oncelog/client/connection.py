@@ -21,7 +21,6 @@ import select
 import socket
 import struct
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,13 +34,13 @@ from ..errors import (
     error_for_code,
     raise_for_code,
 )
-from ..protocol import ApiKey, ProtocolError, decode_response, encode_request
+from ..protocol import ApiKey, ProtocolError, decode_response
 from ..protocol.apis import SUPPORTED_VERSIONS
+from ..protocol.framing import ClientFraming
 from .messages import build_request
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
 _CORRELATION_AND_ERROR = struct.Struct(">ih")
 _UNSUPPORTED_VERSION = 35
 _RECV_SIZE = 1 << 20
@@ -98,10 +97,9 @@ class BrokerConnection:
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.features: dict[str, int] = {}
         self._sock: socket.socket | None = None
-        self._buf = bytearray()
-        self._in_flight: deque[InFlightRequest] = deque()
+        # The bytes received and the requests awaiting a response, matched in order.
+        self._framing: ClientFraming[InFlightRequest] = ClientFraming(client_id)
         self._completed: list[InFlightRequest] = []
-        self._next_correlation_id = 0
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -126,7 +124,7 @@ class BrokerConnection:
         # Writes block at most this long; reads only happen once select says data is there.
         sock.settimeout(self.request_timeout)
         self._sock = sock
-        self._buf.clear()
+        self._framing.frames.clear()
         try:
             self._negotiate_api_versions()
             if self.sasl is not None:
@@ -144,12 +142,11 @@ class BrokerConnection:
             except OSError:
                 pass
             self._sock = None
-        self._buf.clear()
-        if self._in_flight:
+        in_flight = self._framing.clear()
+        if in_flight:
             error = error or NetworkExceptionError(
                 f"connection to node {self.node_id} at {self.host}:{self.port} closed")
-            while self._in_flight:
-                req = self._in_flight.popleft()
+            for req in in_flight:
                 req.error = error
                 req.done = True
                 self._completed.append(req)
@@ -161,7 +158,7 @@ class BrokerConnection:
 
     @property
     def in_flight_count(self) -> int:
-        return len(self._in_flight)
+        return len(self._framing.in_flight)
 
     # --- versions ---------------------------------------------------------------------------
 
@@ -183,7 +180,6 @@ class BrokerConnection:
                 _corr, error_code = _CORRELATION_AND_ERROR.unpack_from(frame, 0)
             else:
                 error_code = 0
-            self._in_flight.popleft()
             if error_code == _UNSUPPORTED_VERSION and version > 0:
                 version = self._fallback_version(version, frame)
                 log.debug("node %s: ApiVersions falling back to v%d", self.node_id, version)
@@ -203,7 +199,6 @@ class BrokerConnection:
         req = self._write(api_key, version, build_request(api_key, version, values),
                           expect_response=True, context=None)
         frame = self._read_frame_blocking(req)
-        self._in_flight.popleft()
         return decode_response(api_key, version, frame)[1]
 
     def _authenticate(self, mechanism: str, username: str, password: str) -> None:
@@ -282,20 +277,17 @@ class BrokerConnection:
     def _write(self, api_key: int, version: int, request: Any, expect_response: bool,
                context: Any, timeout_ms: int | None = None) -> InFlightRequest:
         assert self._sock is not None
-        correlation_id = self._next_correlation_id
-        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        correlation_id = self._framing.new_correlation_id()
         now = time.monotonic()
         timeout = self.request_timeout if timeout_ms is None else timeout_ms / 1000
         req = InFlightRequest(correlation_id, int(api_key), version, self.node_id, now,
                               now + timeout, expect_response, context)
-        frame = encode_request(correlation_id, self.client_id, request)
-        if expect_response:
-            self._in_flight.append(req)
+        frame = self._framing.send(correlation_id, request, req, expect_response=expect_response)
         try:
             self._sock.sendall(frame)
         except OSError as exc:
             if not expect_response:
-                self._in_flight.append(req)
+                self._framing.expect(correlation_id, req)  # so that close() ends it too
             self.close(NetworkExceptionError(
                 f"node {self.node_id}: send failed: {exc}"))
             return req
@@ -319,7 +311,7 @@ class BrokerConnection:
                     self.close(NetworkExceptionError(
                         f"node {self.node_id} at {self.host}:{self.port} closed the connection"))
             if data:
-                self._buf += data
+                self._framing.receive_data(data)
                 self._parse_frames()
         return self.take_completed()
 
@@ -328,38 +320,26 @@ class BrokerConnection:
         return done
 
     def _parse_frames(self) -> None:
-        buf = self._buf
-        pos = 0
-        while len(buf) - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if len(buf) - pos - 4 < size:
-                break
-            frame = bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-            if not self._complete(frame):
-                return  # the connection was closed; the buffer with it
-        del buf[:pos]
-
-    def _complete(self, frame: bytes) -> bool:
-        if not self._in_flight:
-            self.close(NetworkExceptionError(f"node {self.node_id}: unexpected response"))
-            return False
-        req = self._in_flight[0]
-        try:
-            correlation_id, response = decode_response(req.api_key, req.api_version, frame)
-        except ProtocolError as exc:
-            self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
-            return False
-        if correlation_id != req.correlation_id:
-            self.close(NetworkExceptionError(
-                f"node {self.node_id}: correlation id {correlation_id} does not match the "
-                f"oldest request in flight ({req.correlation_id})"))
-            return False
-        self._in_flight.popleft()
-        req.response = response
-        req.done = True
-        self._completed.append(req)
-        return True
+        while True:
+            try:
+                event = self._framing.next_event()
+            except ProtocolError as exc:  # a mismatched correlation id among them
+                self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
+                return
+            if not isinstance(event, tuple):  # NEED_DATA
+                return
+            req, frame = event
+            try:
+                _, response = decode_response(req.api_key, req.api_version, frame)
+            except ProtocolError as exc:
+                req.error = NetworkExceptionError(f"node {self.node_id}: {exc}")
+                req.done = True
+                self._completed.append(req)
+                self.close(req.error)
+                return
+            req.response = response
+            req.done = True
+            self._completed.append(req)
 
     def expire(self, now: float) -> None:
         """Close the connection if its oldest request is past its deadline.
@@ -367,14 +347,16 @@ class BrokerConnection:
         Requests on a connection finish in order, so one late answer holds back every later
         one; the Java client likewise drops the whole connection.
         """
-        if self._in_flight and self._in_flight[0].deadline <= now:
-            req = self._in_flight[0]
+        in_flight = self._framing.in_flight
+        if in_flight and in_flight[0][1].deadline <= now:
+            req = in_flight[0][1]
             self.close(RequestTimedOutError(
                 f"node {self.node_id}: no response to {ApiKey(req.api_key).name} within "
                 f"{(req.deadline - req.sent_at) * 1000:.0f} ms"))
 
     def next_deadline(self) -> float | None:
-        return self._in_flight[0].deadline if self._in_flight else None
+        in_flight = self._framing.in_flight
+        return in_flight[0][1].deadline if in_flight else None
 
     # --- synchronous use --------------------------------------------------------------------
 
@@ -407,12 +389,12 @@ class BrokerConnection:
             raise NetworkExceptionError(f"node {self.node_id}: connection closed")
         deadline = req.deadline
         while True:
-            if len(self._buf) >= 4:
-                (size,) = _SIZE.unpack_from(self._buf, 0)
-                if len(self._buf) - 4 >= size:
-                    frame = bytes(self._buf[4 : 4 + size])
-                    del self._buf[: 4 + size]
-                    return frame
+            try:
+                event = self._framing.next_event()
+            except ProtocolError as exc:
+                raise NetworkExceptionError(f"node {self.node_id}: {exc}") from None
+            if isinstance(event, tuple):
+                return event[1]  # the response to ``req``, the only request in flight
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimedOutError(f"node {self.node_id}: no ApiVersions response")
@@ -430,4 +412,4 @@ class BrokerConnection:
             if not data:
                 raise NetworkExceptionError(
                     f"node {self.node_id} closed the connection during ApiVersions")
-            self._buf += data
+            self._framing.receive_data(data)

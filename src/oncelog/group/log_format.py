@@ -20,9 +20,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-_H = struct.Struct(">h")
-_I = struct.Struct(">i")
-_Q = struct.Struct(">q")
+from ..primitives import INT16 as _H
+from ..primitives import INT32 as _I
+from ..primitives import INT64 as _Q
+from ..primitives import DecodeError, encode_bytes, encode_string, read_bytes, read_string
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -93,14 +94,11 @@ class _Writer:
         return self
 
     def string(self, s: str | None) -> _Writer:
-        if s is None:
-            return self.int16(-1)
-        data = s.encode()
-        self.out += _H.pack(len(data)) + data
+        self.out += encode_string(s)
         return self
 
     def bytes_(self, b: bytes) -> _Writer:
-        self.out += _I.pack(len(b)) + b
+        self.out += encode_bytes(b)
         return self
 
 
@@ -125,25 +123,18 @@ class _Reader:
         return self._take(_Q)
 
     def string(self) -> str | None:
-        n = self.int16()
-        if n < 0:
-            return None
-        if self.pos + n > len(self.data):
-            raise GroupLogFormatError("string truncated")
         try:
-            s = self.data[self.pos:self.pos + n].decode()
-        except UnicodeDecodeError as exc:
-            raise GroupLogFormatError(str(exc)) from exc
-        self.pos += n
+            s, self.pos = read_string(self.data, self.pos)
+        except DecodeError as exc:
+            raise GroupLogFormatError(str(exc)) from None
         return s
 
     def bytes_(self) -> bytes:
-        n = self.int32()
-        if n < 0 or self.pos + n > len(self.data):
-            raise GroupLogFormatError("bytes truncated")
-        b = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return bytes(b)
+        try:
+            b, self.pos = read_bytes(self.data, self.pos)
+        except DecodeError as exc:
+            raise GroupLogFormatError(str(exc)) from None
+        return b
 
     def end(self) -> None:
         if self.pos != len(self.data):

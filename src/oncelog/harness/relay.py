@@ -17,6 +17,8 @@ import asyncio
 import threading
 from typing import Self
 
+from ..loop_thread import LoopThread
+
 
 class Relay:
     def __init__(self, host: str, port: int, target_host: str, target_port: int) -> None:
@@ -27,36 +29,19 @@ class Relay:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
+        self._loop_thread = LoopThread(f"relay-{port}")
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
     def start(self) -> Self:
-        self._thread = threading.Thread(target=self._run, name=f"relay-{self.port}",
-                                        daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
-        if self._error is not None:
-            raise self._error
+        self._server = self._loop_thread.start(
+            asyncio.start_server(self._serve, self.host, self.port, reuse_address=True),
+            timeout=10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.loop = self._loop_thread.loop
         return self
-
-    def _run(self) -> None:
-        loop = self.loop = asyncio.new_event_loop()
-        try:
-            self._server = loop.run_until_complete(
-                asyncio.start_server(self._serve, self.host, self.port, reuse_address=True))
-            self.port = self._server.sockets[0].getsockname()[1]
-        except BaseException as exc:  # noqa: BLE001 (re-raised in the starting thread)
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        loop.run_forever()
-        loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.is_cut:
@@ -115,16 +100,12 @@ class Relay:
         if self.loop is None:
             return
         self.cut()
-        loop = self.loop
 
-        def close() -> None:
+        async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            loop.stop()
 
-        loop.call_soon_threadsafe(close)
-        if self._thread is not None:
-            self._thread.join(10)
+        self._loop_thread.stop(close(), timeout=10)
         self.loop = None
 
     def __enter__(self) -> Self:

@@ -26,9 +26,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from ..primitives import DecodeError, encode_string, read_uvarint
 from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
-from .bounds import BoundsError, check_body, read_uvarint
+from .bounds import BoundsError, check_body
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -159,8 +160,8 @@ def _writer(cls: Any) -> Any:
 
 def _read_uvarint(buf, pos: int) -> tuple[int, int]:
     try:
-        return read_uvarint(buf, pos, len(buf))
-    except BoundsError as exc:
+        return read_uvarint(buf, pos)
+    except DecodeError as exc:
         raise ProtocolError(f"{exc} in header") from None
 
 
@@ -280,12 +281,7 @@ def encode_request(correlation_id: int, client_id: str | None, request: Any) -> 
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
     buf.write(_HEADER_FIXED.pack(cls.__api_key__, cls.__version__, correlation_id))
-    if client_id is None:
-        buf.write(_I16.pack(-1))
-    else:
-        raw = client_id.encode()
-        buf.write(_I16.pack(len(raw)))
-        buf.write(raw)
+    buf.write(encode_string(client_id))  # nullable
     if cls.__flexible__:
         buf.write(b"\x00")
     _writer(cls)(buf, request)

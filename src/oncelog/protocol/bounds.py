@@ -32,6 +32,9 @@ from kio.serial._introspect import (
     classify_field,
 )
 
+from .. import primitives
+from ..primitives import DecodeError
+
 
 class BoundsError(ValueError):
     """A body whose lengths do not fit the bytes it has."""
@@ -54,19 +57,17 @@ _MAX_LENGTH = 0x7FFFFFFF  # Kafka reads lengths into a Java int
 
 def read_uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
     """An unsigned varint of at most five bytes (Kafka's 32-bit varints) before ``end``."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise BoundsError("truncated varint")
+    if pos < end:
         b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 35:
-            raise BoundsError("varint longer than 5 bytes")
+        if b < 0x80:  # one byte: most counts, lengths and tags
+            return b, pos + 1
+    try:
+        value, after = primitives.read_uvarint(buf, pos)
+    except DecodeError as exc:
+        raise BoundsError(str(exc)) from None
+    if after > end:
+        raise BoundsError("truncated varint")
+    return value, after
 
 
 def _fixed(n: int) -> Step:

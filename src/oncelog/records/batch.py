@@ -35,6 +35,8 @@ try:
 except ImportError as exc:  # pragma: no cover  (a checkout whose extension was never built)
     raise ImportError("oncelog's compiled record walk (records/_recordwalk.c) is not built: "
                       "run scripts/bootstrap.sh (or pip install -e .)") from exc
+from .. import primitives
+from ..primitives import DecodeError
 from .compression import Compression, CompressionError, decompress, inflate_limit
 from .compression import compress as _compress
 
@@ -239,37 +241,12 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, timest
     _I.pack_into(buf, pos + CRC_OFFSET, batch_crc(buf, pos, size))
 
 
-# --- varints ------------------------------------------------------------------------------
+# --- varints: Kafka's zig-zag varints, from oncelog/primitives.py ----------------------------
+# ``decode_varint`` raises primitives.DecodeError; the record readers below turn it into
+# CorruptRecordError where they catch it, rather than each varint paying for a wrapper call.
 
-
-def encode_varint(value: int) -> bytes:
-    """Zig-zag varint (signed), as Kafka's ByteUtils.writeVarint/writeVarlong."""
-    v = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while v & ~0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def decode_varint(buf, pos: int) -> tuple[int, int]:
-    """Return (value, new position). Raises CorruptRecordError on overrun."""
-    shift = 0
-    result = 0
-    try:
-        while True:
-            b = buf[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError("varint too long")
-    except IndexError:
-        raise CorruptRecordError("varint truncated") from None
-    return (result >> 1) ^ -(result & 1), pos
+encode_varint = primitives.encode_varint
+decode_varint = primitives.read_varint
 
 
 # --- records --------------------------------------------------------------------------------
@@ -324,6 +301,14 @@ def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
 def decode_record_set(data, count: int, base_offset: int, base_timestamp: int,
                       log_append_time: int | None = None) -> list[Record]:
     """Decode ``count`` varint-framed records from (decompressed) ``data``."""
+    try:
+        return _decode_record_set(data, count, base_offset, base_timestamp, log_append_time)
+    except DecodeError as exc:  # a varint truncated or too long
+        raise CorruptRecordError(str(exc)) from None
+
+
+def _decode_record_set(data, count: int, base_offset: int, base_timestamp: int,
+                       log_append_time: int | None) -> list[Record]:
     out: list[Record] = []
     pos = 0
     n = len(data)
@@ -417,13 +402,16 @@ def find_timestamp(buf, pos: int, header: BatchHeader, timestamp: int
     data = batch_payload(buf, pos, header)
     base = header.base_timestamp
     p = 0
-    for _ in range(header.records_count):
-        length, start = decode_varint(data, p)
-        ts, q = decode_varint(data, start + 1)  # after the attributes byte
-        if base + ts >= timestamp:
-            od, q = decode_varint(data, q)
-            return header.base_offset + od, base + ts
-        p = start + length
+    try:
+        for _ in range(header.records_count):
+            length, start = decode_varint(data, p)
+            ts, q = decode_varint(data, start + 1)  # after the attributes byte
+            if base + ts >= timestamp:
+                od, q = decode_varint(data, q)
+                return header.base_offset + od, base + ts
+            p = start + length
+    except DecodeError as exc:
+        raise CorruptRecordError(str(exc)) from None
     return None
 
 
@@ -520,7 +508,7 @@ def _scan_records_py(data, count: int) -> tuple[int, int]:
         raise InvalidRecordError(f"record {i} overruns the batch") from None
     except InvalidRecordError:
         raise
-    except CorruptRecordError as exc:  # a varint decode_varint refused
+    except DecodeError as exc:  # a varint decode_varint refused
         raise InvalidRecordError(f"record {i}: {exc}") from None
     if pos != n:
         raise InvalidRecordError(

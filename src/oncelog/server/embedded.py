@@ -10,14 +10,13 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 from typing import Self
 
+from ..loop_thread import LoopThread, new_event_loop
 from .broker import Broker
 from .config import BrokerConfig
 from .network import BrokerServer
-from .run import new_event_loop
 
 
 class EmbeddedBroker:
@@ -30,9 +29,7 @@ class EmbeddedBroker:
         self.config = BrokerConfig(config)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.server: BrokerServer | None = None
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._loop_thread = LoopThread("oncelog-broker", new_event_loop)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -44,48 +41,31 @@ class EmbeddedBroker:
         return self.server.broker
 
     def start(self) -> Self:
-        self._thread = threading.Thread(target=self._run, name="oncelog-broker", daemon=True)
-        self._thread.start()
-        self._started.wait()
-        if self._error is not None:
-            raise self._error
+        self.server = self._loop_thread.start(self._start_server())
+        self.port = self.server.port
+        self.loop = self._loop_thread.loop
         return self
 
-    def _run(self) -> None:
-        self.loop = new_event_loop()
-        asyncio.set_event_loop(self.loop)
+    async def _start_server(self) -> BrokerServer:
+        broker = Broker(self.data_dir, self.config, host=self.host, port=self.port)
+        server = BrokerServer(broker, self.host, self.port)
         try:
-            broker = Broker(self.data_dir, self.config, host=self.host, port=self.port)
-            self.server = BrokerServer(broker, self.host, self.port)
-            self.loop.run_until_complete(self.server.start())
-            self.port = self.server.port
-        except BaseException as exc:  # noqa: BLE001 (re-raised in the starting thread)
-            self._error = exc
-            if self.server is not None:  # e.g. the port is taken: free the data directory
-                with contextlib.suppress(Exception):  # the first error is the one to report
-                    self.server.broker.close()
-                self.server = None
-            self._started.set()
-            return
-        self._started.set()
-        self.loop.run_forever()
-        self.loop.close()
+            await server.start()
+        except BaseException:
+            # e.g. the port is taken: free the data directory
+            with contextlib.suppress(Exception):  # the first error is the one to report
+                broker.close()
+            raise
+        return server
 
     def call(self, fn, *args):
         """Run ``fn(*args)`` on the broker's loop and return its result (for tests)."""
-        assert self.loop is not None
-
-        async def _call():
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(_call(), self.loop).result()
+        return self._loop_thread.call(fn, *args)
 
     def stop(self) -> None:
-        if self.loop is None or self.server is None or self._thread is None:
+        if self.server is None or not self._loop_thread.running:
             return
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
+        self._loop_thread.stop(self.server.stop())
         self.server = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -11,22 +11,60 @@ and partition verification use.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import struct
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import ProtocolError, decode_response, encode_request
+from ..protocol import ProtocolError, decode_response
+from ..protocol.framing import ClientFraming, FrameSizeError
 
 log = logging.getLogger("oncelog.interbroker")
 
-_SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 << 20
+
+# What a request in flight waits with: its API key and version (to decode the response) and
+# the future its caller awaits.
+_Pending = tuple[int, int, asyncio.Future]
 
 
 class ChannelError(ConnectionError):
     """The request may or may not have reached the other broker: its connection failed."""
+
+
+class _ChannelProtocol(asyncio.Protocol):
+    """One TCP connection of a channel: bytes in go to the channel's framing; writes wait
+    while the transport's buffer is full."""
+
+    def __init__(self, channel: BrokerChannel) -> None:
+        self.channel = channel
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.channel._received(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.can_write.set()
+        self.channel._lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    async def drain(self) -> None:
+        """Wait until the transport takes more bytes (what StreamWriter.drain does)."""
+        if not self.can_write.is_set():
+            await self.can_write.wait()
+        if self.lost:
+            raise ConnectionResetError("connection lost")
 
 
 class BrokerChannel:
@@ -37,25 +75,27 @@ class BrokerChannel:
         self.port = port
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._protocol: _ChannelProtocol | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
-        self._pending: dict[int, tuple[int, int, asyncio.Future]] = {}
-        self._correlation = itertools.count(1)
-        self._read_task: asyncio.Task | None = None
+        # A broker answers frames of at least a correlation id and at most MAX_RESPONSE_BYTES.
+        self._framing: ClientFraming[_Pending] = ClientFraming(
+            client_id, first_correlation_id=1, max_frame_size=MAX_RESPONSE_BYTES)
         self.closed = False
 
     async def _connect(self) -> None:
         async with self._connecting:
-            if self._writer is not None:
+            if self._protocol is not None:
                 return
+            loop = asyncio.get_running_loop()
             try:
-                self._reader, self._writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s)
+                _, protocol = await asyncio.wait_for(
+                    loop.create_connection(lambda: _ChannelProtocol(self), self.host,
+                                           self.port),
+                    self.connect_timeout_s)
             except (TimeoutError, OSError) as exc:
                 raise ChannelError(f"cannot connect to broker {self.node_id} at "
                                    f"{self.host}:{self.port}: {exc!r}") from None
-            self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+            self._protocol = protocol
 
     async def request(self, request: Any, timeout_s: float = 30.0) -> Any:
         """Send one request (a kio request entity) and return the decoded response."""
@@ -63,16 +103,17 @@ class BrokerChannel:
             raise ChannelError(f"channel to broker {self.node_id} is closed")
         await self._connect()
         cls: Any = type(request)
-        correlation = next(self._correlation)
-        fut = asyncio.get_running_loop().create_future()
-        self._pending[correlation] = (cls.__api_key__, cls.__version__, fut)
-        writer = self._writer
-        if writer is None:
-            self._pending.pop(correlation, None)
+        protocol = self._protocol
+        if protocol is None or protocol.transport is None:
             raise ChannelError(f"connection to broker {self.node_id} lost")
+        fut = asyncio.get_running_loop().create_future()
+        correlation = self._framing.new_correlation_id()
+        # In flight until its response (or the connection's end), even if nobody waits for
+        # it any more: responses come in request order, and this one's will come.
+        data = self._framing.send(correlation, request, (cls.__api_key__, cls.__version__, fut))
         try:
-            writer.write(encode_request(correlation, self.client_id, request))
-            await writer.drain()
+            protocol.transport.write(data)
+            await protocol.drain()
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
             # The answer may still come; a connection whose request timed out is suspect.
@@ -86,45 +127,45 @@ class BrokerChannel:
                 return fut.result()
             raise ChannelError(f"connection to broker {self.node_id} failed: {exc!r}") from None
         finally:
-            self._pending.pop(correlation, None)
+            if not fut.done():
+                fut.cancel()  # nobody waits (the caller was cancelled): its response is skipped
 
-    async def _read_loop(self) -> None:
-        reader = self._reader
-        assert reader is not None
-        try:
-            while True:
-                head = await reader.readexactly(4)
-                (size,) = _SIZE.unpack(head)
-                if size < 4 or size > MAX_RESPONSE_BYTES:
-                    raise ChannelError(f"broker {self.node_id} sent a frame of {size} bytes")
-                frame = await reader.readexactly(size)
-                (correlation,) = _SIZE.unpack_from(frame, 0)
-                entry = self._pending.get(correlation)
-                if entry is None:
-                    continue  # a request that timed out
-                api_key, version, fut = entry
-                try:
-                    _, response = decode_response(api_key, version, frame)
-                except ProtocolError as exc:
-                    if not fut.done():
-                        fut.set_exception(ChannelError(str(exc)))
-                    continue
-                if not fut.done():
-                    fut.set_result(response)
-        except (asyncio.IncompleteReadError, OSError, ChannelError) as exc:
-            self._drop(exc if isinstance(exc, ChannelError) else
-                       ChannelError(f"connection to broker {self.node_id} closed: {exc!r}"))
-        except asyncio.CancelledError:
-            pass
+    def _received(self, protocol: _ChannelProtocol, data: bytes) -> None:
+        if protocol is not self._protocol:
+            return  # a connection already dropped
+        framing = self._framing
+        framing.receive_data(data)
+        while True:
+            try:
+                event = framing.next_event()
+            except FrameSizeError as exc:
+                self._drop(ChannelError(f"broker {self.node_id} sent a frame of {exc.size} "
+                                        "bytes"))
+                return
+            except ProtocolError as exc:  # a response out of step with the requests
+                self._drop(ChannelError(f"broker {self.node_id}: {exc}"))
+                return
+            if not isinstance(event, tuple):  # NEED_DATA
+                return
+            (api_key, version, fut), frame = event
+            if fut.done():
+                continue  # a request that timed out
+            try:
+                _, response = decode_response(api_key, version, frame)
+            except ProtocolError as exc:
+                fut.set_exception(ChannelError(str(exc)))
+                continue
+            fut.set_result(response)
+
+    def _lost(self, protocol: _ChannelProtocol, exc: Exception | None) -> None:
+        if protocol is self._protocol:
+            self._drop(ChannelError(f"connection to broker {self.node_id} closed: {exc!r}"))
 
     def _drop(self, error: ChannelError) -> None:
-        writer, self._writer, self._reader = self._writer, None, None
-        if writer is not None:
-            writer.close()
-        task, self._read_task = self._read_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-        for _api, _version, fut in list(self._pending.values()):
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None and protocol.transport is not None:
+            protocol.transport.close()
+        for _api, _version, fut in self._framing.clear():
             if not fut.done():
                 fut.set_exception(error)
                 fut.exception()  # retrieved: no "never retrieved" warning if nobody waits

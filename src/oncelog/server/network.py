@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 
+from ..protocol.framing import FrameSizeError, Framing
 from ..records.region import FileRegion
 from .broker import Broker
 from .context import CloseConnection
@@ -21,7 +21,6 @@ from .metrics import start_metrics_server
 
 log = logging.getLogger("oncelog.network")
 
-_SIZE = struct.Struct(">i")
 STREAM_CHUNK = 256 * 1024  # record-set bytes read from a segment file at a time
 
 
@@ -32,7 +31,7 @@ class KafkaConnection(asyncio.Protocol):
         config = self.broker.config
         self.max_frame = config.int("socket.request.max.bytes")
         self.max_unauthenticated_frame = config.int("sasl.server.max.receive.size")
-        self.buf = bytearray()
+        self.framing = Framing(self.max_frame)
         self.frame: bytes | None = None  # the one request in flight (Kafka mutes the channel)
         self.frame_ready = asyncio.Event()
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connect
@@ -63,7 +62,7 @@ class KafkaConnection(asyncio.Protocol):
         self.task = asyncio.get_running_loop().create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
-        self.buf += data
+        self.framing.receive_data(data)
         self.last_active = time.monotonic()
         if self.frame is None:
             self._take_frame()
@@ -76,30 +75,29 @@ class KafkaConnection(asyncio.Protocol):
         answered: one request in flight per connection, as Kafka's SocketServer mutes a
         channel, so a client cannot make the broker hold more than one request of its own (a
         long poll with large frames pipelined behind it held 1.4 GB)."""
-        buf = self.buf
-        if len(buf) >= 4:
-            (size,) = _SIZE.unpack_from(buf, 0)
-            limit = self.max_frame if self.session.authenticated \
-                else min(self.max_frame, self.max_unauthenticated_frame)
-            if size < 0 or size > limit:
-                setting = "socket.request.max.bytes" if self.session.authenticated \
-                    else "sasl.server.max.receive.size, before authentication"
-                log.warning("closing %s: frame size %d outside 0..%d (%s)", self.peer, size,
-                            limit, setting)
-                self._close()
-                return
-            if len(buf) - 4 >= size:
-                self.frame = bytes(memoryview(buf)[4 : 4 + size])
-                del buf[: 4 + size]
-                self.partial_since = None  # no read deadline while the request is served
-                self.frame_ready.set()
-                if not self.reading_paused:
-                    self.reading_paused = True
-                    self.transport.pause_reading()
-                return
-        if buf and self.partial_since is None:
+        framing = self.framing
+        framing.max_frame_size = self.max_frame if self.session.authenticated \
+            else min(self.max_frame, self.max_unauthenticated_frame)
+        try:
+            frame = framing.next_event()
+        except FrameSizeError as exc:
+            setting = "socket.request.max.bytes" if self.session.authenticated \
+                else "sasl.server.max.receive.size, before authentication"
+            log.warning("closing %s: frame size %d outside 0..%d (%s)", self.peer, exc.size,
+                        exc.max_size, setting)
+            self._close()
+            return
+        if isinstance(frame, bytes):  # else NEED_DATA
+            self.frame = frame
+            self.partial_since = None  # no read deadline while the request is served
+            self.frame_ready.set()
+            if not self.reading_paused:
+                self.reading_paused = True
+                self.transport.pause_reading()
+            return
+        if framing.buffered and self.partial_since is None:
             self.partial_since = time.monotonic()
-        elif not buf:
+        elif not framing.buffered:
             self.partial_since = None
         if self.reading_paused:
             self.reading_paused = False
@@ -144,7 +142,7 @@ class KafkaConnection(asyncio.Protocol):
                     self._close()
                     return
                 self.last_active = time.monotonic()
-                self.partial_since = self.last_active if self.buf else None
+                self.partial_since = self.last_active if self.framing.buffered else None
                 self.frame = None
                 if not self.closed:
                     self._take_frame()  # the next request, already read, or read on

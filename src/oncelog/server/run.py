@@ -9,17 +9,10 @@ import signal
 import sys
 from pathlib import Path
 
+from ..loop_thread import new_event_loop
 from .broker import Broker
 from .config import BrokerConfig
 from .network import BrokerServer
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 async def _serve(data_dir: Path, host: str, port: int, config: BrokerConfig) -> None:

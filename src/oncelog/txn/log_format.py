@@ -26,13 +26,23 @@ from __future__ import annotations
 
 import struct
 
+from ..primitives import INT16 as _H
+from ..primitives import INT32 as _I
+from ..primitives import INT64 as _Q
+from ..primitives import (
+    DecodeError,
+    encode_compact_string,
+    encode_string,
+    encode_uvarint,
+    read_compact_string,
+    read_string,
+    read_uvarint,
+)
 from .state import TransactionMetadata, TransactionState
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
 FLEXIBLE_VALUE_VERSION = 1
-_H = struct.Struct(">h")
-_I = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqhib")
 _VALUE_TAIL = struct.Struct(">qq")
 
@@ -41,21 +51,15 @@ class TxnLogFormatError(ValueError):
     pass
 
 
-def _string(s: str) -> bytes:
-    data = s.encode()
-    return _H.pack(len(data)) + data
-
-
 def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
-    (n,) = _H.unpack_from(buf, pos)
-    pos += 2
-    if n < 0 or pos + n > len(buf):
-        raise TxnLogFormatError("bad string length")
-    return buf[pos:pos + n].decode(), pos + n
+    s, pos = read_string(buf, pos)
+    if s is None:
+        raise TxnLogFormatError("a null string")
+    return s, pos
 
 
 def encode_key(transactional_id: str) -> bytes:
-    return _H.pack(KEY_VERSION) + _string(transactional_id)
+    return _H.pack(KEY_VERSION) + encode_string(transactional_id)
 
 
 def decode_key(data: bytes) -> str:
@@ -64,7 +68,7 @@ def decode_key(data: bytes) -> str:
         if version != KEY_VERSION:
             raise TxnLogFormatError(f"unknown transaction log key version {version}")
         txn_id, pos = _read_string(data, 2)
-    except (struct.error, UnicodeDecodeError) as exc:
+    except (struct.error, DecodeError) as exc:
         raise TxnLogFormatError(f"bad transaction log key: {exc}") from exc
     if pos != len(data):
         raise TxnLogFormatError("trailing bytes in transaction log key")
@@ -81,7 +85,7 @@ def encode_value(m: TransactionMetadata, version: int = VALUE_VERSION) -> bytes:
         by_topic.setdefault(topic, []).append(partition)
     out += _I.pack(len(by_topic))
     for topic, parts in by_topic.items():
-        out += _string(topic) + _I.pack(len(parts))
+        out += encode_string(topic) + _I.pack(len(parts))
         out += b"".join(_I.pack(p) for p in parts)
     out += _VALUE_TAIL.pack(m.txn_last_update_ms, m.txn_start_ms)
     return bytes(out)
@@ -118,41 +122,6 @@ def decode_value(transactional_id: str, data: bytes) -> TransactionMetadata:
 
 # -- version 1: the flexible encoding ------------------------------------------------------------
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise TxnLogFormatError("bad varint")
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return n, pos
-        shift += 7
-
-
-def _compact_string(s: str) -> bytes:
-    data = s.encode()
-    return _uvarint(len(data) + 1) + data
-
-
-def _read_compact_string(buf: bytes, pos: int) -> tuple[str, int]:
-    n, pos = _read_uvarint(buf, pos)
-    if n == 0 or pos + n - 1 > len(buf):
-        raise TxnLogFormatError("bad compact string")
-    return buf[pos:pos + n - 1].decode(), pos + n - 1
-
-
-_Q = struct.Struct(">q")
 _TAGGED_INT64 = {0: "last_producer_id", 1: "next_producer_id"}
 _TAGGED_INT16 = {2: "client_txn_version", 3: "next_producer_epoch", 4: "last_producer_epoch"}
 _TAG_DEFAULTS = {"last_producer_id": -1, "next_producer_id": -1, "client_txn_version": 0,
@@ -165,11 +134,11 @@ def _encode_value_v1(m: TransactionMetadata) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(m.partitions):
         by_topic.setdefault(topic, []).append(partition)
-    out += _uvarint(len(by_topic) + 1)
+    out += encode_uvarint(len(by_topic) + 1)
     for topic, parts in by_topic.items():
-        out += _compact_string(topic) + _uvarint(len(parts) + 1)
+        out += encode_compact_string(topic) + encode_uvarint(len(parts) + 1)
         out += b"".join(_I.pack(p) for p in parts)
-        out += _uvarint(0)  # the struct's tagged fields: none
+        out += encode_uvarint(0)  # the struct's tagged fields: none
     out += _VALUE_TAIL.pack(m.txn_last_update_ms, m.txn_start_ms)
     tags: list[tuple[int, bytes]] = []
     for tag, name in sorted({**_TAGGED_INT64, **_TAGGED_INT16}.items()):
@@ -177,9 +146,9 @@ def _encode_value_v1(m: TransactionMetadata) -> bytes:
         if value != _TAG_DEFAULTS[name]:
             packed = _Q.pack(value) if tag in _TAGGED_INT64 else _H.pack(value)
             tags.append((tag, packed))
-    out += _uvarint(len(tags))
+    out += encode_uvarint(len(tags))
     for tag, packed in tags:
-        out += _uvarint(tag) + _uvarint(len(packed)) + packed
+        out += encode_uvarint(tag) + encode_uvarint(len(packed)) + packed
     return bytes(out)
 
 
@@ -187,11 +156,11 @@ def _decode_value_v1(transactional_id: str, data: bytes) -> TransactionMetadata:
     try:
         _version, pid, epoch, timeout, state_id = _VALUE_HEAD.unpack_from(data, 0)
         pos = _VALUE_HEAD.size
-        n, pos = _read_uvarint(data, pos)
+        n, pos = read_uvarint(data, pos)
         partitions: set[tuple[str, int]] = set()
         for _ in range(max(n - 1, 0)):
-            topic, pos = _read_compact_string(data, pos)
-            count, pos = _read_uvarint(data, pos)
+            topic, pos = read_compact_string(data, pos)
+            count, pos = read_uvarint(data, pos)
             for _p in range(max(count - 1, 0)):
                 partitions.add((topic, _I.unpack_from(data, pos)[0]))
                 pos += 4
@@ -211,10 +180,10 @@ def _decode_value_v1(transactional_id: str, data: bytes) -> TransactionMetadata:
 
 def _skip_tags(data: bytes, pos: int, fields: dict[str, int]) -> int:
     """Read a tagged-field section: the known tags into ``fields``, the others skipped."""
-    count, pos = _read_uvarint(data, pos)
+    count, pos = read_uvarint(data, pos)
     for _ in range(count):
-        tag, pos = _read_uvarint(data, pos)
-        size, pos = _read_uvarint(data, pos)
+        tag, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
         if pos + size > len(data):
             raise TxnLogFormatError("tagged field runs past the record")
         if tag in _TAGGED_INT64 and size == 8:

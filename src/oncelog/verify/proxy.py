@@ -34,13 +34,12 @@ import contextlib
 import dataclasses
 import logging
 import random
-import struct
-import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from ..loop_thread import LoopThread
 from ..protocol import (
     ApiKey,
     ProtocolError,
@@ -49,10 +48,11 @@ from ..protocol import (
     encode_response,
     parse_request_header,
 )
+from ..protocol.framing import ClientFraming, CorrelationError, Framing
 
 log = logging.getLogger("oncelog.verify.proxy")
 
-_SIZE = struct.Struct(">i")
+_READ_SIZE = 1 << 16
 
 TRANSACTIONAL_APIS = frozenset({ApiKey.PRODUCE, ApiKey.ADD_PARTITIONS_TO_TXN,
                                 ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
@@ -110,7 +110,8 @@ class _Link:
     up_reader: asyncio.StreamReader
     up_writer: asyncio.StreamWriter
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
-    expected: deque = field(default_factory=deque)  # (_Item) awaiting their responses
+    # The upstream connection's framing: the _Items sent, awaiting their responses in order.
+    upstream: ClientFraming[_Item] = field(default_factory=lambda: ClientFraming(None))
     queued: int = 0  # items in the outbox or being sent
     client_gone: bool = False
     closed: bool = False
@@ -145,11 +146,8 @@ class FaultProxy:
         self._hold_next: list[tuple[frozenset[int], int]] = []  # (api keys, count) to hold
         self._links: dict[int, _Link] = {}
         self._next_link = 0
-        self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._loop_thread = LoopThread("oncelog-proxy")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -157,35 +155,18 @@ class FaultProxy:
 
     # -- lifecycle (the proxy runs on an event loop of its own, in a thread) -------------------
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop_thread.loop
+
     def start(self) -> Self:
-        self._thread = threading.Thread(target=self._run, name="oncelog-proxy", daemon=True)
-        self._thread.start()
-        self._started.wait()
-        if self._error is not None:
-            raise self._error
+        self._server = self._loop_thread.start(
+            asyncio.start_server(self._accept, self.host, self.port))
+        self.port = self._server.sockets[0].getsockname()[1]
         return self
 
-    def _run(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        try:
-            self._server = self.loop.run_until_complete(
-                asyncio.start_server(self._accept, self.host, self.port))
-            self.port = self._server.sockets[0].getsockname()[1]
-        except BaseException as exc:  # noqa: BLE001 (re-raised in the starting thread)
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
-        self.loop.run_forever()
-        self.loop.close()
-
     def stop(self) -> None:
-        if self.loop is None or self._thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self._thread = None
+        self._loop_thread.stop(self._shutdown(), timeout=10)
 
     async def _shutdown(self) -> None:
         assert self._server is not None
@@ -204,12 +185,7 @@ class FaultProxy:
         self.stop()
 
     def _call(self, fn: Any, *args: Any) -> Any:
-        assert self.loop is not None
-
-        async def run() -> Any:
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+        return self._loop_thread.call(fn, *args, timeout=10)
 
     # -- control (from any thread) ------------------------------------------------------------
 
@@ -253,7 +229,7 @@ class FaultProxy:
     def wait_idle(self, timeout: float = 10.0) -> None:
         """Wait until nothing is queued, held or awaiting a response on any connection."""
         deadline = time.monotonic() + timeout
-        while self._call(lambda: any(link.queued or link.expected
+        while self._call(lambda: any(link.queued or link.upstream.in_flight
                                      for link in self._links.values())):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"proxy still busy after {timeout}s")
@@ -298,17 +274,17 @@ class FaultProxy:
 
     def _maybe_finish(self, link: _Link) -> None:
         """A client that left: its upstream connection closes once nothing is pending on it."""
-        if link.client_gone and not link.queued and not link.expected:
+        if link.client_gone and not link.queued and not link.upstream.in_flight:
             self._close(link)
 
     async def _from_client(self, link: _Link, reader: asyncio.StreamReader) -> None:
+        requests = Framing()
         try:
-            while True:
-                head = await reader.readexactly(4)
-                (size,) = _SIZE.unpack(head)
-                body = await reader.readexactly(size)
-                self._on_request(link, head + body, body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            while data := await reader.read(_READ_SIZE):
+                requests.receive_data(data)
+                while isinstance(body := requests.next_event(), bytes):
+                    self._on_request(link, Framing.send(body), body)
+        except (ConnectionError, OSError):
             pass
         except ProtocolError as exc:
             log.warning("proxy: unparsable request on link %d: %s", link.id, exc)
@@ -380,7 +356,7 @@ class FaultProxy:
                 if item.gate is not None:
                     await item.gate
                 if item.expects_response:
-                    link.expected.append(item)
+                    link.upstream.expect(item.correlation_id, item)
                 link.up_writer.write(item.frame)
                 await link.up_writer.drain()
                 link.queued -= 1
@@ -390,34 +366,34 @@ class FaultProxy:
             self._close(link)
 
     async def _from_upstream(self, link: _Link) -> None:
+        upstream = link.upstream
         try:
-            while True:
-                head = await link.up_reader.readexactly(4)
-                (size,) = _SIZE.unpack(head)
-                body = await link.up_reader.readexactly(size)
-                if not link.expected:
-                    log.error("proxy: link %d: a response nobody asked for", link.id)
-                    self.stats["unmatched"] += 1
-                    break
-                item: _Item = link.expected.popleft()
-                (cid,) = _SIZE.unpack_from(body, 0)
-                if cid != item.correlation_id:
-                    log.error("proxy: link %d: response correlation id %d, expected %d",
-                              link.id, cid, item.correlation_id)
-                    self.stats["unmatched"] += 1
-                    break
-                if item.swallow:
-                    self.stats["swallowed"] += 1
-                elif not link.client_gone:
-                    frame = head + body
-                    if item.api_key in _REWRITTEN:
-                        frame = self._rewrite(item, body) or frame
-                    link.client_writer.write(frame)
-                    await link.client_writer.drain()
-                else:
-                    self.stats["answers_to_gone_clients"] += 1
-                self._maybe_finish(link)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            while data := await link.up_reader.read(_READ_SIZE):
+                upstream.receive_data(data)
+                while isinstance(event := upstream.next_event(), tuple):
+                    item, body = event
+                    if item.swallow:
+                        self.stats["swallowed"] += 1
+                    elif not link.client_gone:
+                        frame = None
+                        if item.api_key in _REWRITTEN:
+                            frame = self._rewrite(item, body)
+                        link.client_writer.write(frame or Framing.send(body))
+                        await link.client_writer.drain()
+                    else:
+                        self.stats["answers_to_gone_clients"] += 1
+                    self._maybe_finish(link)
+        except CorrelationError as exc:
+            if exc.expected is None:
+                log.error("proxy: link %d: a response nobody asked for", link.id)
+            else:
+                log.error("proxy: link %d: response correlation id %d, expected %d",
+                          link.id, exc.received, exc.expected)
+            self.stats["unmatched"] += 1
+        except ProtocolError as exc:  # a frame too short to hold a correlation id
+            log.error("proxy: link %d: %s", link.id, exc)
+            self.stats["unmatched"] += 1
+        except (ConnectionError, OSError):
             pass
         self._close(link)
 
