@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from ..records.batch import BatchHeader
 from .leader_epoch import CHECKPOINT_FILE, LeaderEpochCache, read_checkpoint
 from .producer_state import ProducerStateManager
 from .segment import LogSegment
-
-if TYPE_CHECKING:
-    from .log import PartitionLog
 
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
@@ -27,6 +26,29 @@ HIGH_WATERMARK_FILE = "high-watermark"
 MAX_LONG = 2**63 - 1
 
 log = logging.getLogger("oncelog.log")
+
+
+class PartitionLog(Protocol):
+    """What loading needs of log/log.py's PartitionLog (named here, not imported: the log
+    imports its loader, not the other way round)."""
+
+    directory: Path
+    config: Any
+    replicated: bool
+    segments: list[LogSegment]
+    recovered_bytes: int
+    _recovered_from: int | None
+    producer_state: ProducerStateManager
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def iter_headers_from(self, offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]: ...
+
+    def _replay_marker(self, seg: LogSegment, h: BatchHeader, buf: Any, pos: int) -> None: ...
 
 
 def read_offset_file(path: Path) -> int | None:
