@@ -95,6 +95,11 @@ class BrokerChannel:
             except (TimeoutError, OSError) as exc:
                 raise ChannelError(f"cannot connect to broker {self.node_id} at "
                                    f"{self.host}:{self.port}: {exc!r}") from None
+            if protocol.lost:
+                # Closed before it was ours (a peer or relay that accepts and hangs up at once):
+                # its connection_lost found no channel to fail, so keeping it would wedge us.
+                raise ChannelError(f"connection to broker {self.node_id} at "
+                                   f"{self.host}:{self.port} closed at once")
             self._protocol = protocol
 
     async def request(self, request: Any, timeout_s: float = 30.0) -> Any:
@@ -104,7 +109,10 @@ class BrokerChannel:
         await self._connect()
         cls: Any = type(request)
         protocol = self._protocol
-        if protocol is None or protocol.transport is None:
+        if protocol is None or protocol.transport is None or protocol.lost \
+                or protocol.transport.is_closing():
+            if protocol is not None:
+                self._drop(ChannelError(f"connection to broker {self.node_id} lost"))
             raise ChannelError(f"connection to broker {self.node_id} lost")
         fut = asyncio.get_running_loop().create_future()
         correlation = self._framing.new_correlation_id()
@@ -121,7 +129,8 @@ class BrokerChannel:
                                     f"{timeout_s:.1f} s"))
             raise ChannelError(f"broker {self.node_id} did not answer within "
                                f"{timeout_s:.1f} s") from None
-        except (OSError, ConnectionError) as exc:
+        except (OSError, ConnectionError, RuntimeError) as exc:
+            # RuntimeError: uvloop's write to a transport that closed under us.
             self._drop(ChannelError(f"connection to broker {self.node_id} failed: {exc!r}"))
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 return fut.result()
