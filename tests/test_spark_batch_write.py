@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from support.waiting import wait_until
 
 pytest.importorskip("pyspark")
 
@@ -103,10 +104,13 @@ def test_a_row_for_a_partition_that_does_not_exist_fails_the_write(spark, broker
     with pytest.raises(Exception, match="partition 7"):
         (df.write.format("oncelog").option("kafka.bootstrap.servers", broker.bootstrap_servers)
          .option("topic", "one").mode("append").save())
+    # The other task may still be running when the write has failed (Spark cancels it; its
+    # Python worker goes on): it finds the write aborted after preparing and aborts itself.
+    with Admin(bootstrap_servers=broker.bootstrap_servers) as a:
+        wait_until(lambda: a.list_transactions(states=["Ongoing"]) == [], 30,
+                   "no transaction of the failed write left open")
     out, stable = read_committed(broker, "one", 1)
     assert out == [] and stable
-    with Admin(bootstrap_servers=broker.bootstrap_servers) as a:
-        assert a.list_transactions(states=["Ongoing"]) == []
 
 
 def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(spark, broker):
