@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -30,6 +31,7 @@ from oncelog.client.assignors import (
     encode_subscription,
 )
 from oncelog.harness.broker_process import BrokerProcess
+from oncelog.protocol import ProtocolError
 
 SETTINGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
             "offsets.topic.num.partitions": "3"}
@@ -69,6 +71,35 @@ def test_protocol_encoding_round_trips():
     tps = [TopicPartition("a", 2), TopicPartition("a", 0), TopicPartition("b", 1)]
     assert decode_assignment(encode_assignment(tps)) == sorted(tps)
     assert decode_assignment(b"") == []
+
+
+def _string(s: str) -> bytes:
+    return struct.pack(">h", len(s)) + s.encode()
+
+
+def test_protocol_decoding_reads_every_version_and_refuses_malformed_bytes():
+    # v0 as kafka-python writes it: topics, then empty user data.
+    v0 = struct.pack(">hi", 0, 1) + _string("a") + struct.pack(">i", 0)
+    assert decode_subscription(v0) == Subscription(("a",), b"")
+    # v3 (owned partitions, generation id, rack), and a v9 of the future read as v3.
+    tail = (struct.pack(">i", 1) + _string("a") + struct.pack(">ii", 1, 4)
+            + struct.pack(">i", 7) + _string("rack-1"))
+    body = struct.pack(">i", 1) + _string("a") + struct.pack(">i", -1) + tail
+    for version in (3, 9):
+        assert decode_subscription(struct.pack(">h", version) + body) == Subscription(
+            ("a",), None, (TopicPartition("a", 4),))
+    # an assignment v1 from another client, with user data
+    a = struct.pack(">hi", 1, 1) + _string("t") + struct.pack(">iii", 2, 0, 5) \
+        + struct.pack(">i", 2) + b"ud"
+    assert decode_assignment(a) == [TopicPartition("t", 0), TopicPartition("t", 5)]
+    # lengths that claim more than is there, a negative version, no version at all
+    for bad in (struct.pack(">hi", 0, 1_000_000) + _string("a"),
+                struct.pack(">hi", 0, 1) + struct.pack(">h", 500) + b"a",
+                struct.pack(">hi", -1, 0), b"\x00"):
+        with pytest.raises(ProtocolError):
+            decode_subscription(bad)
+    with pytest.raises(ProtocolError):
+        decode_assignment(struct.pack(">hi", 0, 3) + _string("t"))
 
 
 # -- against a broker -----------------------------------------------------------------------

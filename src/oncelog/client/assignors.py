@@ -10,7 +10,8 @@ second rebalance).
     Assignment   => version int16, [topic string, [partition int32]], user_data nullable bytes
 
 We write subscriptions in version 1 and assignments in version 0, and read any version (later
-versions only append fields).
+versions only append fields), through kio's classes for Kafka's ConsumerProtocolSubscription
+and ConsumerProtocolAssignment schemas.
 """
 
 from __future__ import annotations
@@ -18,11 +19,33 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from kio.schema.consumer_protocol_assignment.v0 import data as asg_v0
+from kio.schema.consumer_protocol_assignment.v1 import data as asg_v1
+from kio.schema.consumer_protocol_assignment.v2 import data as asg_v2
+from kio.schema.consumer_protocol_assignment.v3 import data as asg_v3
+from kio.schema.consumer_protocol_subscription.v0 import data as sub_v0
+from kio.schema.consumer_protocol_subscription.v1 import data as sub_v1
+from kio.schema.consumer_protocol_subscription.v2 import data as sub_v2
+from kio.schema.consumer_protocol_subscription.v3 import data as sub_v3
+from kio.schema.types import TopicName
+from kio.static.primitive import i32
+
+from ..protocol import ProtocolError, decode_data, encode_data
 from .types import TopicPartition
 
-_H = struct.Struct(">h")
-_I = struct.Struct(">i")
+_VERSION = struct.Struct(">h")
+# Kafka's ConsumerProtocol schemas, as kio generates them from Kafka's JSON, by version. A
+# newer version than we know is read with the newest we know (later versions only append).
+_SUBSCRIPTIONS: tuple[Any, ...] = (sub_v0.ConsumerProtocolSubscription,
+                                   sub_v1.ConsumerProtocolSubscription,
+                                   sub_v2.ConsumerProtocolSubscription,
+                                   sub_v3.ConsumerProtocolSubscription)
+_ASSIGNMENTS: tuple[Any, ...] = (asg_v0.ConsumerProtocolAssignment,
+                                 asg_v1.ConsumerProtocolAssignment,
+                                 asg_v2.ConsumerProtocolAssignment,
+                                 asg_v3.ConsumerProtocolAssignment)
 
 
 @dataclass(frozen=True)
@@ -32,88 +55,54 @@ class Subscription:
     owned_partitions: tuple[TopicPartition, ...] = ()
 
 
-def _string(s: str) -> bytes:
-    data = s.encode()
-    return _H.pack(len(data)) + data
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def int16(self) -> int:
-        (v,) = _H.unpack_from(self.data, self.pos)
-        self.pos += 2
-        return v
-
-    def int32(self) -> int:
-        (v,) = _I.unpack_from(self.data, self.pos)
-        self.pos += 4
-        return v
-
-    def string(self) -> str:
-        n = self.int16()
-        s = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def nullable_bytes(self) -> bytes | None:
-        if self.pos >= len(self.data):
-            return None
-        n = self.int32()
-        if n < 0:
-            return None
-        b = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return bytes(b)
-
-
-def _partitions(partitions: Iterable[TopicPartition]) -> bytes:
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
     by_topic: dict[str, list[int]] = {}
     for tp in sorted(partitions):
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    out = bytearray(_I.pack(len(by_topic)))
-    for topic, ps in by_topic.items():
-        out += _string(topic) + _I.pack(len(ps)) + b"".join(_I.pack(p) for p in ps)
-    return bytes(out)
+    return by_topic
 
 
-def _read_partitions(r: _Reader) -> list[TopicPartition]:
-    out: list[TopicPartition] = []
-    for _ in range(r.int32()):
-        topic = r.string()
-        out.extend(TopicPartition(topic, r.int32()) for _p in range(r.int32()))
-    return out
+def _schema(data: bytes, schemas: tuple[Any, ...], what: str) -> Any:
+    if len(data) < 2:
+        raise ProtocolError(f"{what} of {len(data)} bytes has no version")
+    (version,) = _VERSION.unpack_from(data, 0)
+    if version < 0:
+        raise ProtocolError(f"{what} version {version}")
+    return schemas[min(version, len(schemas) - 1)]
 
 
 def encode_subscription(sub: Subscription) -> bytes:
-    out = _H.pack(1) + _I.pack(len(sub.topics)) + b"".join(_string(t) for t in sub.topics)
-    out += (_I.pack(-1) if sub.user_data is None else _I.pack(len(sub.user_data))
-            + sub.user_data)
-    return out + _partitions(sub.owned_partitions)
+    """ConsumerProtocolSubscription v1 (owned partitions, for cooperative rebalancing)."""
+    cls = sub_v1.ConsumerProtocolSubscription
+    owned = tuple(sub_v1.TopicPartition(topic=TopicName(t), partitions=tuple(i32(p) for p in ps))
+                  for t, ps in _by_topic(sub.owned_partitions).items())
+    return _VERSION.pack(cls.__version__) + encode_data(
+        cls(topics=tuple(sub.topics), user_data=sub.user_data, owned_partitions=owned))
 
 
 def decode_subscription(data: bytes) -> Subscription:
-    r = _Reader(data)
-    version = r.int16()
-    topics = tuple(r.string() for _ in range(r.int32()))
-    user_data = r.nullable_bytes()
-    owned: tuple[TopicPartition, ...] = ()
-    if version >= 1 and r.pos < len(r.data):
-        owned = tuple(_read_partitions(r))
-    return Subscription(topics, user_data, owned)
+    """Any version's subscription; ProtocolError when malformed."""
+    s = decode_data(_schema(data, _SUBSCRIPTIONS, "subscription"), data, 2)
+    owned = tuple(TopicPartition(tp.topic, p) for tp in getattr(s, "owned_partitions", ())
+                  for p in tp.partitions)
+    return Subscription(tuple(s.topics), s.user_data, owned)
 
 
 def encode_assignment(partitions: list[TopicPartition]) -> bytes:
-    return _H.pack(0) + _partitions(partitions) + _I.pack(-1)
+    """ConsumerProtocolAssignment v0."""
+    cls = asg_v0.ConsumerProtocolAssignment
+    assigned = tuple(asg_v0.TopicPartition(topic=TopicName(t),
+                                           partitions=tuple(i32(p) for p in ps))
+                     for t, ps in _by_topic(partitions).items())
+    return _VERSION.pack(cls.__version__) + encode_data(cls(assigned_partitions=assigned))
 
 
 def decode_assignment(data: bytes) -> list[TopicPartition]:
+    """Any version's assignment (an empty one: nothing); ProtocolError when malformed."""
     if not data:
         return []
-    r = _Reader(data)
-    r.int16()
-    return _read_partitions(r)
+    a = decode_data(_schema(data, _ASSIGNMENTS, "assignment"), data, 2)
+    return [TopicPartition(tp.topic, p) for tp in a.assigned_partitions for p in tp.partitions]
 
 
 def assign_range(subscriptions: Mapping[str, Subscription], partitions: Mapping[str, int]

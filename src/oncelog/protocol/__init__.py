@@ -40,8 +40,10 @@ __all__ = [
     "ApiKey",
     "ProtocolError",
     "RequestHeader",
+    "decode_data",
     "decode_request_body",
     "decode_response",
+    "encode_data",
     "encode_request",
     "encode_response",
     "encode_response_parts",
@@ -306,3 +308,23 @@ def decode_response(api_key: int, version: int, frame) -> tuple[int, Any]:
     except Exception as exc:
         raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from exc
     return correlation_id, obj
+
+
+def encode_data(entity: Any) -> bytes:
+    """A kio data entity (a schema of Kafka's that is no request or response, such as
+    ConsumerProtocolSubscription) as its bytes, without a version prefix."""
+    buf = io.BytesIO()
+    cls: Any = type(entity)
+    _writer(cls)(buf, entity)
+    return buf.getvalue()
+
+
+def decode_data(cls: Any, data: Any, pos: int = 0) -> Any:
+    """A kio data entity of ``cls`` at ``pos`` in ``data``, every length checked first;
+    ProtocolError when malformed. Bytes after it are left alone (later versions append)."""
+    try:
+        check_body(cls, data, pos)
+        obj, _size = _reader(cls)(data, pos)
+    except Exception as exc:
+        raise ProtocolError(f"malformed {cls.__name__} v{cls.__version__}: {exc}") from exc
+    return obj
