@@ -15,7 +15,8 @@ oncelog runs as a subprocess (`oncelog broker`, default settings unless --set) o
 data directory. ``--baseline CHECKOUT`` adds a third contender to every round: the broker of
 another oncelog checkout (say ``git worktree add /tmp/before <commit>``), run from that
 checkout's ``src`` with this environment's packages, so that a change is measured against the
-code before it in the same run, on the same machine load.
+code before it in the same run, on the same machine load; it also prints each broker's CPU
+seconds per phase (from /proc), the steadier figure on a shared machine.
 """
 
 from __future__ import annotations
@@ -103,16 +104,28 @@ def layout(topics: int) -> tuple[list[str], Partitions]:
     return names, [(t, p) for t in names for p in range(MOCK_PARTITIONS)]
 
 
-def round_oncelog(broker: BrokerProcess, topics: int, records: int, value: bytes
-                  ) -> tuple[float, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used (Linux /proc): the broker's own cost of a
+    phase, which a shared machine's noise moves far less than a throughput figure."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def round_oncelog(broker: BrokerProcess, topics: int, records: int, value: bytes,
+                  cpu: dict[str, list[float]]) -> tuple[float, float]:
     names, partitions = layout(topics)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     for f in admin.create_topics([NewTopic(t, MOCK_PARTITIONS, 1) for t in names]).values():
         f.result(30)
     producer = Producer({**PRODUCER_CONFIG, "bootstrap.servers": broker.bootstrap_servers})
+    assert broker.pid is not None
+    before = cpu_seconds(broker.pid)
     p_s = produce(producer, partitions, records, value)
+    middle = cpu_seconds(broker.pid)
     del producer
     c_s = consume(broker.bootstrap_servers, partitions, records)
+    cpu["produce"].append(middle - before)
+    cpu["consume"].append(cpu_seconds(broker.pid) - middle)
     for f in admin.delete_topics(names).values():
         f.result(30)
     return p_s, c_s
@@ -153,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     names = ["oncelog"] + (["baseline"] if args.baseline else []) + ["mock"]
     results: dict[str, dict[str, list[float]]] = {
         name: {"produce": [], "consume": []} for name in names}
+    cpu: dict[str, dict[str, list[float]]] = {
+        name: {"produce": [], "consume": []} for name in names}
     print(f"{args.records} records x {args.size} B = {mb:.0f} MB per round over {topics} "
           f"topics x {MOCK_PARTITIONS} partitions, {args.rounds} rounds; "
           f"producer {PRODUCER_CONFIG}; "
@@ -169,14 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             for name in names:
                 if name in brokers:
-                    p_s, c_s = round_oncelog(brokers[name], topics, args.records, value)
+                    p_s, c_s = round_oncelog(brokers[name], topics, args.records, value,
+                                             cpu[name])
                 else:
                     p_s, c_s = round_mock(topics, args.records, value)
                 results[name]["produce"].append(mb / p_s)
                 results[name]["consume"].append(mb / c_s)
+                used = (f"   broker CPU {cpu[name]['produce'][-1]:5.2f} s + "
+                        f"{cpu[name]['consume'][-1]:5.2f} s" if name in brokers else "")
                 print(f"round {r + 1} {name:8s} produce {mb / p_s:7.1f} MB/s "
                       f"({args.records / p_s:8.0f} rec/s)   consume {mb / c_s:7.1f} MB/s "
-                      f"({args.records / c_s:8.0f} rec/s)", flush=True)
+                      f"({args.records / c_s:8.0f} rec/s){used}", flush=True)
     print()
     for phase in ("produce", "consume"):
         ours = statistics.median(results["oncelog"][phase])
@@ -188,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
             line += (f"   baseline {base:7.1f} MB/s   baseline/mock {base / mock:5.2f}   "
                      f"oncelog/baseline {ours / base:5.2f}")
         print(line)
+    if args.baseline is not None:
+        for phase in ("produce", "consume"):
+            ours = statistics.median(cpu["oncelog"][phase])
+            base = statistics.median(cpu["baseline"][phase])
+            print(f"{phase:8s} broker CPU median: oncelog {ours:6.2f} s   baseline {base:6.2f} s"
+                  f"   oncelog/baseline {ours / base:5.2f} (lower is better)")
     return 0
 
 

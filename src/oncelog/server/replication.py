@@ -318,7 +318,13 @@ class ReplicaManager:
                 continue
             out[tp] = result
             if required_acks == -1:
-                waits[tp] = self.wait_replicated(r, result.last_offset + 1, timeout_ms)
+                end = result.last_offset + 1
+                if r.log.high_watermark < end:
+                    waits[tp] = self.wait_replicated(r, end, timeout_ms)
+                elif len(r.isr) < self.min_insync(r):  # replicated already (an ISR of one)
+                    out[tp] = AppendError("not_enough_replicas_after_append",
+                                          "not replicated to the in-sync replicas: "
+                                          "not_enough_replicas_after_append")
         if waits:
             errors = await asyncio.gather(*waits.values())
             for tp, err in zip(waits, errors, strict=True):
