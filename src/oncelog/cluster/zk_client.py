@@ -638,21 +638,21 @@ class KafkaZkClient(ZooKeeperClient):
         self.add_session_listener(on_session)
         return ChildrenWatch(self._client, self._p(BrokerIdsZNode.path()), on_children)
 
-    def watch_topics(self, callback: Callable[[list[str]], Any]) -> ChildrenWatch:
-        """``callback(sorted topic names)`` now and whenever topics come or go."""
+    def _watch_children(self, path: str, callback: Callable[[list[str]], Any]) -> ChildrenWatch:
+        """``callback(sorted children of path)`` now and on every change, until closed."""
         def on_children(children: list[str]) -> Any:
             if self._closed:
                 return False
             return _call_quietly(callback, sorted(children))
-        return ChildrenWatch(self._client, self._p(TopicsZNode.path()), on_children)
+        return ChildrenWatch(self._client, self._p(path), on_children)
+
+    def watch_topics(self, callback: Callable[[list[str]], Any]) -> ChildrenWatch:
+        """``callback(sorted topic names)`` now and whenever topics come or go."""
+        return self._watch_children(TopicsZNode.path(), callback)
 
     def watch_deletions(self, callback: Callable[[list[str]], Any]) -> ChildrenWatch:
         """``callback(sorted topics to delete)`` on every change of ``/admin/delete_topics``."""
-        def on_children(children: list[str]) -> Any:
-            if self._closed:
-                return False
-            return _call_quietly(callback, sorted(children))
-        return ChildrenWatch(self._client, self._p(DeleteTopicsZNode.path()), on_children)
+        return self._watch_children(DeleteTopicsZNode.path(), callback)
 
     def watch_controller(self, callback: Callable[[int | None], Any]) -> DataWatch:
         """``callback(controller id or None)`` on every change of ``/controller``."""

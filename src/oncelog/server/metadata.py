@@ -29,7 +29,13 @@ from typing import Any
 
 from ..cluster.election import assign_replicas
 from .clock import now_ms
-from .topics import CONSUMER_OFFSETS, TRANSACTION_STATE, TopicError, coordinator_partition
+from .topics import (
+    CONSUMER_OFFSETS,
+    INTERNAL_TOPICS,
+    TRANSACTION_STATE,
+    TopicError,
+    coordinator_partition,
+)
 
 log = logging.getLogger("oncelog.metadata")
 
@@ -220,6 +226,14 @@ class Metadata(ABC):
         """A coordinator topic, created on first use: None once it is in the view, else
         the error to answer with meanwhile. Raises TopicError when it cannot be created
         (e.g. kafka_storage_error: the disk is full)."""
+
+    def check_deletable(self, name: str) -> None:
+        """DeleteTopics' refusals, the same in both implementations (TopicError)."""
+        if name not in self.view.topics:
+            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        if name in INTERNAL_TOPICS:
+            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be "
+                             "deleted")
 
     @abstractmethod
     async def delete_topic(self, name: str, timeout_ms: int) -> None:

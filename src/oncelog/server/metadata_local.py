@@ -28,7 +28,7 @@ from ..cluster.election import new_partition_states, on_brokers_changed
 from ..cluster.model import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
 from .clock import now_ms
 from .metadata import CreatedTopic, Metadata
-from .topics import INTERNAL_TOPICS, TopicError
+from .topics import TopicError
 
 log = logging.getLogger("oncelog.metadata")
 
@@ -148,11 +148,7 @@ class LocalMetadata(Metadata):
         return None
 
     async def delete_topic(self, name: str, timeout_ms: int) -> None:
-        if name not in self.view.topics:
-            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
-        if name in INTERNAL_TOPICS:
-            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be "
-                             "deleted")
+        self.check_deletable(name)
         self.broker.topics.delete(name)
         self._states = {tp: s for tp, s in self._states.items() if tp[0] != name}
         self._publish_local()

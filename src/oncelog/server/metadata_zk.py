@@ -22,7 +22,7 @@ from ..cluster.metadata_view import MetadataView
 from ..cluster.zk_client import KafkaZkClient
 from .config import ConfigError, validate_topic_configs
 from .metadata import CreatedTopic, Metadata
-from .topics import INTERNAL_TOPICS, TopicError
+from .topics import TopicError
 
 log = logging.getLogger("oncelog.cluster")
 
@@ -147,11 +147,7 @@ class ZkMetadata(Metadata):
         self.loop.create_task(run())
 
     async def delete_topic(self, name: str, timeout_ms: int) -> None:
-        if name not in self.view.topics:
-            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
-        if name in INTERNAL_TOPICS:
-            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be "
-                             "deleted")
+        self.check_deletable(name)
         await asyncio.to_thread(self.store.request_topic_deletion, name)
         await self.wait_for(lambda v: name not in v.topics, timeout_ms)
         self.broker.fetch_sessions.remove_topic(name)
