@@ -234,7 +234,7 @@ def test_txn_offset_commit_of_an_older_client_is_verified(setup):
         r = conn.request(make(
             mod.TxnOffsetCommitRequest, transactional_id=w.txn_id, group_id=GROUP,
             producer_id=w.pid, producer_epoch=w.epoch, generation_id=-1, member_id="",
-            group_instance_id=None, topics=(make(mod.TxnOffsetCommitRequestTopic, name="in",
+            group_instance_id=None, topics=(make(mod.TxnOffsetCommitRequestTopic, name=TOPIC,
                                                  partitions=(make(
                 mod.TxnOffsetCommitRequestPartition, partition_index=0, committed_offset=5,
                 committed_leader_epoch=-1, committed_metadata=""),)),)))
@@ -293,7 +293,7 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition(setup):
     r = conn.request(make(
         mod.TxnOffsetCommitRequest, transactional_id=w.txn_id, group_id=GROUP,
         producer_id=w.pid, producer_epoch=w.epoch, generation_id=-1, member_id="",
-        group_instance_id=None, topics=(make(mod.TxnOffsetCommitRequestTopic, name="in",
+        group_instance_id=None, topics=(make(mod.TxnOffsetCommitRequestTopic, name=TOPIC,
                                              partitions=(make(
             mod.TxnOffsetCommitRequestPartition, partition_index=0, committed_offset=5,
             committed_leader_epoch=-1, committed_metadata=""),)),)))

@@ -85,7 +85,7 @@ def read_committed_end(conn, partition):
 def offset_fetch(conn, require_stable):
     mod = request_module(ApiKey.OFFSET_FETCH, 7)
     r = conn.request(make(mod.OffsetFetchRequest, group_id=GROUP, require_stable=require_stable,
-                          topics=(make(mod.OffsetFetchRequestTopic, name="input",
+                          topics=(make(mod.OffsetFetchRequestTopic, name=TOPIC,
                                        partition_indexes=(0,)),)))
     if r.error_code:
         return r.error_code, None
@@ -135,7 +135,7 @@ def test_every_step_of_the_data_flow(conn, commit):
     r = conn.request(make(
         mod.TxnOffsetCommitRequest, transactional_id=txn_id, group_id=GROUP, producer_id=pid,
         producer_epoch=epoch, generation_id=-1, member_id="", group_instance_id=None,
-        topics=(make(mod.TxnOffsetCommitRequestTopic, name="input", partitions=(
+        topics=(make(mod.TxnOffsetCommitRequestTopic, name=TOPIC, partitions=(
             make(mod.TxnOffsetCommitRequestPartition, partition_index=0, committed_offset=42,
                  committed_leader_epoch=-1, committed_metadata=""),)),)))
     assert r.topics[0].partitions[0].error_code == 0
