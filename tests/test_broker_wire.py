@@ -150,6 +150,33 @@ def test_list_offsets_earliest_latest_and_by_timestamp(broker):
         assert r.topics[0].partitions[0].error_code == 3
 
 
+def test_list_offsets_max_timestamp_names_the_record_not_the_batch(broker):
+    """ListOffsets -3 answers the offset of the first record with the largest timestamp, as
+    Kafka 3.8+ (KAFKA-16310): inside a batch, not the batch's last offset; under LogAppendTime
+    every record of a batch has its time, so the batch's first offset."""
+    with RawConnection(broker.bootstrap_servers) as conn:
+        def max_ts(topic):
+            p = conn.request(list_offsets_request(topic, 0, -3)).topics[0].partitions[0]
+            return p.error_code, p.offset, p.timestamp
+
+        topic = new_topic(conn, "max-ts")
+        produce(conn, topic, 0, build_batch([(None, b"a", [], 1000), (None, b"b", [], 3000),
+                                             (None, b"c", [], 2000)]))
+        assert max_ts(topic) == (0, 1, 3000)  # offsets 0-2: the middle one
+        produce(conn, topic, 0, build_batch([(None, b"d", [], 500), (None, b"e", [], 7000),
+                                             (None, b"f", [], 7000), (None, b"g", [], 1)]))
+        assert max_ts(topic) == (0, 4, 7000)  # offsets 3-6: the first of the two at 7000
+        produce(conn, topic, 0, build_batch([(None, b"h", [], 7000)]))
+        assert max_ts(topic) == (0, 4, 7000)  # a later tie does not move it
+        stamped = new_topic(conn, "max-ts-append", configs={
+            "message.timestamp.type": "LogAppendTime"})
+        produce(conn, stamped, 0, build_batch([(None, b"x", [], 1)]))
+        time.sleep(0.01)  # the broker's clock must move on: a tie would name the first batch
+        produce(conn, stamped, 0, build_batch([(None, b"y", [], 1), (None, b"z", [], 2)]))
+        err, offset, ts = max_ts(stamped)
+        assert (err, offset) == (0, 1) and ts > 1_000_000  # the second batch's first record
+
+
 def test_acks_zero_gets_no_response_but_is_written(broker):
     with RawConnection(broker.bootstrap_servers) as conn:
         topic = new_topic(conn, "acks0")

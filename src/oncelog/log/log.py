@@ -39,6 +39,7 @@ from ..records.batch import (
     build_control_batch,
     check_records,
     decode_batch,
+    find_timestamp,
     iter_batches,
     parse_control_record,
     set_base_offset,
@@ -738,12 +739,24 @@ class PartitionLog:
         return None
 
     def max_timestamp(self) -> tuple[int, int]:
-        """(timestamp, offset) of the record with the largest timestamp, or (-1, -1)."""
-        best = (-1, -1)
+        """(timestamp, offset) of the record with the largest timestamp, or (-1, -1): the first
+        such record of the first batch that has it (Kafka 3.8+, KAFKA-16310; before, the batch's
+        last offset). The segments keep the batch; its records are read here, on request."""
+        best, where = (-1, -1), None
         for seg in self.segments:
             if seg.max_timestamp > best[0]:
-                best = (seg.max_timestamp, seg.offset_of_max_timestamp)
-        return best
+                best, where = (seg.max_timestamp, seg.offset_of_max_timestamp), seg
+        if where is None:
+            return best
+        found = where.find_batch(best[1])
+        if found is None:
+            return best
+        pos, h = found
+        try:
+            record = find_timestamp(os.pread(where.fd, h.size, pos), 0, h, best[0])
+        except CorruptRecordError:
+            return best
+        return best if record is None else (record[1], record[0])
 
     # -- shutdown -----------------------------------------------------------------------------
 
