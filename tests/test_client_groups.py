@@ -344,3 +344,52 @@ def test_a_cooperative_member_keeps_its_partitions_while_another_joins(broker):
     b.close()
     wait_for(lambda: len(a.assignment) == 4, "a takes back the rest")
     a.close()
+
+
+def test_static_members_of_librdkafka_restart_without_a_rebalance(broker):
+    """KIP-345 with librdkafka, as its static-membership test does: each of two static
+    members (the leader among them) is closed (no LeaveGroup: static) and started again with
+    the same group.instance.id within its session. It gets its old partitions back and the
+    other member is never revoked (before, the leader's return rebalanced the whole group)."""
+    bs = broker.bootstrap_servers
+    make_topic(bs, "static-restart", 4)
+    revoked: dict[str, int] = {"i-1": 0, "i-2": 0}
+
+    def start(instance: str) -> ConfluentConsumer:
+        c = ConfluentConsumer({"bootstrap.servers": bs, "group.id": "static-restart",
+                               "group.instance.id": instance, "session.timeout.ms": 10_000,
+                               "partition.assignment.strategy": "range",
+                               "auto.offset.reset": "earliest"})
+
+        def on_revoke(_consumer, _partitions) -> None:
+            revoked[instance] += 1
+        c.subscribe(["static-restart"], on_revoke=on_revoke)
+        return c
+
+    def owned(c: ConfluentConsumer) -> set[int]:
+        return {tp.partition for tp in c.assignment()}
+
+    consumers = {"i-1": start("i-1"), "i-2": start("i-2")}
+    deadline = time.monotonic() + DEADLINE_S
+    while not (owned(consumers["i-1"]) and owned(consumers["i-2"])
+               and owned(consumers["i-1"]) | owned(consumers["i-2"]) == {0, 1, 2, 3}):
+        assert time.monotonic() < deadline, "the group never settled"
+        for c in consumers.values():
+            c.poll(0.1)
+    before = {i: owned(c) for i, c in consumers.items()}
+    for restarting, other in (("i-1", "i-2"), ("i-2", "i-1")):
+        settled = revoked[other]  # (closing a consumer revokes its own partitions)
+        consumers[restarting].close()  # a static member sends no LeaveGroup
+        consumers[restarting] = start(restarting)
+        deadline = time.monotonic() + DEADLINE_S
+        while owned(consumers[restarting]) != before[restarting]:
+            assert time.monotonic() < deadline, \
+                f"{restarting} got {owned(consumers[restarting])}, had {before[restarting]}"
+            for c in consumers.values():
+                c.poll(0.1)
+        for _ in range(10):  # a rebalance, if one started, would revoke the other member
+            consumers[other].poll(0.1)
+        assert revoked[other] == settled, f"{other} was revoked: a rebalance"
+        assert owned(consumers[other]) == before[other]
+    for c in consumers.values():
+        c.close()

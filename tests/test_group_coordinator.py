@@ -169,9 +169,37 @@ def test_a_restarted_static_member_takes_its_place_without_a_rebalance():
     assert c.sync("g", 2, new, follower_instance, None, T0 + 6)[0].assignment == \
         c.groups["g"].members[new].assignment != b""
     assert c.heartbeat("g", 2, follower, follower_instance, T0 + 7) == "fenced_instance_id"
-    # a leader's restart rebalances (it must compute the assignment again)
+    # a leader's restart does not rebalance either (Kafka's updateStaticMemberAndRebalance):
+    # it gets the members back with skip_assignment (KIP-814) and its current assignment
     leader_instance = "i-1" if leader == a else "i-2"
-    _, response, _ = join(c, known=False, instance=leader_instance, now=T0 + 8)
+    assignment = c.groups["g"].members[leader].assignment
+    new_leader, response, effects = join(c, known=False, instance=leader_instance, now=T0 + 8)
+    assert (response.error, response.generation, response.leader, response.skip_assignment) \
+        == (None, 2, new_leader, True)
+    assert {m for m, _, _ in response.members} == set(c.groups["g"].members)
+    assert c.groups["g"].state == G.STABLE
+    assert any(isinstance(e, WriteRecords) for e in effects)  # the new member id is stored
+    assert c.sync("g", 2, new_leader, leader_instance, {}, T0 + 9)[0].assignment == assignment
+    assert c.heartbeat("g", 2, leader, leader_instance, T0 + 10) == "fenced_instance_id"
+
+
+def test_a_static_member_rejoining_with_another_protocol_rebalances():
+    """Only a change of the group's selected protocol makes a static member's restart
+    rebalance the group."""
+    c = coordinator()
+    a, _, _ = join(c, known=False, instance="i-1")
+    b, _, _ = join(c, known=False, instance="i-2", now=T0 + 1)
+    _, _, effects = join(c, a, instance="i-1", now=T0 + 2)
+    leader = joins(effects)[a].leader
+    c.sync("g", 2, leader, None, {a: b"a-part", b: b"b-part"}, T0 + 3)
+    assert c.groups["g"].protocol == "range"
+    # both members now prefer roundrobin (the other one already, the leader after its
+    # restart): the group's protocol would change, so the restart rebalances
+    both = [("roundrobin", b"sub"), ("range", b"sub")]
+    other = b if leader == a else a
+    c.groups["g"].members[other].protocols = both
+    leader_instance = "i-1" if leader == a else "i-2"
+    _, response, _ = join(c, known=False, instance=leader_instance, protocols=both, now=T0 + 5)
     assert response is None and c.groups["g"].state == G.PREPARING_REBALANCE
 
 

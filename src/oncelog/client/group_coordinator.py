@@ -227,7 +227,8 @@ class GroupCoordinator:
             raise error_for_code(code)(f"JoinGroup {self.group_id!r}")
         self.member_id, self.generation = r.member_id, int(r.generation_id)
         assignments: list[dict[str, Any]] = []
-        if r.leader == r.member_id:
+        if r.leader == r.member_id and not getattr(r, "skip_assignment", False):
+            # KIP-814: a static leader that rejoined a stable group keeps the assignment.
             assignments = self._assign_as_leader(r.protocol_name, r.members, deadline)
         s = self._do(_GroupRequest(ApiKey.SYNC_GROUP, {
             "group_id": self.group_id, "generation_id": self.generation,

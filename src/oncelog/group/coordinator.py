@@ -13,6 +13,7 @@ carries them out.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import uuid
 from collections import Counter
@@ -102,6 +103,9 @@ class JoinResponse:
     protocol: str | None = None
     leader: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()  # for the leader only
+    # KIP-814: the leader gets the members but must not assign anew (a static leader's
+    # restart in a stable group keeps the current assignment).
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,7 @@ class GroupCoordinator:
                               not self._common_protocols(group, protocols)):
             return fail("inconsistent_group_protocol")
         effects: list[Effect] = []
+        replaced = False  # a static member restarted and took its old place
         if not member_id:
             known = group.static_members.get(group_instance_id) if group_instance_id else None
             new_id = f"{group_instance_id or client_id or 'member'}-{uuid.uuid4()}"
@@ -219,6 +224,7 @@ class GroupCoordinator:
                 if group.leader == known:
                     group.leader = new_id
                 effects += self._fence_pending(group, known, "fenced_instance_id")
+                replaced = True
             elif require_known_member_id and not group_instance_id:
                 group.pending_members.add(new_id)  # KIP-394: come back with this id
                 return new_id, JoinResponse("member_id_required", new_id), []
@@ -245,6 +251,16 @@ class GroupCoordinator:
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.last_heartbeat_ms = now_ms
         group.protocol_type = protocol_type
+        if replaced and group.state == G.STABLE and self._select_protocol(group) == group.protocol:
+            # Kafka's updateStaticMemberAndRebalance: the restarted static member (leader or
+            # not) takes its place without a rebalance unless the group's protocol would change;
+            # the new member id is stored; the leader gets the members back with
+            # skip_assignment, and SyncGroup hands everyone the current assignment.
+            effects.append(self._group_record(group))
+            response = self._join_response(group, member_id)
+            if member_id == group.leader:
+                response = dataclasses.replace(response, skip_assignment=True)
+            return member_id, response, effects
         if group.state == G.STABLE and not changed and member_id != group.leader:
             # Nothing to rebalance for: answer with the current generation at once.
             return member_id, self._join_response(group, member_id), effects

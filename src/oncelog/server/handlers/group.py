@@ -47,7 +47,7 @@ async def handle_join_group(broker, ctx, request):
     return make(mod.JoinGroupResponse, throttle_time=0, error_code=error_code(resp.error),
                 generation_id=resp.generation, protocol_type=resp.protocol_type,
                 protocol_name=resp.protocol if resp.protocol or nullable else "",
-                leader=resp.leader, skip_assignment=False, member_id=resp.member_id,
+                leader=resp.leader, skip_assignment=resp.skip_assignment, member_id=resp.member_id,
                 members=tuple(make(mod.JoinGroupResponseMember, member_id=m, group_instance_id=i,
                                    metadata=meta) for m, i, meta in resp.members))
 
