@@ -76,3 +76,35 @@ def test_the_driver_dies_at_every_step_of_its_commit_and_the_restarted_query_res
         assert sorted(committed_output(broker)) == sorted(expected), crash
         assert open_transactions(broker) == [], crash
         assert not list((tmp_path / "ck" / "oncelog-sink").glob("*.json")), crash
+
+
+def test_batch_markers_live_on_a_real_partition_and_old_markers_still_count(broker, tmp_path):  # noqa: F811
+    """The markers are offsets of a partition that exists (the driver creates the marker topic,
+    as Kafka refuses offsets of partitions that do not exist), one group per Spark partition;
+    a query checkpointed by an earlier version, whose markers are offsets of group ``prefix``,
+    replays none of its committed batches."""
+    from oncelog import Consumer, TopicPartition
+    from oncelog.spark.sink import MARKER_TOPIC
+
+    options = {"kafka.bootstrap.servers": broker.bootstrap_servers, "topic": "out",
+               "checkpointLocation": str(tmp_path / "ck"), "transactionalIdPrefix": "q"}
+    writer = OncelogStreamWriter(options)
+    done, err = result(attempt(writer, 0, 0, [b"a"]))
+    assert done is not None and not done.skipped, err
+    OncelogStreamWriter(options).commit([done], 0)
+    marker = TopicPartition(MARKER_TOPIC, 0)
+    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id="q-batches-0") as c:
+        assert c.committed([marker])[marker] == 1
+    # An earlier version's query "old": batch 1 committed, marked for partition 0 in group old.
+    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id="old") as c:
+        c.commit({marker: 2})
+    old = OncelogStreamWriter({**options, "transactionalIdPrefix": "old",
+                               "checkpointLocation": str(tmp_path / "old")})
+    replay, err = result(attempt(old, 0, 1, [b"again"]))
+    assert replay is not None and replay.skipped, err
+    fresh, err = result(attempt(old, 0, 2, [b"b"]))
+    assert fresh is not None and not fresh.skipped, err
+    OncelogStreamWriter({**options, "transactionalIdPrefix": "old",
+                         "checkpointLocation": str(tmp_path / "old")}).commit([fresh], 2)
+    assert committed_output(broker) == [b"a", b"b"]
+    assert open_transactions(broker) == []

@@ -121,6 +121,33 @@ def _row_fields(opts: SinkOptions, d: dict) -> tuple:
     return topic, value, key, d.get("partition"), headers or None
 
 
+def _batch_marker(opts: SinkOptions, partition: int) -> tuple[str, Any]:
+    """Where a task's transaction records that it wrote micro-batch B for Spark partition P:
+    offset B + 1 of the group ``{prefix}-batches-{P}`` on partition 0 of the marker topic.
+    (Offsets are committed to partitions that exist, as Kafka requires; earlier versions used
+    group ``{prefix}`` and partition P of a topic never created: ``_legacy_batch_marker``.)"""
+    from .. import TopicPartition
+
+    return f"{opts.prefix}-batches-{partition}", TopicPartition(MARKER_TOPIC, 0)
+
+
+def _legacy_batch_marker(opts: SinkOptions, partition: int) -> tuple[str, Any]:
+    """The marker of queries checkpointed before the marker topic existed: still read, so
+    that such a query replays none of its committed batches after the upgrade."""
+    from .. import TopicPartition
+
+    return opts.prefix, TopicPartition(MARKER_TOPIC, partition)
+
+
+def _ensure_marker_topic(opts: SinkOptions) -> None:
+    """The marker topic (one partition), created by the driver before any task commits to it."""
+    from .. import NewTopic
+    from ..errors import TopicAlreadyExistsError
+
+    with opts.admin() as admin, contextlib.suppress(TopicAlreadyExistsError):
+        admin.create_topics([NewTopic(MARKER_TOPIC, num_partitions=1)])
+
+
 def _aborted_marker(opts: SinkOptions, write_id: str) -> tuple[str, Any]:
     """Where the driver records that batch write ``write_id`` was aborted: an offset of the
     group ``{prefix}-aborted-{write_id}``."""
@@ -136,7 +163,6 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
     batch (non-streaming) write, which has its ``write_id`` instead (see ``aborted``)."""
     from pyspark import TaskContext
 
-    from .. import TopicPartition
 
     tc = TaskContext.get()
     if tc is None:
@@ -144,15 +170,19 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
     partition, attempt = tc.partitionId(), tc.attemptNumber()
     _crash_hook(f"task:{partition}:{attempt}:start")
     txn_id = f"{opts.prefix}-{partition}-{attempt}"
-    marker = TopicPartition(MARKER_TOPIC, partition)
+    marker_group, marker = _batch_marker(opts, partition)
 
     def committed() -> bool:
         """Is this micro-batch's marker for this partition committed (by any attempt)?"""
         if batch_id is None:
             return False
-        with opts.consumer(opts.prefix) as c:
-            done = c.committed([marker]).get(marker)
-        return done is not None and done > batch_id
+        for group, tp in (_batch_marker(opts, partition),
+                          _legacy_batch_marker(opts, partition)):
+            with opts.consumer(group) as c:
+                done = c.committed([tp]).get(tp)
+            if done is not None:
+                return done > batch_id
+        return False
 
     def aborted() -> bool:
         """Did the driver abort this batch write? (Its job failed while this task, cancelled,
@@ -186,7 +216,7 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
                     raise SinkError(f"a row for {where} cannot be written: "
                                     f"{type(failed).__name__}: {failed}") from failed
             if batch_id is not None:
-                p.send_offsets_to_transaction({marker: batch_id + 1}, opts.prefix)
+                p.send_offsets_to_transaction({marker: batch_id + 1}, marker_group)
             _crash_hook(f"task:{partition}:{attempt}:before-prepare")
             state = p.prepare_transaction()
         except Exception:
@@ -224,7 +254,9 @@ class _Driver:
         creates the writer on the driver: when the query (re)starts, before any of its tasks
         (so that a replayed batch finds its markers committed), and again for every commit
         (PySpark makes a new writer to commit with: then there is nothing left to do, and the
-        current batch's prepared transactions are not touched: they are not decided yet)."""
+        current batch's prepared transactions are not touched: they are not decided yet).
+        First of all, the marker topic is made to exist."""
+        _ensure_marker_topic(self.opts)
         if self.dir is not None and self.dir.exists():
             for f in sorted(self.dir.glob("*.json")):
                 decision = json.loads(f.read_text())
