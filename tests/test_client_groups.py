@@ -17,9 +17,13 @@ import time
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
+from confluent_kafka.admin import AdminClient
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka import KafkaConsumer
+from support.raw_wire import RawConnection
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.client.assignors import (
@@ -31,7 +35,7 @@ from oncelog.client.assignors import (
     encode_subscription,
 )
 from oncelog.harness.broker_process import BrokerProcess
-from oncelog.protocol import ProtocolError
+from oncelog.protocol import ApiKey, ProtocolError, make, request_module
 
 SETTINGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
             "offsets.topic.num.partitions": "3"}
@@ -393,3 +397,45 @@ def test_static_members_of_librdkafka_restart_without_a_rebalance(broker):
         assert owned(consumers[other]) == before[other]
     for c in consumers.values():
         c.close()
+def test_offsets_for_a_missing_topic_or_partition_are_refused_and_the_others_committed(broker):
+    """Kafka's OffsetCommit answers a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION
+    and commits the others (before, oncelog stored offsets for topics that never existed);
+    AlterConsumerGroupOffsets, which is an OffsetCommit, fails for it too."""
+    bs = broker.bootstrap_servers
+    make_topic(bs, "committed-here", 2)
+    mod = request_module(ApiKey.OFFSET_COMMIT, 8)
+
+    def topic(name, *partitions):
+        return make(mod.OffsetCommitRequestTopic, name=name, partitions=tuple(
+            make(mod.OffsetCommitRequestPartition, partition_index=p, committed_offset=5,
+                 committed_leader_epoch=-1, committed_metadata="") for p in partitions))
+
+    with RawConnection(bs) as conn:
+        r = conn.request(make(mod.OffsetCommitRequest, group_id="offsets-missing",
+                              generation_id_or_member_epoch=-1, member_id="",
+                              group_instance_id=None, topics=(
+                                  topic("committed-here", 0, 1, 7), topic("never-created", 0))))
+        codes = {(t.name, p.partition_index): int(p.error_code)
+                 for t in r.topics for p in t.partitions}
+        assert codes == {("committed-here", 0): 0, ("committed-here", 1): 0,
+                         ("committed-here", 7): 3, ("never-created", 0): 3}
+        only_missing = conn.request(make(mod.OffsetCommitRequest, group_id="offsets-missing-2",
+                                         generation_id_or_member_epoch=-1, member_id="",
+                                         group_instance_id=None,
+                                         topics=(topic("never-created", 0),)))
+        assert [int(p.error_code) for p in only_missing.topics[0].partitions] == [3]
+        # The group holds offsets of the existing partitions only (all of its offsets asked).
+        fetch = request_module(ApiKey.OFFSET_FETCH, 7)
+        stored = conn.request(make(fetch.OffsetFetchRequest, group_id="offsets-missing",
+                                   topics=None, require_stable=False))
+        assert {(t.name, p.partition_index): p.committed_offset for t in stored.topics
+                for p in t.partitions} == {("committed-here", 0): 5, ("committed-here", 1): 5}
+    confluent = AdminClient({"bootstrap.servers": bs})
+    (future,) = confluent.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        "offsets-missing-3", [ConfluentTopicPartition("never-created", 0, 9)])]).values()
+    try:
+        result = future.result(30)
+        errors = [str(tp.error) for tp in result.topic_partitions]
+    except KafkaException as exc:
+        errors = [str(exc)]
+    assert len(errors) == 1 and "UNKNOWN_TOPIC_OR_PART" in errors[0], errors

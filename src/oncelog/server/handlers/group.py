@@ -109,20 +109,41 @@ def _offsets(topics, now: int) -> dict[tuple[str, int], OffsetValue]:
         p.committed_metadata or "", now) for t in topics for p in t.partitions}
 
 
-def _per_partition(mod, topic_cls: str, part_cls: str, topics, err):
+def _per_partition(mod, topic_cls: str, part_cls: str, topics, err,
+                   unknown: frozenset[tuple[str, int]] = frozenset()):
+    """Every partition answered ``err``, but those in ``unknown``:
+    UNKNOWN_TOPIC_OR_PARTITION."""
     return tuple(make(getattr(mod, topic_cls), name=t.name, partitions=tuple(
-        make(getattr(mod, part_cls), partition_index=p.partition_index, error_code=error_code(err))
+        make(getattr(mod, part_cls), partition_index=p.partition_index, error_code=error_code(
+            "unknown_topic_or_partition" if (t.name, p.partition_index) in unknown else err))
         for p in t.partitions)) for t in topics)
+
+
+def _unknown_partitions(broker, topics) -> frozenset[tuple[str, int]]:
+    """The partitions an offset commit names that do not exist: Kafka answers them
+    UNKNOWN_TOPIC_OR_PARTITION and commits the others (KafkaApis.handleOffsetCommitRequest)."""
+    known = broker.metadata.view.topics
+    return frozenset((t.name, p.partition_index) for t in topics for p in t.partitions
+                     if t.name not in known
+                     or p.partition_index not in known[t.name].partitions)
 
 
 async def handle_offset_commit(broker, ctx, request):
     mod = response_module(ApiKey.OFFSET_COMMIT, ctx.version)
-    err = _offsets_denied(broker, ctx, request) or _elsewhere(broker, request.group_id) or \
-        await broker.group_coordinator.commit(
+    names = ("OffsetCommitResponseTopic", "OffsetCommitResponsePartition")
+    err = _offsets_denied(broker, ctx, request) or _elsewhere(broker, request.group_id)
+    if err is not None:
+        return make(mod.OffsetCommitResponse, throttle_time=0,
+                    topics=_per_partition(mod, *names, request.topics, err))
+    unknown = _unknown_partitions(broker, request.topics)
+    offsets = {tp: v for tp, v in _offsets(request.topics, now_ms()).items()
+               if tp not in unknown}
+    if offsets:  # nothing to commit: the group is not asked (as Kafka)
+        err = await broker.group_coordinator.commit(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,
-            getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()))
-    return make(mod.OffsetCommitResponse, throttle_time=0, topics=_per_partition(
-        mod, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition", request.topics, err))
+            getattr(request, "group_instance_id", None), offsets)
+    return make(mod.OffsetCommitResponse, throttle_time=0,
+                topics=_per_partition(mod, *names, request.topics, err, unknown))
 
 
 async def _verify_offsets(broker, request, new_client: bool):
@@ -168,19 +189,25 @@ async def handle_txn_offset_commit(broker, ctx, request):
     guard, verify = None, False
     if err is None:
         err = _elsewhere(broker, request.group_id)
+    unknown: frozenset[tuple[str, int]] = frozenset()
+    offsets = {}
     if err is None:
+        unknown = _unknown_partitions(broker, request.topics)
+        offsets = {tp: v for tp, v in _offsets(request.topics, now_ms()).items()
+                   if tp not in unknown}
+    if err is None and offsets:  # nothing to commit: the transaction is not touched
         err, guard, verify = await _verify_offsets(broker, request, ctx.version >= 5)
-    if err is None:
-        err = await broker.group_coordinator.txn_commit(
-            request.group_id, request.producer_id, request.producer_epoch,
-            getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
-            getattr(request, "group_instance_id", None), _offsets(request.topics, now_ms()),
-            verification=guard, require_verification=verify)
+        if err is None:
+            err = await broker.group_coordinator.txn_commit(
+                request.group_id, request.producer_id, request.producer_epoch,
+                getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
+                getattr(request, "group_instance_id", None), offsets,
+                verification=guard, require_verification=verify)
     if err == "invalid_producer_epoch" and ctx.version >= 3:
         err = "producer_fenced"  # KIP-588
     return make(mod.TxnOffsetCommitResponse, throttle_time=0, topics=_per_partition(
         mod, "TxnOffsetCommitResponseTopic", "TxnOffsetCommitResponsePartition", request.topics,
-        err))
+        err, unknown))
 
 
 def _fetch_group(broker, ctx, mod, names: tuple[str, str, str], group_id, topics,
