@@ -77,9 +77,11 @@ def test_metrics_are_off_unless_asked_for(embedded_broker):
 
 
 def test_active_transactional_ids_and_groups_are_counted(broker):
-    from oncelog import Consumer, Producer
+    from oncelog import Admin, Consumer, NewTopic, Producer
 
     assert scrape(broker)["oncelog_active_transactional_ids"] == 0
+    with Admin(bootstrap_servers=broker.bootstrap_servers) as a:
+        a.create_topics([NewTopic("m", 1)])  # offsets are committed for partitions that exist
     with Producer(bootstrap_servers=broker.bootstrap_servers, transactional_id="m1") as p:
         p.init_transactions()
     with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id="mg") as c:
