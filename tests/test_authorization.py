@@ -288,6 +288,10 @@ def _requests():
         permission_type=1),)), CLUSTER_AUTHORIZATION_FAILED)
     r["DeleteGroups"] = (make(m(ApiKey.DELETE_GROUPS, 2).DeleteGroupsRequest,
                               groups_names=("shared",)), GROUP_AUTHORIZATION_FAILED)
+    od = m(ApiKey.OFFSET_DELETE, 0)
+    r["OffsetDelete"] = (make(od.OffsetDeleteRequest, group_id="shared", topics=(make(
+        od.OffsetDeleteRequestTopic, name="secret", partitions=(make(
+            od.OffsetDeleteRequestPartition, partition_index=0),)),)), GROUP_AUTHORIZATION_FAILED)
     r["DescribeTransactions"] = (make(
         m(ApiKey.DESCRIBE_TRANSACTIONS, 0).DescribeTransactionsRequest,
         transactional_ids=("t",)), TXN_ID_AUTHORIZATION_FAILED)

@@ -439,3 +439,50 @@ def test_offsets_for_a_missing_topic_or_partition_are_refused_and_the_others_com
     except KafkaException as exc:
         errors = [str(exc)]
     assert len(errors) == 1 and "UNKNOWN_TOPIC_OR_PART" in errors[0], errors
+
+
+def test_offset_delete_forgets_offsets_except_of_topics_a_member_consumes(broker):
+    """OffsetDelete (KIP-496) through our Admin, a librdkafka consumer in the group: an empty
+    group loses the named offsets; a live consumer group keeps those of topics it is
+    subscribed to (GROUP_SUBSCRIBED_TO_TOPIC); an unknown group is GROUP_ID_NOT_FOUND."""
+    from oncelog.errors import (
+        GroupIdNotFoundError,
+        GroupSubscribedToTopicError,
+        UnknownTopicOrPartitionError,
+    )
+
+    bs = broker.bootstrap_servers
+    make_topic(bs, "od", 2)
+    make_topic(bs, "od-other", 1)
+    tp0, tp1, other = TopicPartition("od", 0), TopicPartition("od", 1), TopicPartition("od-other", 0)
+    with Consumer(bootstrap_servers=bs, group_id="od-empty") as c:
+        c.commit({tp0: 3, tp1: 4})
+    with Admin(bootstrap_servers=bs) as admin:
+        result = admin.delete_consumer_group_offsets(
+            "od-empty", [tp0, TopicPartition("never-created", 0)])
+        assert result[tp0] is None
+        assert isinstance(result[TopicPartition("never-created", 0)],
+                          UnknownTopicOrPartitionError)
+        with Consumer(bootstrap_servers=bs, group_id="od-empty") as c:
+            assert c.committed([tp0, tp1]) == {tp0: None, tp1: 4}
+        with pytest.raises(GroupIdNotFoundError):
+            admin.delete_consumer_group_offsets("od-nobody", [tp0])
+    # a live group (librdkafka) subscribed to "od", with an offset of "od-other" as well
+    live = ConfluentConsumer({"bootstrap.servers": bs, "group.id": "od-live",
+                              "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    live.subscribe(["od"])
+    deadline = time.monotonic() + DEADLINE_S
+    while not live.assignment():
+        assert time.monotonic() < deadline, "never assigned"
+        live.poll(0.1)
+    live.commit(offsets=[ConfluentTopicPartition("od", 0, 7),
+                         ConfluentTopicPartition("od-other", 0, 2)], asynchronous=False)
+    try:
+        with Admin(bootstrap_servers=bs) as admin:
+            result = admin.delete_consumer_group_offsets("od-live", [tp0, other])
+        assert isinstance(result[tp0], GroupSubscribedToTopicError) and result[other] is None
+        fetched = {tp.topic: tp.offset for tp in live.committed(
+            [ConfluentTopicPartition("od", 0), ConfluentTopicPartition("od-other", 0)], 10)}
+        assert fetched == {"od": 7, "od-other": -1001}  # OFFSET_INVALID: deleted
+    finally:
+        live.close()

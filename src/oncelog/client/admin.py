@@ -34,6 +34,8 @@ from ..security.acls import (
 from . import coordinator_request
 from .config import admin_config
 from .coordinator_request import (
+    KEY_TYPE_GROUP,
+    KEY_TYPE_TRANSACTION,
     Action,
     BrokerVersions,
     CoordinatorRequestHandler,
@@ -338,8 +340,42 @@ class Admin:
             raise error_for_code(int(r.error_code))(f"force-terminate of {transactional_id!r}")
         return before
 
+    def delete_consumer_group_offsets(self, group_id: str,
+                                      partitions: Iterable[TopicPartition]
+                                      ) -> dict[TopicPartition, KafkaError | None]:
+        """Kafka's Admin.deleteConsumerGroupOffsets (OffsetDelete, KIP-496): forget the group's
+        committed offsets of these partitions. Per partition: None, or the error that kept it
+        (GroupSubscribedToTopicError while a member consumes the topic,
+        UnknownTopicOrPartitionError, TopicAuthorizationFailedError). Raises the group's own
+        error (GroupIdNotFoundError, NonEmptyGroupError, GroupAuthorizationFailedError)."""
+        wanted = list(dict.fromkeys(partitions))
+        by_topic: dict[str, list[int]] = {}
+        for tp in wanted:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        what = f"deleting offsets of group {group_id!r}"
+        r = self._to_coordinator(KEY_TYPE_GROUP, group_id, ApiKey.OFFSET_DELETE, {
+            "group_id": group_id, "topics": [
+                {"name": t, "partitions": [{"partition_index": p} for p in ps]}
+                for t, ps in by_topic.items()]}, self._deadline(),
+            lambda r: int(r.error_code), what)
+        if int(r.error_code):
+            raise error_for_code(int(r.error_code))(what)
+        out: dict[TopicPartition, KafkaError | None] = dict.fromkeys(wanted)
+        for t in r.topics:
+            for p in t.partitions:
+                code = int(p.error_code)
+                out[TopicPartition(t.name, p.partition_index)] = (
+                    error_for_code(code)(f"{what}: {t.name}-{p.partition_index}")
+                    if code else None)
+        return out
+
     def _to_txn_coordinator(self, transactional_id: str, api_key: ApiKey, values: dict,
                             deadline: float, error_of: Callable[[Any], int], what: str) -> Any:
+        return self._to_coordinator(KEY_TYPE_TRANSACTION, transactional_id, api_key, values,
+                                    deadline, error_of, what)
+
+    def _to_coordinator(self, key_type: int, key: str, api_key: ApiKey, values: dict,
+                        deadline: float, error_of: Callable[[Any], int], what: str) -> Any:
         """Send to the transactional id's coordinator and return its answer, retrying
         retriable ones (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) and an unreachable
         node until ``deadline`` (a coordinator moves when its broker fails)."""
@@ -347,7 +383,7 @@ class Admin:
         # calls are rare and independent, and a coordinator found calls ago may have moved.
         return coordinator_request.do(
             self._net, Coordinators(),
-            _TxnCoordinatorHandler(api_key, transactional_id, values, error_of, what), deadline)
+            _CoordinatorHandler(api_key, key_type, key, values, error_of, what), deadline)
 
     # --- ACLs (KIP-11; CreateAcls / DescribeAcls / DeleteAcls) ---------------------------------
 
@@ -417,14 +453,14 @@ class Admin:
         self.close()
 
 
-class _TxnCoordinatorHandler(CoordinatorRequestHandler):
-    """An admin request to a transactional id's coordinator. A retriable answer is asked
-    again; at the deadline the last retriable answer is raised, as the answer it was (no
-    answer at all, an unreachable coordinator: KafkaTimeoutError)."""
+class _CoordinatorHandler(CoordinatorRequestHandler):
+    """An admin request to the coordinator of a transactional id or a group. A retriable
+    answer is asked again; at the deadline the last retriable answer is raised, as the answer
+    it was (no answer at all, an unreachable coordinator: KafkaTimeoutError)."""
 
-    def __init__(self, api: ApiKey, transactional_id: str, values: dict,
+    def __init__(self, api: ApiKey, key_type: int, key: str, values: dict,
                  error_of: Callable[[Any], int], what: str) -> None:
-        self.api, self.key, self.values = api, transactional_id, values
+        self.api, self.key_type, self.key, self.values = api, key_type, key, values
         self.error_of, self.what = error_of, what
 
     def create_request(self, broker: BrokerVersions) -> dict:

@@ -16,36 +16,17 @@ and ConsumerProtocolAssignment schemas.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kio.schema.consumer_protocol_assignment.v0 import data as asg_v0
-from kio.schema.consumer_protocol_assignment.v1 import data as asg_v1
-from kio.schema.consumer_protocol_assignment.v2 import data as asg_v2
-from kio.schema.consumer_protocol_assignment.v3 import data as asg_v3
-from kio.schema.consumer_protocol_subscription.v0 import data as sub_v0
 from kio.schema.consumer_protocol_subscription.v1 import data as sub_v1
-from kio.schema.consumer_protocol_subscription.v2 import data as sub_v2
-from kio.schema.consumer_protocol_subscription.v3 import data as sub_v3
 from kio.schema.types import TopicName
 from kio.static.primitive import i32
 
-from ..protocol import ProtocolError, decode_data, encode_data
+from ..protocol import encode_data
+from ..protocol.consumer_protocol import VERSION, read_assignment, read_subscription
 from .types import TopicPartition
-
-_VERSION = struct.Struct(">h")
-# Kafka's ConsumerProtocol schemas, as kio generates them from Kafka's JSON, by version. A
-# newer version than we know is read with the newest we know (later versions only append).
-_SUBSCRIPTIONS: tuple[Any, ...] = (sub_v0.ConsumerProtocolSubscription,
-                                   sub_v1.ConsumerProtocolSubscription,
-                                   sub_v2.ConsumerProtocolSubscription,
-                                   sub_v3.ConsumerProtocolSubscription)
-_ASSIGNMENTS: tuple[Any, ...] = (asg_v0.ConsumerProtocolAssignment,
-                                 asg_v1.ConsumerProtocolAssignment,
-                                 asg_v2.ConsumerProtocolAssignment,
-                                 asg_v3.ConsumerProtocolAssignment)
 
 
 @dataclass(frozen=True)
@@ -62,27 +43,18 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
     return by_topic
 
 
-def _schema(data: bytes, schemas: tuple[Any, ...], what: str) -> Any:
-    if len(data) < 2:
-        raise ProtocolError(f"{what} of {len(data)} bytes has no version")
-    (version,) = _VERSION.unpack_from(data, 0)
-    if version < 0:
-        raise ProtocolError(f"{what} version {version}")
-    return schemas[min(version, len(schemas) - 1)]
-
-
 def encode_subscription(sub: Subscription) -> bytes:
     """ConsumerProtocolSubscription v1 (owned partitions, for cooperative rebalancing)."""
     cls = sub_v1.ConsumerProtocolSubscription
     owned = tuple(sub_v1.TopicPartition(topic=TopicName(t), partitions=tuple(i32(p) for p in ps))
                   for t, ps in _by_topic(sub.owned_partitions).items())
-    return _VERSION.pack(cls.__version__) + encode_data(
+    return VERSION.pack(cls.__version__) + encode_data(
         cls(topics=tuple(sub.topics), user_data=sub.user_data, owned_partitions=owned))
 
 
 def decode_subscription(data: bytes) -> Subscription:
     """Any version's subscription; ProtocolError when malformed."""
-    s = decode_data(_schema(data, _SUBSCRIPTIONS, "subscription"), data, 2)
+    s = read_subscription(data)
     owned = tuple(TopicPartition(tp.topic, p) for tp in getattr(s, "owned_partitions", ())
                   for p in tp.partitions)
     return Subscription(tuple(s.topics), s.user_data, owned)
@@ -94,14 +66,14 @@ def encode_assignment(partitions: list[TopicPartition]) -> bytes:
     assigned = tuple(asg_v0.TopicPartition(topic=TopicName(t),
                                            partitions=tuple(i32(p) for p in ps))
                      for t, ps in _by_topic(partitions).items())
-    return _VERSION.pack(cls.__version__) + encode_data(cls(assigned_partitions=assigned))
+    return VERSION.pack(cls.__version__) + encode_data(cls(assigned_partitions=assigned))
 
 
 def decode_assignment(data: bytes) -> list[TopicPartition]:
     """Any version's assignment (an empty one: nothing); ProtocolError when malformed."""
     if not data:
         return []
-    a = decode_data(_schema(data, _ASSIGNMENTS, "assignment"), data, 2)
+    a = read_assignment(data)
     return [TopicPartition(tp.topic, p) for tp in a.assigned_partitions for p in tp.partitions]
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import enum
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .log_format import GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue
@@ -546,6 +546,40 @@ class GroupCoordinator:
         return out
 
     # -- admin --------------------------------------------------------------------------------
+
+    def delete_offsets(self, group_id: str, partitions: list[TP],
+                       subscribed_topics: Callable[[bytes], Iterable[str]]
+                       ) -> tuple[str | None, dict[TP, str | None], list[Effect]]:
+        """OffsetDelete (KIP-496), as Kafka's classic groups: an Empty group loses the offsets
+        of these partitions; a consumer group with members keeps those of topics a member is
+        subscribed to (GROUP_SUBSCRIBED_TO_TOPIC: ``subscribed_topics`` reads a member's
+        metadata) and loses the others; any other group with members: NON_EMPTY_GROUP. Pending
+        transactional offsets of the partitions go too. (group error, per partition error,
+        effects: the tombstones)."""
+        group = self.groups.get(group_id)
+        if group is None or group.state == G.DEAD:
+            return "group_id_not_found", {}, []
+        subscribed: set[str] = set()
+        if group.state != G.EMPTY:
+            if group.protocol_type != "consumer":
+                return "non_empty_group", {}, []
+            for m in group.members.values():
+                subscribed.update(subscribed_topics(m.metadata(group.protocol)))
+        errors: dict[TP, str | None] = {}
+        gone: list[TP] = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                errors[tp] = "group_subscribed_to_topic"
+                continue
+            errors[tp] = None
+            for pending in group.pending_txn_offsets.values():
+                pending.pop(tp, None)
+            if group.offsets.pop(tp, None) is not None:
+                gone.append(tp)
+        if not gone:
+            return None, errors, []
+        return None, errors, [WriteRecords(group_id, tuple(
+            (OffsetKey(group_id, t, p), None) for t, p in gone))]
 
     def delete_group(self, group_id: str, now_ms: int) -> tuple[str | None, list[Effect]]:
         group = self.groups.get(group_id)

@@ -40,6 +40,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -102,6 +103,7 @@ _GROUPS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),  # KIP-496 (kio knows v0)
 }
 
 

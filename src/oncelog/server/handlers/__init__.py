@@ -62,6 +62,7 @@ _GROUPS: dict = {
     ApiKey.DESCRIBE_GROUPS: group.handle_describe_groups,
     ApiKey.LIST_GROUPS: group.handle_list_groups,
     ApiKey.DELETE_GROUPS: group.handle_delete_groups,
+    ApiKey.OFFSET_DELETE: group.handle_offset_delete,
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ...group.coordinator import GroupState
 from ...group.log_format import OffsetValue
 from ...protocol import ApiKey, make, millis, response_module
+from ...protocol.consumer_protocol import subscribed_topics
 from ..clock import now_ms
 from ..topics import CONSUMER_OFFSETS
 from ..txn_verification import offset_commit_error
@@ -326,3 +327,40 @@ async def handle_delete_groups(broker, ctx, request):
         results.append(make(mod.DeletableGroupResult, group_id=group_id,
                             error_code=error_code(err)))
     return make(mod.DeleteGroupsResponse, throttle_time=0, results=tuple(results))
+
+
+async def handle_offset_delete(broker, ctx, request):
+    """OffsetDelete (KIP-496): Delete on the group, Read on each topic; a partition that does not
+    exist: UNKNOWN_TOPIC_OR_PARTITION; the rest as the group coordinator decides."""
+    mod = response_module(ApiKey.OFFSET_DELETE, ctx.version)
+    group_id = request.group_id
+    refused = ("group_authorization_failed"
+               if _group_denied(broker, ctx, group_id, acl.Op.DELETE)
+               else _elsewhere(broker, group_id))
+    errors: dict[tuple[str, int], str | None] = {}
+    if refused is None:
+        readable = acl.topics_checker(broker, ctx, acl.Op.READ)
+        unknown = _unknown_partitions(broker, request.topics)
+        wanted: list[tuple[str, int]] = []
+        for t in request.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if not readable(t.name):
+                    errors[tp] = "topic_authorization_failed"
+                elif tp in unknown:
+                    errors[tp] = "unknown_topic_or_partition"
+                else:
+                    wanted.append(tp)
+        refused, decided, effects = broker.group_coordinator.core.delete_offsets(
+            group_id, wanted, subscribed_topics)
+        errors.update(decided)
+        if refused is None and effects and not broker.group_coordinator.execute(effects):
+            refused = "coordinator_not_available"
+    if refused is not None:
+        return make(mod.OffsetDeleteResponse, error_code=error_code(refused), throttle_time=0,
+                    topics=())
+    return make(mod.OffsetDeleteResponse, error_code=error_code(None), throttle_time=0,
+                topics=tuple(make(mod.OffsetDeleteResponseTopic, name=t.name, partitions=tuple(
+                    make(mod.OffsetDeleteResponsePartition, partition_index=p.partition_index,
+                         error_code=error_code(errors.get((t.name, p.partition_index))))
+                    for p in t.partitions)) for t in request.topics))
