@@ -271,3 +271,27 @@ def test_damaged_records_are_reported():
         decode_key(b"\x00\x09\x00\x01g")
     with pytest.raises(GroupLogFormatError):
         decode_offset(encode_offset(OffsetValue(1))[:-2])
+
+
+def test_offset_delete_follows_the_group_state():
+    """OffsetDelete (KIP-496) sans IO: an Empty group loses committed and pending transactional
+    offsets of the partitions (tombstones written); a live consumer group keeps those of
+    subscribed topics; a live group of another protocol type refuses; no group: not found."""
+    c = coordinator()
+    value = OffsetValue(5, -1, "", T0)
+    c.apply_offsets("e", {("t", 0): value, ("t", 1): value})
+    c.add_pending_txn_offsets("e", 9, {("t", 0): value})
+    err, per, effects = c.delete_offsets("e", [("t", 0), ("u", 0)], lambda _: ())
+    assert (err, per) == (None, {("t", 0): None, ("u", 0): None})
+    (write,) = effects
+    assert write.records == ((OffsetKey("e", "t", 0), None),)
+    assert c.fetch_offsets("e", None, False) == [(("t", 1), value, None)]
+    c.complete_txn_offsets(["e"], 9, commit=True)  # the pending one went too
+    assert c.fetch_offsets("e", [("t", 0)], False) == [(("t", 0), None, None)]
+    _stable_pair(c)  # group "g", protocol type consumer, members subscribed to "t"
+    c.apply_offsets("g", {("t", 0): value, ("x", 0): value})
+    err, per, effects = c.delete_offsets("g", [("t", 0), ("x", 0)], lambda meta: ("t",))
+    assert (err, per) == (None, {("t", 0): "group_subscribed_to_topic", ("x", 0): None})
+    c.groups["g"].protocol_type = "connect"
+    assert c.delete_offsets("g", [("x", 0)], lambda meta: ())[0] == "non_empty_group"
+    assert c.delete_offsets("nobody", [("t", 0)], lambda meta: ())[0] == "group_id_not_found"
