@@ -308,6 +308,7 @@ class ReplicaManager:
         its AppendResult, or the AppendError that stopped it."""
         out: dict[TP, Any] = {}
         waits: dict[TP, Any] = {}
+        errors: dict[TP, str | None] = {}
         for tp, write in writes.items():
             try:
                 r, result = self.append_local(tp[0], tp[1], write,
@@ -321,15 +322,13 @@ class ReplicaManager:
                 end = result.last_offset + 1
                 if r.log.high_watermark < end:
                     waits[tp] = self.wait_replicated(r, end, timeout_ms)
-                elif len(r.isr) < self.min_insync(r):  # replicated already (an ISR of one)
-                    out[tp] = AppendError("not_enough_replicas_after_append",
-                                          "not replicated to the in-sync replicas: "
-                                          "not_enough_replicas_after_append")
+                else:  # replicated already (an ISR of one): no waiter task
+                    errors[tp] = self._isr_error(r)
         if waits:
-            errors = await asyncio.gather(*waits.values())
-            for tp, err in zip(waits, errors, strict=True):
-                if err is not None:
-                    out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err}")
+            errors.update(zip(waits, await asyncio.gather(*waits.values()), strict=True))
+        for tp, err in errors.items():
+            if err is not None:
+                out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err}")
         return out
 
     async def append(self, topic: str, index: int, write: Write, *, required_acks: int = -1,
@@ -362,6 +361,11 @@ class ReplicaManager:
                 r.waiters = [(o, f) for o, f in r.waiters if f is not fut]
             if err is not None:
                 return err
+        return self._isr_error(r)
+
+    def _isr_error(self, r: Replica) -> str | None:
+        """After an acks=all write reached the high watermark: the ISR may have shrunk below
+        min.insync.replicas meanwhile (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
         if len(r.isr) < self.min_insync(r):
             return "not_enough_replicas_after_append"
         return None
