@@ -39,7 +39,6 @@ from ..records.batch import (
     build_control_batch,
     check_records,
     decode_batch,
-    find_timestamp,
     iter_batches,
     parse_control_record,
     set_base_offset,
@@ -748,12 +747,9 @@ class PartitionLog:
                 best, where = (seg.max_timestamp, seg.offset_of_max_timestamp), seg
         if where is None:
             return best
-        found = where.find_batch(best[1])
-        if found is None:
-            return best
-        pos, h = found
+        # No record of the segment is later: its first record at or after the maximum is it.
         try:
-            record = find_timestamp(os.pread(where.fd, h.size, pos), 0, h, best[0])
+            record = where.offset_for_timestamp(best[0])
         except CorruptRecordError:
             return best
         return best if record is None else (record[1], record[0])
