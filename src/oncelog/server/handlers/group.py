@@ -129,6 +129,13 @@ def _unknown_partitions(broker, topics) -> frozenset[tuple[str, int]]:
                      or p.partition_index not in known[t.name].partitions)
 
 
+def _known_offsets(broker, topics) -> tuple[frozenset[tuple[str, int]],
+                                          dict[tuple[str, int], OffsetValue]]:
+    """(the partitions that do not exist, the offsets of the others)."""
+    unknown = _unknown_partitions(broker, topics)
+    return unknown, {tp: v for tp, v in _offsets(topics, now_ms()).items() if tp not in unknown}
+
+
 async def handle_offset_commit(broker, ctx, request):
     mod = response_module(ApiKey.OFFSET_COMMIT, ctx.version)
     names = ("OffsetCommitResponseTopic", "OffsetCommitResponsePartition")
@@ -136,9 +143,7 @@ async def handle_offset_commit(broker, ctx, request):
     if err is not None:
         return make(mod.OffsetCommitResponse, throttle_time=0,
                     topics=_per_partition(mod, *names, request.topics, err))
-    unknown = _unknown_partitions(broker, request.topics)
-    offsets = {tp: v for tp, v in _offsets(request.topics, now_ms()).items()
-               if tp not in unknown}
+    unknown, offsets = _known_offsets(broker, request.topics)
     if offsets:  # nothing to commit: the group is not asked (as Kafka)
         err = await broker.group_coordinator.commit(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,
@@ -193,9 +198,7 @@ async def handle_txn_offset_commit(broker, ctx, request):
     unknown: frozenset[tuple[str, int]] = frozenset()
     offsets = {}
     if err is None:
-        unknown = _unknown_partitions(broker, request.topics)
-        offsets = {tp: v for tp, v in _offsets(request.topics, now_ms()).items()
-                   if tp not in unknown}
+        unknown, offsets = _known_offsets(broker, request.topics)
     if err is None and offsets:  # nothing to commit: the transaction is not touched
         err, guard, verify = await _verify_offsets(broker, request, ctx.version >= 5)
         if err is None:
