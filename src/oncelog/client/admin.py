@@ -263,8 +263,9 @@ class Admin:
                 for txn_id in transactional_ids}
 
     def _describe_transaction(self, txn_id: str, deadline: float) -> TransactionDescription:
-        r = self._to_txn_coordinator(
-            txn_id, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn_id]}, deadline,
+        r = self._to_coordinator(
+            KEY_TYPE_TRANSACTION, txn_id, ApiKey.DESCRIBE_TRANSACTIONS,
+            {"transactional_ids": [txn_id]}, deadline,
             lambda r: int(r.transaction_states[0].error_code), f"transactional id {txn_id!r}")
         (s,) = r.transaction_states
         if int(s.error_code):
@@ -330,7 +331,8 @@ class Admin:
                                        else self.config.default_api_timeout_ms / 1000)
         before = self._describe_transaction(transactional_id, deadline)
         # The coordinator aborts and answers CONCURRENT_TRANSACTIONS until it is done.
-        r = self._to_txn_coordinator(transactional_id, ApiKey.INIT_PRODUCER_ID, {
+        r = self._to_coordinator(
+            KEY_TYPE_TRANSACTION, transactional_id, ApiKey.INIT_PRODUCER_ID, {
             "transactional_id": transactional_id,
             "transaction_timeout": _FENCE_TRANSACTION_TIMEOUT_MS,
             "producer_id": -1, "producer_epoch": -1, "enable2_pc": False,
@@ -369,16 +371,12 @@ class Admin:
                     if code else None)
         return out
 
-    def _to_txn_coordinator(self, transactional_id: str, api_key: ApiKey, values: dict,
-                            deadline: float, error_of: Callable[[Any], int], what: str) -> Any:
-        return self._to_coordinator(KEY_TYPE_TRANSACTION, transactional_id, api_key, values,
-                                    deadline, error_of, what)
-
     def _to_coordinator(self, key_type: int, key: str, api_key: ApiKey, values: dict,
                         deadline: float, error_of: Callable[[Any], int], what: str) -> Any:
-        """Send to the transactional id's coordinator and return its answer, retrying
-        retriable ones (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) and an unreachable
-        node until ``deadline`` (a coordinator moves when its broker fails)."""
+        """Send to the coordinator of ``key`` (a transactional id or a group) and return its
+        answer, retrying retriable ones (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...)
+        and an unreachable node until ``deadline`` (a coordinator moves when its broker
+        fails)."""
         # Each call finds the coordinator afresh (Kafka's admin CoordinatorStrategy): admin
         # calls are rare and independent, and a coordinator found calls ago may have moved.
         return coordinator_request.do(
