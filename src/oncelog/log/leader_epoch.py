@@ -176,6 +176,9 @@ class LeaderEpochCache:
         ``epoch`` or whose start offset is >= ``start_offset`` is dropped and the entry appended.
         Returns whether the cache changed; the file is rewritten then, unless ``flush`` is
         False (the caller flushes after a run of assignments)."""
+        epochs = self._epochs
+        if epochs and epoch == epochs[-1] and start_offset >= self._starts[-1] >= 0:
+            return False  # every append of a leader: its epoch is the latest already
         if not self._assign(epoch, start_offset):
             return False
         if flush:

@@ -106,6 +106,9 @@ class LogConfig:
     flush_messages: int = MAX_LONG  # 1 = fsync before acknowledging
     message_timestamp_type: str = "CreateTime"
     max_message_bytes: int = 1048588
+    # acks=all needs this many in-sync replicas (read by the replica manager on every append,
+    # hence here, parsed, as in Kafka's LogConfig).
+    min_insync_replicas: int = 1
     # KIP-937: a CreateTime record's timestamp must lie in [now - before, now + after].
     message_timestamp_before_max_ms: int = MAX_LONG
     message_timestamp_after_max_ms: int = 3_600_000
@@ -249,7 +252,8 @@ class PartitionLog:
         ``replicated`` the high watermark is the log end and this changes nothing."""
         if not self.replicated:
             return self.log_end_offset
-        hw = max(self.log_start_offset, min(offset, self.log_end_offset))
+        end = self.segments[-1].next_offset  # (every acks=all append comes here: kept lean)
+        hw = max(self.log_start_offset, min(end, offset))
         self._high_watermark = max(self._high_watermark, hw)
         return self._high_watermark
 
@@ -529,6 +533,8 @@ class PartitionLog:
             log_append_time = now_ms
         offset = self.log_end_offset
         assigned: list[tuple[int, BatchHeader]] = []
+        max_timestamp = -1
+        records = 0
         for pos, h in batches:
             set_base_offset(data, pos, offset)
             if log_append_time >= 0:
@@ -536,20 +542,22 @@ class PartitionLog:
                 h = h._replace(attributes=h.attributes | 0x08, max_timestamp=log_append_time)
             if leader_epoch is not None:
                 set_partition_leader_epoch(data, pos, leader_epoch)
-                h = h._replace(partition_leader_epoch=leader_epoch)
-            h = h._replace(base_offset=offset)
+                h = h._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
+            else:
+                h = h._replace(base_offset=offset)
             assigned.append((pos, h))
             offset = h.next_offset
+            records += h.records_count
+            max_timestamp = max(max_timestamp, h.max_timestamp)
         if leader_epoch is not None:
             # Before the data, as Kafka: a crash in between leaves an entry past the log end,
             # which opening the log drops, never data whose epoch the cache misses.
             self.leader_epoch_cache.assign(leader_epoch, assigned[0][1].base_offset)
-        self._maybe_roll(len(data), max(h.max_timestamp for _, h in assigned), now_ms,
-                         assigned[-1][1].last_offset)
+        self._maybe_roll(len(data), max_timestamp, now_ms, assigned[-1][1].last_offset)
         seg = self.active_segment
         seg.append(data, assigned)
         self._maybe_preallocate(seg, len(data))
-        self.unflushed_messages += sum(h.records_count for _, h in assigned)
+        self.unflushed_messages += records
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
         return assigned, log_append_time

@@ -94,7 +94,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
                        _non_negative_long, "message_timestamp_before_max_ms"),
         TopicConfigKey("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
                        _non_negative_long, "message_timestamp_after_max_ms"),
-        TopicConfigKey("min.insync.replicas", "min.insync.replicas", _positive_int, None),
+        TopicConfigKey("min.insync.replicas", "min.insync.replicas", _positive_int,
+                       "min_insync_replicas"),
     ]
 }
 
@@ -246,6 +247,9 @@ class BrokerConfig:
 
     def __init__(self, overrides: dict[str, str] | None = None) -> None:
         self.values: dict[str, str] = dict(BROKER_DEFAULTS)
+        # Parsed once, when set: the append path reads settings (min.insync.replicas) for
+        # every partition of every produce request.
+        self._parsed: dict[str, object] = {}
         for key, value in (overrides or {}).items():
             self.set(key, str(value))
 
@@ -256,7 +260,7 @@ class BrokerConfig:
         if key not in BROKER_DEFAULTS:
             raise ConfigError(f"unknown broker setting {key!r}; known: "
                               + ", ".join(sorted(BROKER_DEFAULTS)))
-        self._parse(key, value)
+        self._parsed[key] = self._parse(key, value)
         self.values[key] = value
 
     def _parse(self, key: str, value: str) -> object:
@@ -270,7 +274,11 @@ class BrokerConfig:
             raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from None
 
     def get(self, key: str) -> object:
-        return self._parse(key, self.values[key])
+        try:
+            return self._parsed[key]
+        except KeyError:  # a default, parsed on first use
+            value = self._parsed[key] = self._parse(key, self.values[key])
+            return value
 
     def flag(self, key: str) -> bool:
         value = self.get(key)

@@ -78,13 +78,12 @@ class Replica:
     # a replica just added, which must then hold everything acknowledged.
     pending_isr: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        self.log = self.partition.log  # a partition keeps its log; read on every append
+
     @property
     def tp(self) -> TP:
         return (self.partition.topic, self.partition.index)
-
-    @property
-    def log(self):
-        return self.partition.log
 
 
 class ReplicationError(Exception):
@@ -263,14 +262,9 @@ class ReplicaManager:
                                        f"{r.leader_epoch}")
         return r
 
-    def min_insync(self, r: Replica) -> int:
-        topic = self.broker.topics.get(r.partition.topic)
-        value = topic.configs.get("min.insync.replicas") if topic else None
-        return int(value) if value else self.broker.config.int("min.insync.replicas")
-
     def check_enough_replicas(self, r: Replica) -> None:
         """acks=all: refuse before appending when the ISR is below min.insync.replicas."""
-        need = self.min_insync(r)
+        need = r.log.config.min_insync_replicas
         if len(r.isr) < need:
             raise ReplicationError("not_enough_replicas",
                                    f"{len(r.isr)} in-sync replicas of {r.partition.topic}-"
@@ -284,8 +278,9 @@ class ReplicaManager:
         the leader epoch. (replica, AppendResult); raises AppendError."""
         try:
             r = self.leader_replica(topic, index)
-            if required_acks == -1 and check_min_isr:
-                self.check_enough_replicas(r)
+            if required_acks == -1 and check_min_isr and \
+                    len(r.isr) < r.log.config.min_insync_replicas:
+                self.check_enough_replicas(r)  # raises, saying why
         except ReplicationError as exc:
             raise AppendError(exc.error_name, str(exc)) from None
         try:
@@ -322,8 +317,8 @@ class ReplicaManager:
                 end = result.last_offset + 1
                 if r.log.high_watermark < end:
                     waits[tp] = self.wait_replicated(r, end, timeout_ms)
-                else:  # replicated already (an ISR of one): no waiter task
-                    errors[tp] = self._isr_error(r)
+                elif len(r.isr) < r.log.config.min_insync_replicas:  # replicated already
+                    errors[tp] = self._isr_error(r)  # (an ISR of one): no waiter task
         if waits:
             errors.update(zip(waits, await asyncio.gather(*waits.values()), strict=True))
         for tp, err in errors.items():
@@ -343,9 +338,9 @@ class ReplicaManager:
 
     def appended(self, r: Replica) -> None:
         """The leader appended: followers' long polls wake up; with a lone ISR the high
-        watermark moves now."""
-        r.partition.notify_append()
-        self._maybe_advance_hw(r)
+        watermark moves now (and that wakes them, once)."""
+        if not self._maybe_advance_hw(r):
+            r.partition.notify_append()
 
     async def wait_replicated(self, r: Replica, end_offset: int, timeout_ms: int) -> str | None:
         """acks=all: wait until the high watermark reaches ``end_offset`` (the offset after
@@ -366,7 +361,7 @@ class ReplicaManager:
     def _isr_error(self, r: Replica) -> str | None:
         """After an acks=all write reached the high watermark: the ISR may have shrunk below
         min.insync.replicas meanwhile (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
-        if len(r.isr) < self.min_insync(r):
+        if len(r.isr) < r.log.config.min_insync_replicas:
             return "not_enough_replicas_after_append"
         return None
 
@@ -376,19 +371,22 @@ class ReplicaManager:
                 fut.set_result(error)
         r.waiters = []
 
-    def _maybe_advance_hw(self, r: Replica) -> None:
+    def _maybe_advance_hw(self, r: Replica) -> bool:
+        """Move the high watermark to what every ISR member has; True if it moved (and
+        long polls were woken)."""
         if not r.is_leader:
-            return
+            return False
         plog = r.log
-        ends = [plog.log_end_offset]
-        for f in dict.fromkeys(r.isr + r.pending_isr):
+        new_hw = plog.log_end_offset
+        for f in (*r.isr, *r.pending_isr) if r.pending_isr else r.isr:
             if f != self.node_id:
                 progress = r.followers.get(f)
-                ends.append(progress.leo if progress is not None else -1)
-        new_hw = min(ends)
-        if new_hw > plog.high_watermark:
-            plog.update_high_watermark(new_hw)
-            r.partition.notify_append()  # consumers long-polling for the high watermark
+                new_hw = min(new_hw, progress.leo if progress is not None else -1)
+        if new_hw <= plog.high_watermark:
+            return False
+        plog.update_high_watermark(new_hw)
+        r.partition.notify_append()  # consumers long-polling for the high watermark
+        if r.waiters:
             hw = plog.high_watermark
             still = []
             for offset, fut in r.waiters:
@@ -398,6 +396,7 @@ class ReplicaManager:
                 else:
                     still.append((offset, fut))
             r.waiters = still
+        return True
 
     def follower_fetched(self, r: Replica, replica_id: int, fetch_offset: int) -> None:
         """A follower's fetch: its log end offset is ``fetch_offset`` (Kafka's
