@@ -181,3 +181,29 @@ def test_the_new_count_survives_a_restart(tmp_path):
                 if records:
                     break
             assert [r.value for r in records] == [b"three"]
+
+
+def test_a_subscribed_group_is_assigned_the_new_partitions(broker):
+    """Kafka's leader rejoins when its metadata shows other partition counts than its
+    assignment was made with (at the next metadata refresh, metadata.max.age.ms)."""
+    bootstrap = broker.bootstrap_servers
+    confluent_create_topic(bootstrap, "grow-group", 1)
+    with Consumer(bootstrap_servers=bootstrap, group_id="grow-group-readers",
+                  auto_offset_reset="earliest", metadata_max_age_ms=500) as c:
+        c.subscribe(["grow-group"])
+        for _ in range(50):
+            c.poll(0.1)
+            if c.assignment():
+                break
+        assert c.assignment() == {TopicPartition("grow-group", 0)}
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.create_partitions({"grow-group": 2})
+        with Producer(bootstrap_servers=bootstrap) as p:
+            p.send("grow-group", b"new", partition=1).result(timeout=30)
+        records: list = []
+        for _ in range(100):
+            records += c.poll(0.1)
+            if records:
+                break
+        assert [(r.partition, r.value) for r in records] == [(1, b"new")]
+        assert c.assignment() == {TopicPartition("grow-group", 0), TopicPartition("grow-group", 1)}
