@@ -20,7 +20,11 @@ from support.raw_wire import RawConnection, fetch_request, list_offsets_request
 from support.waiting import wait_until
 
 from oncelog import Admin, Consumer, Producer, TopicPartition
-from oncelog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from oncelog.errors import (
+    InvalidTopicExceptionError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from oncelog.harness.broker_process import BrokerProcess
 
 EARLIEST = -2
@@ -116,6 +120,11 @@ def test_our_admin_the_cli_and_the_producer_state(broker, tmp_path):
             admin.delete_records({tp0: 100})
         with pytest.raises(UnknownTopicOrPartitionError):
             admin.delete_records({TopicPartition("ours-dr", 7): 1})
+        # The coordinators' logs are not for deleting (a commit creates __consumer_offsets).
+        with Consumer(bootstrap_servers=bootstrap, group_id="dr-group") as c:
+            c.commit({tp0: 1})
+        with pytest.raises(InvalidTopicExceptionError):
+            admin.delete_records({TopicPartition("__consumer_offsets", 0): -1})
         # All of the producer's records gone: the partition forgets it.
         assert admin.delete_records({tp1: -1}) == {tp1: 6}
         assert admin.describe_producers([tp1])[tp1] == []

@@ -7,7 +7,7 @@ from collections import Counter
 
 from ...protocol import ApiKey, make, millis, response_module
 from ..replication import ReplicationError
-from ..topics import TopicError
+from ..topics import INTERNAL_TOPICS, TopicError
 from . import acl
 from .util import error_code
 
@@ -40,7 +40,8 @@ async def handle_create_partitions(broker, ctx, request):
 
 async def handle_delete_records(broker, ctx, request):
     """Kafka's handleDeleteRecordsRequest: Delete on the topic (TOPIC_AUTHORIZATION_FAILED),
-    UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist; the leader moves its log
+    UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist, INVALID_TOPIC_EXCEPTION for
+    the internal topics (the coordinators' logs); the leader moves its log
     start offset and answers once every live replica has moved past it too (the low
     watermark), or REQUEST_TIMED_OUT at the request's timeout."""
     mod = response_module(ApiKey.DELETE_RECORDS, ctx.version)
@@ -54,6 +55,8 @@ async def handle_delete_records(broker, ctx, request):
         t = view.topics.get(topic) if view is not None else None
         if t is None or index not in t.partitions:
             return -1, "unknown_topic_or_partition"
+        if topic in INTERNAL_TOPICS:  # Kafka: "Cannot delete records of internal topic"
+            return -1, "invalid_topic_exception"
         try:
             return await broker.replication.delete_records(topic, index, offset, timeout_ms), \
                 None
