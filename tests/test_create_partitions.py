@@ -47,6 +47,7 @@ def _error(futures: dict, topic: str) -> CKError:
     return info.value.args[0]
 
 
+@pytest.mark.slow  # a group join (the initial rebalance delay)
 def test_confluent_admin_grows_a_topic_and_clients_use_the_new_partitions(broker):
     bootstrap = broker.bootstrap_servers
     confluent_create_topic(bootstrap, "grow", 1)
@@ -183,6 +184,7 @@ def test_the_new_count_survives_a_restart(tmp_path):
             assert [r.value for r in records] == [b"three"]
 
 
+@pytest.mark.slow  # a group join (the initial rebalance delay)
 def test_a_subscribed_group_is_assigned_the_new_partitions(broker):
     """Kafka's leader rejoins when its metadata shows other partition counts than its
     assignment was made with (at the next metadata refresh, metadata.max.age.ms)."""
