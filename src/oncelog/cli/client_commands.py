@@ -23,7 +23,7 @@ def run(args) -> int:
         if args.command == "acls":
             return _acls(args)
         if args.command == "delete-records":
-            return partition_commands.delete_records(args)
+            return partition_commands.delete_records(args, connect(args))
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -56,9 +56,9 @@ def offsets_from_json(path: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def delete_records(args) -> int:
+def delete_records(args, client_config: dict) -> int:
+    """``client_config``: the client settings of the common flags (client_commands.connect)."""
     from .. import Admin
-    from .client_commands import connect
 
     if args.offset_json_file:
         if args.topic:
@@ -70,7 +70,7 @@ def delete_records(args) -> int:
         wanted = {}
     else:
         raise ValueError("give --offset-json-file or --topic/--offset")
-    with Admin(**connect(args)) as admin:
+    with Admin(**client_config) as admin:
         if args.topic:
             if args.partition is not None:
                 indexes = [args.partition]
