@@ -56,8 +56,9 @@ class CreatedTopic:
 
 class Metadata(ABC):
     """What both implementations share. Subclasses provide ``start``, ``close``,
-    ``create_topic``, ``request_topic``, ``request_internal_topic``, ``delete_topic`` and
-    ``allocate_producer_id_block``, and call ``_publish`` with every new view."""
+    ``create_topic``, ``create_partitions``, ``request_topic``, ``request_internal_topic``,
+    ``delete_topic`` and ``allocate_producer_id_block``, and call ``_publish`` with every new
+    view."""
 
     def __init__(self, broker) -> None:
         self.broker = broker
