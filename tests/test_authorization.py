@@ -295,6 +295,15 @@ def _requests():
     r["DescribeTransactions"] = (make(
         m(ApiKey.DESCRIBE_TRANSACTIONS, 0).DescribeTransactionsRequest,
         transactional_ids=("t",)), TXN_ID_AUTHORIZATION_FAILED)
+    cp = m(ApiKey.CREATE_PARTITIONS, 3)
+    r["CreatePartitions"] = (make(cp.CreatePartitionsRequest, topics=(make(
+        cp.CreatePartitionsTopic, name="secret", count=4, assignments=None),),
+        timeout=5000, validate_only=False), TOPIC_AUTHORIZATION_FAILED)
+    dr = m(ApiKey.DELETE_RECORDS, 2)
+    r["DeleteRecords"] = (make(dr.DeleteRecordsRequest, topics=(make(
+        dr.DeleteRecordsTopic, name="secret", partitions=(make(
+            dr.DeleteRecordsPartition, partition_index=0, offset=-1),)),), timeout=5000),
+        TOPIC_AUTHORIZATION_FAILED)
     return r
 
 

@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..errors import KafkaError
+from . import partition_commands
 
 
 def run(args) -> int:
@@ -21,6 +22,8 @@ def run(args) -> int:
             return _transactions(args)
         if args.command == "acls":
             return _acls(args)
+        if args.command == "delete-records":
+            return partition_commands.delete_records(args, connect(args))
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -204,6 +207,8 @@ def _topics(args) -> int:
         elif action == "delete":
             admin.delete_topics([args.topic])
             print(f"Deleted topic {args.topic}.")
+        elif action in ("add-partitions", "alter"):
+            return partition_commands.add_partitions(admin, args)
         elif action == "describe":
             names = args.topic or sorted(admin.list_topics())
             for name, desc in admin.describe_topics(names).items():

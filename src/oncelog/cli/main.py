@@ -77,6 +77,28 @@ def build_parser() -> argparse.ArgumentParser:
     tx = tsub.add_parser("delete", help="delete a topic")
     _add_bootstrap(tx)
     tx.add_argument("--topic", required=True)
+    ta = tsub.add_parser("add-partitions", aliases=["alter"],
+                         help="grow a topic to more partitions (kafka-topics --alter "
+                         "--partitions)")
+    _add_bootstrap(ta)
+    ta.add_argument("--topic", required=True)
+    ta.add_argument("--partitions", type=int, required=True,
+                    help="the topic's new partition count")
+    ta.add_argument("--replica-assignment", default=None, metavar="B:B,B:B",
+                    help="the added partitions' replicas: partitions separated by ',', broker "
+                    "ids by ':' (default: the controller places them)")
+
+    dr = sub.add_parser("delete-records", help="delete a partition's records below an offset "
+                        "(kafka-delete-records: its log start offset moves there)")
+    _add_bootstrap(dr)
+    dr.add_argument("--offset-json-file", default=None, metavar="FILE",
+                    help='{"partitions": [{"topic": "t", "partition": 0, "offset": 10}], '
+                    '"version": 1}')
+    dr.add_argument("--topic", default=None)
+    dr.add_argument("--partition", type=int, default=None,
+                    help="with --topic (default: every partition of the topic)")
+    dr.add_argument("--offset", type=int, default=None,
+                    help="with --topic: the new first offset (-1: the high watermark)")
 
     p = sub.add_parser("produce", help="produce lines from stdin, one record per line")
     _add_bootstrap(p)

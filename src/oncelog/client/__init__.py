@@ -28,6 +28,7 @@ from .transaction_manager import IllegalStateError, PreparedTxnState, Transactio
 from .types import (
     ConsumerGroupMetadata,
     ConsumerRecord,
+    NewPartitions,
     NewTopic,
     PartitionInfo,
     ProducerState,
@@ -45,6 +46,7 @@ __all__ = [
     "ConsumerRecord",
     "IllegalStateError",
     "KafkaTimeoutError",
+    "NewPartitions",
     "NewTopic",
     "NoOffsetForPartitionError",
     "PartitionInfo",

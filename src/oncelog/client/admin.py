@@ -45,6 +45,7 @@ from .errors import KafkaTimeoutError
 from .metadata import BrokerNode, metadata_request
 from .network import NetworkClient
 from .types import (
+    NewPartitions,
     NewTopic,
     ProducerState,
     TopicDescription,
@@ -123,6 +124,76 @@ class Admin:
             timeout_ms = self.config.request_timeout_ms
         values = {"topic_names": names, "timeout": timeout_ms}
         self._per_topic(ApiKey.DELETE_TOPICS, values, "responses", "delete", timeout_ms)
+
+    def create_partitions(self, new_partitions: Mapping[str, NewPartitions | int],
+                          timeout_ms: int | None = None, validate_only: bool = False) -> None:
+        """Kafka's Admin.createPartitions: grow each topic to its new partition count (an int,
+        or NewPartitions with the added partitions' replicas). Raises e.g.
+        InvalidPartitionsError (not an increase), InvalidReplicaAssignmentError,
+        UnknownTopicOrPartitionError, TopicAuthorizationFailedError."""
+        if not new_partitions:
+            return
+        if timeout_ms is None:
+            timeout_ms = self.config.request_timeout_ms
+        topics = []
+        for name, spec in new_partitions.items():
+            if isinstance(spec, int):
+                spec = NewPartitions(spec)
+            topics.append({"name": name, "count": spec.total_count, "assignments": None
+                           if spec.new_assignments is None else
+                           [{"broker_ids": list(b)} for b in spec.new_assignments]})
+        values = {"topics": topics, "timeout": timeout_ms, "validate_only": validate_only}
+        self._per_topic(ApiKey.CREATE_PARTITIONS, values, "results", "add partitions to",
+                        timeout_ms)
+
+    def delete_records(self, offsets: Mapping[TopicPartition | tuple[str, int], int],
+                       timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """Kafka's Admin.deleteRecords (KIP-107): move each partition's log start offset to
+        the given offset (-1: the high watermark), asking each partition's leader. Returns
+        each partition's low watermark (its new first offset). Raises e.g.
+        OffsetOutOfRangeError past the high watermark, TopicAuthorizationFailedError."""
+        if timeout_ms is None:
+            timeout_ms = self.config.request_timeout_ms
+        wanted = {TopicPartition(*tp): int(o) for tp, o in offsets.items()}
+        deadline = self._deadline(extra_ms=timeout_ms)
+        out: dict[TopicPartition, int] = {}
+        attempt = 0
+        while wanted:
+            cluster = self._metadata(sorted({tp.topic for tp in wanted}))
+            by_leader: dict[int | None, list[TopicPartition]] = {}
+            for tp in wanted:
+                leader = cluster.leader_for(tp)
+                by_leader.setdefault(leader if leader is not None and leader >= 0 else None,
+                                     []).append(tp)
+            retry: dict[TopicPartition, int] = {}
+            for leader, tps in by_leader.items():
+                topics: dict[str, list[dict[str, int]]] = {}
+                for tp in tps:
+                    topics.setdefault(tp.topic, []).append(
+                        {"partition_index": tp.partition, "offset": wanted[tp]})
+                response = self._net.request_any(ApiKey.DELETE_RECORDS, {
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                    "timeout": timeout_ms}, deadline, node_id=leader)
+                for t in response.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        code = int(p.error_code)
+                        if not code:
+                            out[tp] = int(p.low_watermark)
+                        elif issubclass(error_for_code(code), RetriableError) \
+                                and code != 3:  # an unknown partition is the answer here
+                            retry[tp] = wanted[tp]
+                        else:
+                            raise error_for_code(code)(f"cannot delete records of "
+                                                       f"{tp.topic}-{tp.partition}")
+            wanted = retry
+            if wanted:
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"cannot delete records of {sorted(wanted)}: still "
+                                            "failing with retriable errors")
+                self._net.sleep(self._net.retry_backoff.backoff(attempt - 1))
+        return out
 
     def _per_topic(self, api_key: int, values: dict[str, Any], results: str, verb: str,
                    timeout_ms: int) -> None:

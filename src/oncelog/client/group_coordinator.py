@@ -97,6 +97,10 @@ class GroupCoordinator:
         self.member_lost = False
         self.joining = False  # the heartbeat thread stays quiet while a join is under way
         self.next_auto_commit = 0.0
+        # The leader's partition counts of the assignment it made (Kafka's assignmentSnapshot):
+        # when the metadata shows other counts (partitions added), the leader rejoins.
+        self._assigned_counts: dict[str, int] | None = None
+        self._next_metadata_check = 0.0
         self._hb_stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
         self._hb_net = NetworkClient(config, f"{client_id}-heartbeat")
@@ -154,10 +158,31 @@ class GroupCoordinator:
                 self.on_lost(lost)
             elif lost and self.on_revoke is not None:
                 self.on_revoke(lost)
+        if not self.rejoin_needed and self._assigned_counts is not None \
+                and time.monotonic() >= self._next_metadata_check:
+            self._check_partition_counts(deadline)
         if self.rejoin_needed:
             self._rebalance(deadline)
         if self.config.enable_auto_commit and time.monotonic() >= self.next_auto_commit:
             self._auto_commit(deadline)
+
+    def _check_partition_counts(self, deadline: float) -> None:
+        """Kafka's leader compares its assignment's metadata snapshot with the current one at
+        every metadata refresh (metadata.max.age.ms): a topic that grew (CreatePartitions)
+        makes it rejoin, so the new partitions are assigned."""
+        counts = self._assigned_counts or {}
+        self._next_metadata_check = time.monotonic() + self.config.metadata_max_age_ms / 1000
+        try:
+            cluster = self.net.update_metadata(sorted(counts), deadline,
+                                               allow_auto_topic_creation=False)
+        except (KafkaError, TimeoutError) as exc:
+            log.debug("group %r: metadata refresh failed: %s", self.group_id, exc)
+            return
+        now = {t: len(ps) for t in counts if (ps := cluster.partitions_for(t))}
+        if now != counts:
+            log.info("group %r: partition counts changed %s -> %s: rejoining", self.group_id,
+                     counts, now)
+            self.rejoin_needed = True
 
     def _auto_commit(self, deadline: float) -> None:
         self.next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
@@ -226,6 +251,7 @@ class GroupCoordinator:
         if code:
             raise error_for_code(code)(f"JoinGroup {self.group_id!r}")
         self.member_id, self.generation = r.member_id, int(r.generation_id)
+        self._assigned_counts = None
         assignments: list[dict[str, Any]] = []
         if r.leader == r.member_id and not getattr(r, "skip_assignment", False):
             # KIP-814: a static leader that rejoined a stable group keeps the assignment.
@@ -246,6 +272,8 @@ class GroupCoordinator:
         wanted = sorted({t for s in subscriptions.values() for t in s.topics})
         cluster = self.net.update_metadata(wanted, deadline, allow_auto_topic_creation=False)
         counts = {t: len(ps) for t in wanted if (ps := cluster.partitions_for(t))}
+        self._assigned_counts = counts
+        self._next_metadata_check = time.monotonic() + self.config.metadata_max_age_ms / 1000
         plan = ASSIGNORS[protocol](subscriptions, counts)
         log.info("group %r generation %d: %s assigns %s", self.group_id, self.generation,
                  protocol, {m: len(ps) for m, ps in plan.items()})

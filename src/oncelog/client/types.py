@@ -43,6 +43,15 @@ class NewTopic:
     config: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class NewPartitions:
+    """Kafka's NewPartitions.increaseTo: the topic's new partition count and, optionally, the
+    replicas (broker ids) of each added partition, else the controller places them."""
+
+    total_count: int
+    new_assignments: list[list[int]] | None = None
+
+
 @dataclass(frozen=True)
 class PartitionInfo:
     partition: int

@@ -400,6 +400,26 @@ class KafkaZkClient(ZooKeeperClient):
         return TopicAssignment(name, topic_id, {p: tuple(r) for p, r in assignment.items()},
                                configs)
 
+    def add_partitions(self, name: str, added: Mapping[int, Sequence[int]]) -> None:
+        """Add partitions to a topic's assignment (``/brokers/topics/<name>``, Kafka's
+        setTopicAssignment after AdminZkClient.addPartitions); the controller then elects
+        their leaders. The write is conditional on the znode's version, and ``added`` must
+        continue the partitions there (ClusterError when they changed meanwhile).
+        UnknownTopicError."""
+        path = TopicZNode.path(name)
+        found = self._get_many([self._p(path)])[0]
+        decoded = TopicZNode.decode(found[0]) if found is not None else None
+        if found is None or decoded is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        topic_id, partitions = decoded
+        if sorted(added) != list(range(len(partitions), len(partitions) + len(added))):
+            raise ClusterError(f"topic {name!r} has {len(partitions)} partitions now, not the "
+                               f"{min(added)} the new ones were planned after")
+        assignment = {**partitions, **{p: tuple(r) for p, r in added.items()}}
+        if self._set_conditional(path, TopicZNode.encode(assignment, topic_id),
+                                 int(found[1].version)) is None:
+            raise ClusterError(f"topic {name!r} changed while partitions were added")
+
     def topic(self, name: str) -> TopicAssignment | None:
         topic, config = self._get_many([self._p(TopicZNode.path(name)),
                                         self._p(ConfigEntityZNode.path(ConfigType.TOPIC, name))])

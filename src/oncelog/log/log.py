@@ -48,6 +48,7 @@ from ..records.batch import (
     validate_batch,
 )
 from ..records.region import FileRegion
+from . import log_start
 from .loader import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_FILE,
@@ -179,6 +180,7 @@ class PartitionLog:
         self._recovered_from: int | None = None  # first offset validated after an unclean stop
         try:
             load_segments(self, now_ms)
+            self._log_start_offset = log_start.load_log_start_offset(self)
             load_producer_state(self)
             self.leader_epoch_cache = load_leader_epoch_cache(self)
             self._high_watermark = self.log_end_offset
@@ -232,7 +234,15 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        """The first offset served (KIP-107: DeleteRecords moves it; log/log_start.py)."""
+        return self._log_start_offset
+
+    def increment_log_start_offset(self, offset: int, now_ms: int) -> bool:
+        """Move the log start forward (log/log_start.py); False when it is there already."""
+        return log_start.increment_log_start_offset(self, offset, now_ms)
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        log_start.truncate_fully_and_start_at(self, offset, now_ms)
 
     @property
     def log_end_offset(self) -> int:
@@ -493,7 +503,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             self.leader_epoch_cache.truncate_from_end(offset)
             return self.log_end_offset
-        offset = max(offset, self.log_start_offset)
+        offset = max(offset, self.segments[0].base_offset)
         # Keep the segments that hold something below ``offset`` (always the first).
         keep = 1
         while keep < len(self.segments) and self.segments[keep].base_offset < offset:
@@ -503,6 +513,7 @@ class PartitionLog:
         del self.segments[keep:]
         self.active_segment.truncate_to(offset)
         end = self.log_end_offset
+        log_start.after_truncation(self)
         load_producer_state(self)  # deletes the snapshots above ``end``
         self.leader_epoch_cache.truncate_from_end(end)
         if self.replicated and self._high_watermark > end:
@@ -651,10 +662,11 @@ class PartitionLog:
             self._write_high_watermark()
 
     def apply_retention(self, now_ms: int) -> list[int]:
-        """Delete whole segments past retention.ms or beyond retention.bytes; never the
-        active segment. Returns the base offsets deleted."""
+        """Delete whole segments below the log start, past retention.ms or beyond
+        retention.bytes; never the active segment. Returns the base offsets deleted."""
         deleted: list[int] = []
         total = self.size_bytes
+        below_start = log_start.breached_segments(self)
         while len(self.segments) > 1:
             seg = self.segments[0]
             by_time = self.config.retention_ms >= 0 and seg.max_timestamp >= 0 and (
@@ -663,13 +675,14 @@ class PartitionLog:
             by_size = self.config.retention_bytes >= 0 and (
                 total - seg.size >= self.config.retention_bytes
             )
-            if not (by_time or by_size):
+            if not (by_time or by_size or len(deleted) < below_start):
                 break
             total -= seg.size
             deleted.append(seg.base_offset)
             seg.delete()
             del self.segments[0]
         if deleted:
+            log_start.after_segments_deleted(self)
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
             if self.replicated and self._high_watermark < self.log_start_offset:
                 self._high_watermark = self.log_start_offset

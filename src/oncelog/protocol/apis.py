@@ -27,6 +27,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     OFFSET_FOR_LEADER_EPOCH = 23
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
@@ -39,6 +40,7 @@ class ApiKey(enum.IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -73,6 +75,8 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     ApiKey.FIND_COORDINATOR: (0, 4),  # v5+ adds share groups (KIP-932)
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v0 is v1 without tagged fields (not in kio); v2 KIP-890
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.CREATE_PARTITIONS: (0, 3),  # v2+ flexible, v3 as v2 (KIP-599 quotas' version)
+    ApiKey.DELETE_RECORDS: (0, 2),  # KIP-107; v2 flexible
 }
 
 

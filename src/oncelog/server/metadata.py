@@ -39,6 +39,8 @@ from .topics import (
 
 log = logging.getLogger("oncelog.metadata")
 
+MAX_PARTITIONS = 10000  # as TopicManager.validate_new
+
 VIEW_POLL_S = 0.05
 # The coordinators' topics: the prefix of their broker settings.
 INTERNAL_PREFIX = {CONSUMER_OFFSETS: "offsets.topic", TRANSACTION_STATE: "transaction.state.log"}
@@ -54,8 +56,9 @@ class CreatedTopic:
 
 class Metadata(ABC):
     """What both implementations share. Subclasses provide ``start``, ``close``,
-    ``create_topic``, ``request_topic``, ``request_internal_topic``, ``delete_topic`` and
-    ``allocate_producer_id_block``, and call ``_publish`` with every new view."""
+    ``create_topic``, ``create_partitions``, ``request_topic``, ``request_internal_topic``,
+    ``delete_topic`` and ``allocate_producer_id_block``, and call ``_publish`` with every new
+    view."""
 
     def __init__(self, broker) -> None:
         self.broker = broker
@@ -234,6 +237,74 @@ class Metadata(ABC):
         if name in INTERNAL_TOPICS:
             raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be "
                              "deleted")
+
+    def plan_new_partitions(self, name: str, count: int, assignment: list[list[int]] | None
+                            ) -> dict[int, list[int]]:
+        """CreatePartitions' checks (Kafka's createPartitions) and the new partitions'
+        replicas: the ones given, else placed over the live brokers as at topic creation
+        (``assign_replicas`` continuing at the topic's partition count, starting from the
+        broker of partition 0's first replica, as AdminZkClient.addPartitions). TopicError."""
+        topic = self.view.topics.get(name)
+        if topic is None:
+            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        if name in INTERNAL_TOPICS:
+            # The coordinators map a group or transactional id to a partition by the count:
+            # more partitions would move every coordinator and lose its state.
+            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot "
+                             "have partitions added")
+        existing = len(topic.partitions)
+        if count == existing:
+            raise TopicError("invalid_partitions", f"Topic already has {existing} partition(s).")
+        if count < existing:
+            raise TopicError("invalid_partitions", f"The topic {name} currently has {existing} "
+                             f"partition(s); {count} would not be an increase.")
+        if count > MAX_PARTITIONS:
+            raise TopicError("invalid_partitions", f"more than {MAX_PARTITIONS} partitions")
+        added = count - existing
+        rf = len(topic.partitions[0]) if 0 in topic.partitions else 1
+        if assignment is not None:
+            if len(assignment) != added:
+                raise TopicError("invalid_replica_assignment", f"Attempted to add {added} "
+                                 f"additional partition(s), but only {len(assignment)} "
+                                 "assignment(s) were specified.")
+            out = {}
+            for i, reps in enumerate(assignment):
+                if not reps:
+                    raise TopicError("invalid_replica_assignment", "The manual partition "
+                                     "assignment includes an empty replica list.")
+                if len(set(reps)) != len(reps):
+                    raise TopicError("invalid_replica_assignment", "The manual partition "
+                                     "assignment includes duplicate replicas.")
+                for b in reps:
+                    if b not in self.view.brokers:
+                        raise TopicError("invalid_replica_assignment", "The manual partition "
+                                         f"assignment includes broker {b}, but no such broker "
+                                         "is registered.")
+                if len(reps) != rf:
+                    raise TopicError("invalid_replica_assignment", "The manual partition "
+                                     f"assignment includes a partition with {len(reps)} "
+                                     "replica(s), but this is not consistent with previous "
+                                     f"partitions, which have {rf} replica(s).")
+                out[existing + i] = list(reps)
+            return out
+        live = sorted(self.view.brokers)
+        if rf > len(live):
+            raise TopicError("invalid_replication_factor", f"replication factor {rf} is larger "
+                             f"than the {len(live)} available broker(s)")
+        first = topic.partitions[0][0] if topic.partitions.get(0) else live[0]
+        start = next((i for i, b in enumerate(live) if b >= first), 0)
+        # Kafka passes the start index as the first shift too (assignReplicasToBrokers'
+        # fixedStartIndex).
+        return assign_replicas(added, rf, live, start_index=start, start_shift=start,
+                               start_partition=existing)
+
+    @abstractmethod
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None, *, validate_only: bool,
+                                timeout_ms: int) -> None:
+        """CreatePartitions: grow the topic to ``count`` partitions (``plan_new_partitions``
+        checks and places them); returns once the new partitions have leaders (or the
+        request's timeout passed). TopicError."""
 
     @abstractmethod
     async def delete_topic(self, name: str, timeout_ms: int) -> None:

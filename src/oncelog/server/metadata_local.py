@@ -123,6 +123,25 @@ class LocalMetadata(Metadata):
         topic = topics.topics[name]
         return CreatedTopic(topic.topic_id, dict(topic.configs), len(plan), rf_used)
 
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None, *, validate_only: bool,
+                                timeout_ms: int) -> None:
+        plan = self.plan_new_partitions(name, count, assignment)
+        if validate_only:
+            return
+        topic = self.broker.topics.topics[name]
+        try:
+            self.broker.topics.host(name, topic.topic_id, count, topic.configs,
+                                    {p.index for p in topic.partitions} | set(plan), now_ms())
+        except OSError as exc:
+            raise TopicError("kafka_storage_error", f"cannot add partitions to {name!r}: "
+                             f"{exc}") from None
+        assignments = {name: {p: (self.node_id,) for p in plan}}
+        for tp, state in new_partition_states(assignments, (), {self.node_id},
+                                              CONTROLLER_EPOCH).items():
+            self._states[tp] = (state, 0)
+        self._publish_local()
+
     def request_topic(self, name: str, num: int, rf: int, configs: dict) -> str | None:
         try:
             self.plan(num, min(rf, 1), None)

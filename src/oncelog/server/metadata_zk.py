@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from ..cluster.controller import Controller
-from ..cluster.errors import TopicExistsError
+from ..cluster.errors import ClusterError, TopicExistsError, UnknownTopicError
 from ..cluster.metadata_view import MetadataView
 from ..cluster.zk_client import KafkaZkClient
 from .config import ConfigError, validate_topic_configs
@@ -107,6 +107,31 @@ class ZkMetadata(Metadata):
             raise TopicError("topic_already_exists", f"topic {name!r} already exists") from None
         await self.wait_for(lambda v: all((name, p) in v.states for p in plan), timeout_ms)
         return CreatedTopic(topic_id, clean, len(plan), rf_used)
+
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None, *, validate_only: bool,
+                                timeout_ms: int) -> None:
+        """CreatePartitions in cluster mode, as Kafka's ZooKeeper mode: only the controller
+        takes it (NOT_CONTROLLER elsewhere: the client finds the controller again); it places
+        the new replicas and writes the topic's whole assignment znode, conditional on the
+        version it planned from; the controller's next pass elects the new partitions'
+        leaders and every broker opens the replicas the view assigns it."""
+        if self.controller is None or not self.controller.active:
+            raise TopicError("not_controller", "this broker is not the controller")
+        if name in await asyncio.to_thread(self.store.pending_deletions):
+            raise TopicError("invalid_topic_exception", "The topic is queued for deletion.")
+        plan = self.plan_new_partitions(name, count, assignment)
+        if validate_only:
+            return
+        try:
+            await asyncio.to_thread(self.store.add_partitions, name, plan)
+        except UnknownTopicError:
+            raise TopicError("unknown_topic_or_partition",
+                             f"topic {name!r} does not exist") from None
+        except ClusterError as exc:  # partitions added meanwhile: planned from a stale count
+            raise TopicError("invalid_partitions", str(exc)) from None
+        self.controller.poke()
+        await self.wait_for(lambda v: all((name, p) in v.states for p in plan), timeout_ms)
 
     def request_topic(self, name: str, num: int, rf: int, configs: dict) -> str:
         """Auto-creation from a Metadata request: write the assignment, answer at once (the

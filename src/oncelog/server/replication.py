@@ -57,6 +57,7 @@ class FollowerProgress:
     last_fetch_ms: int = 0
     leader_leo_at_last_fetch: int = 0
     last_caught_up_ms: int = 0
+    log_start_offset: int = -1  # as its last fetch said (DeleteRecords' low watermark)
 
 
 @dataclass
@@ -71,6 +72,8 @@ class Replica:
     is_leader: bool = False
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+    # DeleteRecords waiting for every live replica's log start to reach an offset.
+    start_waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
     needs_truncation: bool = False  # follower: ask the leader where our logs diverge first
     isr_change_in_flight: bool = False
     # The ISR being written to ZooKeeper. Until the write is confirmed the high watermark
@@ -366,10 +369,10 @@ class ReplicaManager:
         return None
 
     def _fail_waiters(self, r: Replica, error: str) -> None:
-        for _offset, fut in r.waiters:
+        for _offset, fut in r.waiters + r.start_waiters:
             if not fut.done():
                 fut.set_result(error)
-        r.waiters = []
+        r.waiters, r.start_waiters = [], []
 
     def _maybe_advance_hw(self, r: Replica) -> bool:
         """Move the high watermark to what every ISR member has; True if it moved (and
@@ -398,12 +401,17 @@ class ReplicaManager:
             r.waiters = still
         return True
 
-    def follower_fetched(self, r: Replica, replica_id: int, fetch_offset: int) -> None:
-        """A follower's fetch: its log end offset is ``fetch_offset`` (Kafka's
-        updateFollowerFetchState). May expand the ISR and move the high watermark."""
+    def follower_fetched(self, r: Replica, replica_id: int, fetch_offset: int,
+                         log_start_offset: int = -1) -> None:
+        """A follower's fetch: its log end offset is ``fetch_offset``, its log start
+        ``log_start_offset`` (Kafka's updateFollowerFetchState). May expand the ISR, move the
+        high watermark and the low watermark."""
         progress = r.followers.get(replica_id)
         if progress is None:
             return
+        if log_start_offset != progress.log_start_offset:
+            progress.log_start_offset = log_start_offset
+            self._maybe_complete_delete_records(r)
         now = now_ms()
         leo = r.log.log_end_offset
         if fetch_offset >= leo:
@@ -418,6 +426,62 @@ class ReplicaManager:
             self._change_isr(r, tuple(x for x in r.replicas
                                       if x in r.isr or x == replica_id))
         self._maybe_advance_hw(r)
+
+    # -- DeleteRecords (KIP-107) ---------------------------------------------------------------
+
+    def low_watermark(self, r: Replica) -> int:
+        """Kafka's lowWatermarkIfLeader: the lowest log start offset of the replicas on live
+        brokers (the leader's own included), as their fetches said."""
+        low = r.log.log_start_offset
+        live = self.view.brokers if self.view is not None else {}
+        for f, progress in r.followers.items():
+            if f in live:
+                low = min(low, progress.log_start_offset)
+        return low
+
+    async def delete_records(self, topic: str, index: int, offset: int, timeout_ms: int
+                             ) -> int:
+        """Move the leader's log start offset to ``offset`` (-1: the high watermark; Kafka's
+        deleteRecordsOnLeader) and wait until every live replica has followed (the low
+        watermark, which is answered). ReplicationError: not the leader,
+        OFFSET_OUT_OF_RANGE past the high watermark, POLICY_VIOLATION for a compacted-only
+        topic, REQUEST_TIMED_OUT."""
+        r = self.leader_replica(topic, index)
+        plog = r.log
+        topic_meta = self.broker.topics.get(topic)
+        policy = str((topic_meta.configs if topic_meta else {}).get("cleanup.policy")
+                     or self.broker.config.topic_defaults().get("cleanup.policy", "delete"))
+        if "delete" not in policy.split(","):
+            raise ReplicationError("policy_violation", f"records of {topic}-{index} can not be "
+                                   "deleted due to the configured policy")
+        target = plog.high_watermark if offset == -1 else offset
+        if target < 0 or target > plog.high_watermark:
+            raise ReplicationError("offset_out_of_range", f"offset {target} is not in "
+                                   f"[0, high watermark {plog.high_watermark}]")
+        if plog.increment_log_start_offset(target, now_ms()):
+            log.info("%s-%d: log start offset %d (DeleteRecords)", topic, index, target)
+            r.partition.notify_append()  # long polls answer the new log start sooner
+        if self.low_watermark(r) < target:
+            fut = asyncio.get_running_loop().create_future()
+            r.start_waiters.append((target, fut))
+            try:
+                err = await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000)
+            except TimeoutError:
+                err = "request_timed_out"
+            finally:
+                r.start_waiters = [(o, f) for o, f in r.start_waiters if f is not fut]
+            if err is not None:
+                raise ReplicationError(err, f"{topic}-{index}: replicas did not delete up to "
+                                       f"offset {target}")
+        return self.low_watermark(r)
+
+    def _maybe_complete_delete_records(self, r: Replica) -> None:
+        if not r.start_waiters:
+            return
+        low = self.low_watermark(r)
+        for offset, fut in r.start_waiters:
+            if offset <= low and not fut.done():
+                fut.set_result(None)
 
     def _caught_up_for_isr(self, r: Replica, fetch_offset: int) -> bool:
         # Kafka: at the high watermark, and past the start of the current leader epoch (so the
@@ -616,15 +680,31 @@ class ReplicaManager:
                     errors += 1
                     name = p.error_code.name
                     if name == "offset_out_of_range":
-                        r.needs_truncation = True
+                        self._out_of_range(r, p.log_start_offset)
                     log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, name)
                     continue
                 plog = r.log
                 if p.records:
                     plog.append_as_follower(p.records)
                 plog.update_high_watermark(min(p.high_watermark, plog.log_end_offset))
+                # Kafka's follower: the leader's log start offset, as its answer says.
+                if p.log_start_offset > plog.log_start_offset:
+                    plog.increment_log_start_offset(
+                        min(p.log_start_offset, plog.high_watermark), now_ms())
         if errors and time.monotonic() - started < BACKOFF_S:
             await self._backoff(leader)
+
+    def _out_of_range(self, r: Replica, leader_log_start: int) -> None:
+        """Kafka's handleOutOfRangeError: a follower whose log ends below the leader's log
+        start (the leader deleted records it had not fetched yet) starts again, empty, at
+        the leader's log start; otherwise its log ends past the leader's: truncate by epoch."""
+        plog = r.log
+        if 0 <= leader_log_start and plog.log_end_offset < leader_log_start:
+            log.info("%s-%d: log end %d below the leader's log start %d: starting there",
+                     *r.tp, plog.log_end_offset, leader_log_start)
+            plog.truncate_fully_and_start_at(leader_log_start, now_ms())
+        else:
+            r.needs_truncation = True
 
     # -- OffsetForLeaderEpoch (the leader answers followers) ----------------------------------
 

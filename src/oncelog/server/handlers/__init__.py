@@ -10,6 +10,7 @@ from . import (
     group,
     leader_epoch,
     list_offsets,
+    partitions,
     produce,
     producer_id,
     producers,
@@ -37,6 +38,9 @@ _LOG_AND_WIRE = {
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
     # Cluster mode: where a leader epoch ends (followers' truncation, KIP-320 clients).
     ApiKey.OFFSET_FOR_LEADER_EPOCH: leader_epoch.handle_offset_for_leader_epoch,
+    # A topic grows; a partition's log start moves (KIP-107).
+    ApiKey.CREATE_PARTITIONS: partitions.handle_create_partitions,
+    ApiKey.DELETE_RECORDS: partitions.handle_delete_records,
 }
 
 

@@ -20,9 +20,10 @@ READ_COMMITTED = 1
 
 
 def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_id=-1,
-                    leader_epoch=-1):
+                    leader_epoch=-1, follower_log_start=-1):
     """Returns (error name, hw, lso, log start, records bytes, aborted transactions).
-    ``replica_id`` >= 0: a follower's fetch, which reads to the log end."""
+    ``replica_id`` >= 0: a follower's fetch, which reads to the log end (and says where the
+    follower's log starts: DeleteRecords' low watermark)."""
     upto = None
     try:
         replica = broker.replication.leader_replica(topic, index, leader_epoch)
@@ -30,7 +31,8 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_
         return exc.error_name, -1, -1, -1, b"", ()
     partition = replica.partition
     if replica_id >= 0:
-        broker.replication.follower_fetched(replica, replica_id, sp.fetch_offset)
+        broker.replication.follower_fetched(replica, replica_id, sp.fetch_offset,
+                                            follower_log_start)
         upto = partition.log.log_end_offset
     plog = partition.log
     hw = plog.high_watermark
@@ -57,14 +59,16 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_
     return None, hw, lso, start, data, aborted
 
 
-def _collect(broker, session, full, isolation, max_bytes, replica_id=-1, epochs=None):
+def _collect(broker, session, full, isolation, max_bytes, replica_id=-1, epochs=None,
+             starts=None):
     results = []  # (topic, partition, error, hw, lso, start, data, aborted, session partition)
     total = 0
     budget = max_bytes
     for (topic, index), sp in session.partitions.items():
         err, hw, lso, start, data, aborted = _read_partition(
             broker, topic, index, sp, isolation, budget, first=total == 0,
-            replica_id=replica_id, leader_epoch=(epochs or {}).get((topic, index), -1))
+            replica_id=replica_id, leader_epoch=(epochs or {}).get((topic, index), -1),
+            follower_log_start=(starts or {}).get((topic, index), -1))
         budget -= len(data)
         total += len(data)
         changed = (data or err or hw != sp.high_watermark or lso != sp.last_stable_offset
@@ -116,10 +120,13 @@ async def handle_fetch(broker, ctx, request):
                         for t in request.topics))
     epochs = {(t.topic, p.partition): getattr(p, "current_leader_epoch", -1)
               for t in request.topics for p in t.partitions}
+    starts = {(t.topic, p.partition): getattr(p, "log_start_offset", -1)
+              for t in request.topics for p in t.partitions} if replica_id >= 0 else None
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     max_bytes = min(max_bytes, broker.config.int("fetch.max.bytes"))
     max_wait = millis(request.max_wait)
-    results, total = _collect(broker, session, full, isolation, max_bytes, replica_id, epochs)
+    results, total = _collect(broker, session, full, isolation, max_bytes, replica_id, epochs,
+                               starts)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait / 1000
     # Long poll: wait for appends until min_bytes is reached or max_wait runs out.
@@ -135,7 +142,8 @@ async def handle_fetch(broker, ctx, request):
             for p, f in futs:
                 p.waiters.discard(f)
                 f.cancel()
-        results, total = _collect(broker, session, full, isolation, max_bytes, replica_id, epochs)
+        results, total = _collect(broker, session, full, isolation, max_bytes, replica_id, epochs,
+                               starts)
     by_topic: dict[str, list] = {}
     may_read = acl.topics_checker(broker, ctx, acl.Op.READ)
     for topic, index, err, hw, lso, start, data, aborted, sp in results:
