@@ -190,4 +190,4 @@ def test_metadata_v12_looks_topics_up_by_id(conn):
                               make(mod.MetadataRequestTopic, topic_id=stranger, name=None))))
     by_name = {t.name: t for t in r.topics}
     assert by_name["looked-up"].topic_id == tid and len(by_name["looked-up"].partitions) == 3
-    assert by_name[None].error_code == UNKNOWN_TOPIC_ID
+    assert (by_name[None].error_code, by_name[None].topic_id) == (UNKNOWN_TOPIC_ID, stranger)
