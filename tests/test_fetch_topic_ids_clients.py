@@ -93,3 +93,37 @@ def test_admin_describes_and_deletes_topics_by_id(broker):
         assert topic not in admin.list_topics()
         with pytest.raises(UnknownTopicIdError):
             admin.delete_topics([tid])
+
+
+def test_our_consumer_follows_a_topic_deleted_and_recreated_under_its_name(broker):
+    """The old id's fetches are answered UNKNOWN_TOPIC_ID: the consumer refreshes its metadata,
+    fetches the new topic by its new id, finds its old position out of range and starts over
+    from the earliest offset (auto_offset_reset); nothing of the old topic is read twice."""
+    topic = f"again-{uuid.uuid4().hex[:8]}"
+    tp = TopicPartition(topic, 0)
+    with Admin(bootstrap_servers=broker.bootstrap_servers) as admin, \
+            Producer(bootstrap_servers=broker.bootstrap_servers) as p, \
+            Consumer(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest",
+                     fetch_max_wait_ms=10) as c:
+        admin.create_topics([OurNewTopic(topic, 1, 1)])
+        for i in range(5):
+            p.send(topic, f"old{i}".encode()).result(10)
+        c.assign([tp])
+        got: list[bytes] = []
+        for _ in range(50):
+            got.extend(r.value for r in c.poll(timeout=0.5))
+            if len(got) >= 5:
+                break
+        assert got == [f"old{i}".encode() for i in range(5)] and c.position(tp) == 5
+        old_id = admin.describe_topics([topic])[topic].topic_id
+        admin.delete_topics([old_id])
+        admin.create_topics([OurNewTopic(topic, 1, 1)])
+        assert admin.describe_topics([topic])[topic].topic_id != old_id
+        for i in range(2):
+            p.send(topic, f"new{i}".encode()).result(10)
+        got = []
+        for _ in range(60):
+            got.extend(r.value for r in c.poll(timeout=0.5))
+            if len(got) >= 2:
+                break
+        assert got == [b"new0", b"new1"]
