@@ -5,17 +5,19 @@
 #   --with-kcat       kcat (the interop tests)
 #   --with-postgres   a PostgreSQL server (the dual-write tests start one of their own)
 #   --with-zookeeper  Apache ZooKeeper (cluster mode; the cluster tests start their own)
+#   --with-node       Node.js and the npm clients of tests/node/package.json (the Node interop)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-want_kcat="" want_postgres="" want_zookeeper=""
+want_kcat="" want_postgres="" want_zookeeper="" want_node=""
 for arg in "$@"; do
   case "$arg" in
     --with-kcat) want_kcat=1 ;;
     --with-postgres) want_postgres=1 ;;
     --with-zookeeper) want_zookeeper=1 ;;
+    --with-node) want_node=1 ;;
     *) echo "bootstrap.sh: unknown option $arg (--with-kcat, --with-postgres," \
-            "--with-zookeeper)" >&2; exit 2 ;;
+            "--with-zookeeper, --with-node)" >&2; exit 2 ;;
   esac
 done
 if [ ! -x .venv/bin/python ]; then
@@ -40,9 +42,20 @@ fi
 if [ -n "$want_zookeeper" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
   packages+=(zookeeper)
 fi
+if [ -n "$want_node" ] && ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 if [ "${#packages[@]}" -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+fi
+if [ -n "$want_node" ]; then
+  node_stamp=tests/node/node_modules/.oncelog-installed
+  node_hash=$(sha256sum tests/node/package.json | cut -d" " -f1)
+  if [ ! -f "$node_stamp" ] || [ "$(cat "$node_stamp")" != "$node_hash" ]; then
+    (cd tests/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+    echo "$node_hash" > "$node_stamp"
+  fi
 fi

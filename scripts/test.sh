@@ -15,7 +15,7 @@ fi
 if [ -n "$fast" ]; then
   bash "$root/scripts/bootstrap.sh"
 else
-  bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper
+  bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper --with-node
 fi
 cd "$root"
 .venv/bin/ruff check src

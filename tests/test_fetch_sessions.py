@@ -1,5 +1,7 @@
 """Incremental fetch sessions (KIP-227), sans-IO."""
 
+import uuid
+
 import pytest
 
 from oncelog.server.fetch_sessions import FetchSessionCache, FetchSessionError
@@ -48,3 +50,35 @@ def test_cache_evicts_least_recently_used():
     c, _ = cache.begin(0, 0, [], [])
     assert set(cache.sessions) == {a.session_id, c.session_id}
     assert b.session_id not in cache.sessions
+
+
+def test_a_session_keeps_the_kind_of_topic_names_it_was_opened_with():
+    """KIP-516: a session opened by Fetch v13+ names topics by id, an older one by name; an
+    incremental request of the other kind is FETCH_SESSION_TOPIC_ID_ERROR (after the epoch
+    check), and the session is left as it was."""
+    tid = uuid.uuid4()
+    cache = FetchSessionCache()
+    by_id, _ = cache.begin(0, 0, [((tid, 0), 0, 100)], [], uses_topic_ids=True)
+    by_name, _ = cache.begin(0, 0, [(("t", 0), 0, 100)], [])
+    for s, ids in ((by_id, False), (by_name, True)):
+        with pytest.raises(FetchSessionError) as e:
+            cache.begin(s.session_id, 1, [], [], uses_topic_ids=ids)
+        assert e.value.error_name == "fetch_session_topic_id_error"
+        assert s.next_epoch == 1
+        with pytest.raises(FetchSessionError) as e:
+            cache.begin(s.session_id, 7, [], [], uses_topic_ids=ids)
+        assert e.value.error_name == "invalid_fetch_session_epoch"
+    s, full = cache.begin(by_id.session_id, 1, [], [(tid, 0)], uses_topic_ids=True)
+    assert not full and not s.partitions
+
+
+def test_deleting_a_topic_drops_it_from_sessions_by_name_only():
+    """A session by id keeps the deleted topic's partitions, which the handler then answers
+    UNKNOWN_TOPIC_ID: the topic re-created under the same name has another id."""
+    tid = uuid.uuid4()
+    cache = FetchSessionCache()
+    by_id, _ = cache.begin(0, 0, [((tid, 0), 3, 100)], [], uses_topic_ids=True)
+    by_name, _ = cache.begin(0, 0, [(("t", 0), 3, 100), (("u", 0), 0, 100)], [])
+    cache.remove_topic("t")
+    assert list(by_name.partitions) == [("u", 0)]
+    assert list(by_id.partitions) == [(tid, 0)]

@@ -166,6 +166,39 @@ def fetch_request(topic: str, partition: int, offset: int, max_bytes: int = 1 <<
                 forgotten_topics_data=(), rack_id="")
 
 
+def fetch_by_id_request(topic_id, partitions: dict[int, int], version: int = 17,
+                        session_id: int = 0, epoch: int = -1, forgotten=(),
+                        max_bytes: int = 1 << 24, current_leader_epoch: int = -1):
+    """Fetch v13+ (KIP-516): one topic named by its id, ``partitions`` {index: fetch offset},
+    ``forgotten`` (topic id, partition) pairs; does not wait (max_wait 0)."""
+    mod = request_module(ApiKey.FETCH, version)
+    parts = tuple(make(mod.FetchPartition, partition=p, current_leader_epoch=current_leader_epoch,
+                       fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                       partition_max_bytes=max_bytes) for p, offset in partitions.items())
+    by_id: dict = {}
+    for tid, p in forgotten:
+        by_id.setdefault(tid, []).append(p)
+    return make(mod.FetchRequest, cluster_id=None, replica_id=-1, max_wait=0, min_bytes=0,
+                max_bytes=max_bytes, isolation_level=0, session_id=session_id,
+                session_epoch=epoch,
+                topics=(make(mod.FetchTopic, topic_id=topic_id, partitions=parts),)
+                if partitions else (),
+                forgotten_topics_data=tuple(make(mod.ForgottenTopic, topic_id=t,
+                                                 partitions=tuple(ps))
+                                            for t, ps in by_id.items()),
+                rack_id="")
+
+
+def delete_topics_request(names=(), topic_ids=(), version: int = 6):
+    """DeleteTopics; v6 names topics by name or by id (KIP-516), older versions by name."""
+    mod = request_module(ApiKey.DELETE_TOPICS, version)
+    if version < 6:
+        return make(mod.DeleteTopicsRequest, topic_names=tuple(names), timeout=30_000)
+    return make(mod.DeleteTopicsRequest, timeout=30_000, topics=tuple(
+        [make(mod.DeleteTopicState, name=n, topic_id=None) for n in names]
+        + [make(mod.DeleteTopicState, name=None, topic_id=i) for i in topic_ids]))
+
+
 def write_txn_markers_request(producer_id: int, producer_epoch: int, commit: bool,
                               partitions: list[tuple[str, int]], coordinator_epoch: int = 0):
     mod = request_module(ApiKey.WRITE_TXN_MARKERS, 1)

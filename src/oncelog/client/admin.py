@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
@@ -115,15 +116,26 @@ class Admin:
         }
         self._per_topic(ApiKey.CREATE_TOPICS, values, "topics", "create", timeout_ms)
 
-    def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
-        """Delete topics. Raises UnknownTopicOrPartitionError for a topic that does not exist."""
-        names = list(topics)
-        if not names:
+    def delete_topics(self, topics: Iterable[str | uuid.UUID], timeout_ms: int | None = None
+                      ) -> None:
+        """Delete topics, named by name or by topic id (Kafka's TopicCollection.ofTopicIds,
+        DeleteTopics v6, KIP-516). Raises UnknownTopicOrPartitionError for a name no topic
+        has, UnknownTopicIdError for such an id."""
+        items = list(topics)
+        if not items:
             return
         if timeout_ms is None:
             timeout_ms = self.config.request_timeout_ms
-        values = {"topic_names": names, "timeout": timeout_ms}
-        self._per_topic(ApiKey.DELETE_TOPICS, values, "responses", "delete", timeout_ms)
+        names = [t for t in items if not isinstance(t, uuid.UUID)]
+        ids = [t for t in items if isinstance(t, uuid.UUID)]
+        if names:  # topic_names up to v5, topics from v6
+            values = {"topic_names": names, "timeout": timeout_ms,
+                      "topics": [{"name": n, "topic_id": None} for n in names]}
+            self._per_topic(ApiKey.DELETE_TOPICS, values, "responses", "delete", timeout_ms)
+        if ids:
+            values = {"topics": [{"name": None, "topic_id": i} for i in ids],
+                      "timeout": timeout_ms}
+            self._per_topic(ApiKey.DELETE_TOPICS, values, "responses", "delete", timeout_ms)
 
     def create_partitions(self, new_partitions: Mapping[str, NewPartitions | int],
                           timeout_ms: int | None = None, validate_only: bool = False) -> None:
@@ -199,26 +211,30 @@ class Admin:
                    timeout_ms: int) -> None:
         """Send to the controller, retry retriable per-topic errors, raise the first other one."""
         deadline = self._deadline(extra_ms=timeout_ms)
-        pending = {t["name"] if isinstance(t, dict) else t
-                   for t in values.get("topics", values.get("topic_names", []))}
+        # A topic is named by its name, or by its id (DeleteTopics v6).
+        pending: set[Any] = {(t.get("topic_id") or t["name"]) if isinstance(t, dict) else t
+                             for t in values.get("topics", values.get("topic_names", []))}
         errors: list[KafkaError] = []
         attempt = 0
         while True:
             response = self._net.request_any(api_key, values, deadline,
                                              node_id=self._controller(deadline))
-            retry: list[str] = []
+            retry: list[Any] = []
             for result in getattr(response, results):
                 code = int(result.error_code)
-                if code == 0 or result.name not in pending:
-                    pending.discard(result.name)
+                key = getattr(result, "topic_id", None)
+                if key not in pending:
+                    key = result.name
+                if code == 0 or key not in pending:
+                    pending.discard(key)
                     continue
                 error = error_for_code(code)
                 message = getattr(result, "error_message", None)
                 if code in _RETRY_TOPIC_ERRORS:
-                    retry.append(result.name)
+                    retry.append(key)
                     continue
-                pending.discard(result.name)
-                errors.append(error(f"cannot {verb} topic {result.name!r}"
+                pending.discard(key)
+                errors.append(error(f"cannot {verb} topic {key!r}"
                                     + (f": {message}" if message else "")))
             if not retry:
                 break
@@ -233,12 +249,13 @@ class Admin:
             raise errors[0]
 
     @staticmethod
-    def _only(values: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    def _only(values: dict[str, Any], keys: set[Any]) -> dict[str, Any]:
         out = dict(values)
         if "topics" in values:
-            out["topics"] = [t for t in values["topics"] if t["name"] in names]
-        else:
-            out["topic_names"] = [t for t in values["topic_names"] if t in names]
+            out["topics"] = [t for t in values["topics"]
+                             if (t.get("topic_id") or t["name"]) in keys]
+        if "topic_names" in values:
+            out["topic_names"] = [t for t in values["topic_names"] if t in keys]
         return out
 
     def _controller(self, deadline: float) -> int | None:
@@ -284,7 +301,7 @@ class Admin:
                 name=name, internal=cluster.topics[name].is_internal,
                 partitions=[cluster.topics[name].partitions[p]
                             for p in sorted(cluster.topics[name].partitions)],
-                config=configs.get(name, {}))
+                config=configs.get(name, {}), topic_id=cluster.topics[name].topic_id)
             for name in names
         }
 

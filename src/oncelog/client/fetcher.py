@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_LATEST = -1
 _OFFSET_OUT_OF_RANGE = OffsetOutOfRangeError.code
+FETCH_BY_NAME_MAX_VERSION = 12  # v13+ names topics by id only
 
 
 @dataclass
@@ -151,20 +152,17 @@ class Fetcher:
                     "partition": tp.partition, "current_leader_epoch": -1,
                     "fetch_offset": offset, "last_fetched_epoch": -1, "log_start_offset": -1,
                     "partition_max_bytes": self.config.max_partition_fetch_bytes})
-            values = {
-                "replica_id": -1, "cluster_id": None,
-                "max_wait": self.config.fetch_max_wait_ms,
-                "min_bytes": self.config.fetch_min_bytes,
-                "max_bytes": self.config.fetch_max_bytes,
-                "isolation_level": 1 if self.read_committed else 0,
-                "session_id": 0, "session_epoch": -1,  # sessionless full fetch
-                "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],
-                "forgotten_topics_data": [], "rack_id": "",
-            }
+            # Fetch v13+ names topics by id (KIP-516), as the Java client does when the
+            # metadata gave every topic one: a topic deleted and re-created under the same
+            # name is then answered UNKNOWN_TOPIC_ID instead of being read in its place.
+            ids = {t: cluster.topic_id(t) for t in topics}
+            by_id = all(ids.values())
             try:
-                req = self.net.send(node, ApiKey.FETCH, values, context=positions,
+                req = self.net.send(node, ApiKey.FETCH, self._fetch_values(topics, ids),
+                                    context=(positions, {i: t for t, i in ids.items()}),
                                     timeout_ms=self.config.request_timeout_ms
-                                    + self.config.fetch_max_wait_ms)
+                                    + self.config.fetch_max_wait_ms,
+                                    max_version=None if by_id else FETCH_BY_NAME_MAX_VERSION)
             except KafkaError as exc:
                 if not isinstance(exc, RetriableError):
                     raise
@@ -173,6 +171,25 @@ class Fetcher:
                 self.metadata_stale = True
             else:
                 self._in_flight[node] = req
+
+    def _fetch_values(self, topics: dict[str, list[dict[str, Any]]],
+                      ids: dict[str, Any]) -> Any:
+        def values(version: int) -> dict[str, Any]:
+            if version > FETCH_BY_NAME_MAX_VERSION:
+                listed = [{"topic_id": ids[t], "partitions": p} for t, p in topics.items()]
+            else:
+                listed = [{"topic": t, "partitions": p} for t, p in topics.items()]
+            return {
+                "replica_id": -1, "cluster_id": None,
+                "max_wait": self.config.fetch_max_wait_ms,
+                "min_bytes": self.config.fetch_min_bytes,
+                "max_bytes": self.config.fetch_max_bytes,
+                "isolation_level": 1 if self.read_committed else 0,
+                "session_id": 0, "session_epoch": -1,  # sessionless full fetch
+                "topics": listed, "forgotten_topics_data": [], "rack_id": "",
+            }
+
+        return values
 
     def handle(self, req: InFlightRequest) -> bool:
         """Take a finished Fetch; False if ``req`` is not one of ours."""
@@ -184,14 +201,18 @@ class Fetcher:
             self.metadata_stale = True
             return True
         response = req.response
-        positions: dict[TopicPartition, int] = req.context
+        positions: dict[TopicPartition, int]
+        positions, names = req.context
         top_error = int(getattr(response, "error_code", 0))
         if top_error:
             log.info("fetch from node %d: %s", req.node_id, error_for_code(top_error).__name__)
             return True
         for topic in response.responses:
+            name = getattr(topic, "topic", None) or names.get(getattr(topic, "topic_id", None))
+            if name is None:
+                continue  # an id we did not ask for
             for p in topic.partitions:
-                tp = TopicPartition(topic.topic, int(p.partition_index))
+                tp = TopicPartition(name, int(p.partition_index))
                 fetch_offset = positions.get(tp)
                 if fetch_offset is None or not self.subs.is_assigned(tp) \
                         or self.subs.position(tp) != fetch_offset:

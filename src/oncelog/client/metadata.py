@@ -6,6 +6,7 @@ other threads (the producer's ``send``) can use the current snapshot without loc
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,8 @@ class TopicMetadata:
     error_code: int
     is_internal: bool
     partitions: dict[int, PartitionInfo]
+    # Metadata v10+ (KIP-516); None from older brokers, which then get fetches by name.
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,10 @@ class Cluster:
         if info is None or info.leader < 0 or info.leader not in self.brokers:
             return None
         return info.leader
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        meta = self.topics.get(topic)
+        return meta.topic_id if meta is not None else None
 
     def topic_error(self, topic: str) -> int:
         meta = self.topics.get(topic)
@@ -79,8 +86,10 @@ class Cluster:
                 )
                 for p in t.partitions
             }
+            topic_id = getattr(t, "topic_id", None)
             topics[t.name] = TopicMetadata(t.name, int(t.error_code),
-                                           bool(getattr(t, "is_internal", False)), partitions)
+                                           bool(getattr(t, "is_internal", False)), partitions,
+                                           topic_id if topic_id and topic_id.int else None)
         return Cluster(brokers, topics, int(getattr(response, "controller_id", -1)),
                        getattr(response, "cluster_id", None))
 

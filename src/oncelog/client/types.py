@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -66,6 +67,7 @@ class TopicDescription:
     internal: bool
     partitions: list[PartitionInfo]
     config: dict[str, str | None]
+    topic_id: uuid.UUID | None = None  # Metadata v10+ (KIP-516)
 
 
 class ConsumerGroupMetadata(NamedTuple):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 __all__ = [
@@ -108,6 +109,12 @@ class ClusterView:
     topics: Mapping[str, TopicAssignment]
     states: Mapping[TP, tuple[LeaderAndIsr, int]]
     controller_id: int | None
+
+    @cached_property
+    def topic_names(self) -> Mapping[uuid.UUID, str]:
+        """Topic id -> name, for the requests that name topics by id (KIP-516: Fetch v13+,
+        Metadata v12, DeleteTopics v6); built once per view."""
+        return MappingProxyType({a.topic_id: name for name, a in self.topics.items()})
 
     def state(self, topic: str, partition: int) -> LeaderAndIsr | None:
         found = self.states.get((topic, partition))

@@ -58,17 +58,19 @@ API_NAMES = {k.value: k.name for k in ApiKey}
 # The log and the wire (foundation):
 #  - Produce 3-12: v12 is KIP-890's transaction version 2 (the leader adds the partition to the
 #    transaction itself; non-zero first sequence of an unknown producer: OUT_OF_ORDER_SEQUENCE).
-#  - Fetch 4-12: v13+ names topics by id only.
+#  - Fetch 4-17: v13+ names topics by id only (KIP-516), v15 moves the follower's id into
+#    replica_state (KIP-903), v16 adds the new leader to NOT_LEADER_OR_FOLLOWER (KIP-951).
 #  - ListOffsets 1-7: -1 latest, -2 earliest, -3 max timestamp, or a timestamp lookup.
-#  - Metadata 0-12, DeleteTopics 1-5 (v6 deletes by topic id), the others their kio range.
+#  - Metadata 0-12 (v10+ answers topic ids, v12 looks topics up by id), DeleteTopics 1-6 (v6
+#    deletes by name or topic id, KIP-516), the others their kio range.
 _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 12),
-    ApiKey.FETCH: (4, 12),
+    ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
-    ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 6),  # v5 TRANSACTION_ABORTABLE, v6 two-phase commit (KIP-939)
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),

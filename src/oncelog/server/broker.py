@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -67,6 +68,9 @@ class Broker:
         self.preallocator = Preallocator()
         self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator)
         self.fetch_sessions = FetchSessionCache()
+        # Requests answered, by (api key, version): Kafka's RequestsPerSec{request,version}
+        # (KIP-272), which shows the versions clients negotiate.
+        self.request_counts: Counter[tuple[int, int]] = Counter()
         # A single node is a cluster of one (server/metadata_local.py); with
         # zookeeper.connect, a broker of a ZooKeeper-coordinated cluster (docs/cluster.md).
         # The same code runs either way: the replica manager leads and follows partitions as
@@ -164,6 +168,7 @@ class Broker:
         except ProtocolError as exc:
             raise CloseConnection(str(exc)) from None
         ctx = RequestContext(header, client_address, session)
+        self.request_counts[api_key, version] += 1
         try:
             response = await self.handlers[ApiKey(api_key)](self, ctx, request)
             if response is None:

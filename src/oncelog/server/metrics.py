@@ -50,8 +50,19 @@ def partition_samples(broker) -> Iterable[Sample]:
                  "producer ids with state, summed over partitions", total)
 
 
+def request_samples(broker) -> Iterable[Sample]:
+    """Kafka's RequestsPerSec tagged by request and version (KIP-272), as a running total."""
+    from ..protocol import API_NAMES
+
+    for (api_key, version), count in sorted(broker.request_counts.items()):
+        name = "".join(w.capitalize() for w in API_NAMES.get(api_key, str(api_key)).split("_"))
+        yield Sample("oncelog_requests_total", "requests decoded, by API and version", count,
+                     (("request", name), ("version", str(version))))
+
+
 def collect(broker) -> list[Sample]:
     samples = list(partition_samples(broker))
+    samples.extend(request_samples(broker))
     for component in (getattr(broker, "txn_coordinator", None),
                       getattr(broker, "group_coordinator", None),
                       getattr(broker, "txn_verifier", None)):

@@ -74,19 +74,48 @@ async def handle_create_topics(broker, ctx, request):
     return make(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
 
 
+def _delete_targets(broker, request):
+    """(name or None, requested topic id or None) per topic: v6 names a topic by name or by
+    id (KIP-516), an id resolved through the metadata's view (None: no such topic)."""
+    if not hasattr(request, "topics"):
+        return [(name, None) for name in request.topic_names]
+    names = broker.metadata.view.topic_names
+    out = []
+    for t in request.topics:
+        topic_id = t.topic_id if t.topic_id is not None and t.topic_id.int else None
+        out.append((t.name, None) if topic_id is None else (names.get(topic_id), topic_id))
+    return out
+
+
 async def handle_delete_topics(broker, ctx, request):
     mod = response_module(ApiKey.DELETE_TOPICS, ctx.version)
+    if hasattr(request, "topics") and any(
+            t.name is not None and t.topic_id is not None and t.topic_id.int
+            for t in request.topics):
+        # Kafka's InvalidRequestException, answered for every topic of the request.
+        return make(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(
+            make(mod.DeletableTopicResult, name=t.name, topic_id=t.topic_id or _NULL_UUID,
+                 error_code=error_code("invalid_request"),
+                 error_message="Topic name and topic ID can not both be specified.")
+            for t in request.topics))
     results = []
-    for name in request.topic_names:
+    for name, topic_id in _delete_targets(broker, request):
         err, msg = None, None
         try:
+            if topic_id is not None and name is None:
+                raise TopicError("unknown_topic_id", f"no topic has id {topic_id}")
+            if topic_id is not None and not acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
+                # Kafka: the id is not secret, the name of a topic one may not describe is.
+                name = None
+                raise TopicError("topic_authorization_failed", "Describe is not allowed")
             if not acl.topic(broker, ctx, acl.Op.DELETE, name):
                 raise TopicError("topic_authorization_failed", "Delete is not allowed")
             await broker.metadata.delete_topic(name, millis(request.timeout))
             broker.fetch_sessions.remove_topic(name)
         except TopicError as exc:
             err, msg = exc.error_name, str(exc)
-        results.append(make(mod.DeletableTopicResult, name=name, error_code=error_code(err),
+        results.append(make(mod.DeletableTopicResult, name=name,
+                            topic_id=topic_id or _NULL_UUID, error_code=error_code(err),
                             error_message=msg))
     return make(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
 

@@ -23,6 +23,7 @@ async def _metadata(broker, ctx, request, mod):
     created through it too (auto-creation, internal topics)."""
     metadata = broker.metadata
     view = metadata.view
+    asked_ids: dict[int, uuid.UUID] = {}  # position in the request -> the id it named
     if request.topics is None or (ctx.version == 0 and not request.topics):
         names = [n for n in sorted(view.topics) if acl.topic(broker, ctx, acl.Op.DESCRIBE, n)]
     else:
@@ -30,8 +31,8 @@ async def _metadata(broker, ctx, request, mod):
         for t in request.topics:
             name = getattr(t, "name", t)
             if name is None and getattr(t, "topic_id", None) is not None:
-                name = next((n for n, a in view.topics.items() if a.topic_id == t.topic_id),
-                            None)
+                asked_ids[len(names)] = t.topic_id  # v12 looks a topic up by id (KIP-516)
+                name = view.topic_names.get(t.topic_id)
             names.append(name)
     # Kafka's default: v0-v3 always auto-create; v4+ when the client allows it.
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
@@ -45,6 +46,8 @@ async def _metadata(broker, ctx, request, mod):
             err = "unknown_topic_id"
         elif not acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
             err, assignment = "topic_authorization_failed", None
+            if i in asked_ids:
+                name = None  # Kafka: the id is no secret, the name of a topic one may not see is
         elif assignment is None:
             try:
                 check_topic_name(name)
@@ -65,8 +68,8 @@ async def _metadata(broker, ctx, request, mod):
             assignment = view.topics.get(name) if err is None else None
         if assignment is None:
             topics_out.append(make(mod.MetadataResponseTopic, error_code=error_code(err),
-                                   name=name, topic_id=_NULL_UUID, is_internal=False,
-                                   partitions=()))
+                                   name=name, topic_id=asked_ids.get(i, _NULL_UUID),
+                                   is_internal=False, partitions=()))
             continue
         parts = []
         for index, replicas in sorted(assignment.partitions.items()):

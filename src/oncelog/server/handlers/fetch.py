@@ -3,6 +3,15 @@
 Batches are served exactly as stored. A read_committed fetch stops at the last stable offset.
 The first partition with data always gets at least one whole batch even beyond the byte limits
 (KIP-74), so that a consumer can always make progress. Fetch sessions: server/fetch_sessions.py.
+
+Fetch v13+ names topics by id (KIP-516): an id resolves to its topic through the metadata's
+view; an id no topic has (one deleted, or re-created under a new id) is answered
+UNKNOWN_TOPIC_ID, and a partition whose local log belongs to another incarnation of the topic
+INCONSISTENT_TOPIC_ID, as Kafka's KafkaApis and ReplicaManager do. v15 moves the follower's id
+into replica_state (KIP-903); v16 tells a client that asked the wrong broker who leads the
+partition now (current_leader and node_endpoints, KIP-951); v14 (KIP-405) and v17 (KIP-853's
+replica_directory_id, a follower's) change nothing a broker without tiered storage or JBOD
+does.
 """
 
 from __future__ import annotations
@@ -20,15 +29,21 @@ READ_COMMITTED = 1
 
 
 def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_id=-1,
-                    leader_epoch=-1, follower_log_start=-1):
+                    leader_epoch=-1, follower_log_start=-1, topic_id=None):
     """Returns (error name, hw, lso, log start, records bytes, aborted transactions).
     ``replica_id`` >= 0: a follower's fetch, which reads to the log end (and says where the
-    follower's log starts: DeleteRecords' low watermark)."""
+    follower's log starts: DeleteRecords' low watermark). ``topic_id``: the id the request
+    named the topic by (v13+), which the local log must belong to."""
     upto = None
     try:
         replica = broker.replication.leader_replica(topic, index, leader_epoch)
     except ReplicationError as exc:
         return exc.error_name, -1, -1, -1, b"", ()
+    if topic_id is not None:
+        local = broker.topics.get(topic)
+        if local is None or local.topic_id != topic_id:
+            # The view names the id, the log here is an older (or newer) topic of that name.
+            return "inconsistent_topic_id", -1, -1, -1, b"", ()
     partition = replica.partition
     if replica_id >= 0:
         broker.replication.follower_fetched(replica, replica_id, sp.fetch_offset,
@@ -59,30 +74,45 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_
     return None, hw, lso, start, data, aborted
 
 
+def _topic_name(key, names):
+    """A session's topic key (a name, or an id from v13 on) as the topic's name; None for an
+    id no topic has."""
+    return key if isinstance(key, str) else names.get(key)
+
+
 def _collect(broker, session, full, isolation, max_bytes, replica_id=-1, epochs=None,
              starts=None):
-    results = []  # (topic, partition, error, hw, lso, start, data, aborted, session partition)
+    # (topic key, name, partition, error, hw, lso, start, data, aborted, session partition)
+    results = []
     total = 0
     budget = max_bytes
-    for (topic, index), sp in session.partitions.items():
-        err, hw, lso, start, data, aborted = _read_partition(
-            broker, topic, index, sp, isolation, budget, first=total == 0,
-            replica_id=replica_id, leader_epoch=(epochs or {}).get((topic, index), -1),
-            follower_log_start=(starts or {}).get((topic, index), -1))
+    names = broker.metadata.view.topic_names if session.uses_topic_ids else {}
+    for (key, index), sp in session.partitions.items():
+        name = _topic_name(key, names)
+        if name is None:
+            err, hw, lso, start, data, aborted = "unknown_topic_id", -1, -1, -1, b"", ()
+        else:
+            err, hw, lso, start, data, aborted = _read_partition(
+                broker, name, index, sp, isolation, budget, first=total == 0,
+                replica_id=replica_id, leader_epoch=(epochs or {}).get((key, index), -1),
+                follower_log_start=(starts or {}).get((key, index), -1),
+                topic_id=None if isinstance(key, str) else key)
         budget -= len(data)
         total += len(data)
         changed = (data or err or hw != sp.high_watermark or lso != sp.last_stable_offset
                    or start != sp.log_start_offset)
         if full or changed:
-            results.append((topic, index, err, hw, lso, start, data, aborted, sp))
+            results.append((key, name, index, err, hw, lso, start, data, aborted, sp))
     return results, total
 
 
 def _waiters(broker, session):
     loop = asyncio.get_running_loop()
     futs = []
-    for topic, index in session.partitions:
-        p = broker.topics.partition(topic, index)
+    names = broker.metadata.view.topic_names if session.uses_topic_ids else {}
+    for key, index in session.partitions:
+        topic = _topic_name(key, names)
+        p = broker.topics.partition(topic, index) if topic is not None else None
         if p is not None:
             fut = loop.create_future()
             p.waiters.add(fut)
@@ -90,37 +120,68 @@ def _waiters(broker, session):
     return futs
 
 
+def _replica_id(request) -> int:
+    """The fetching follower's broker id, -1 for a consumer (in replica_state from v15)."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return state.replica_id
+    return getattr(request, "replica_id", -1)
+
+
+def _current_leader(broker, mod, topic, index, node_endpoints):
+    """v16+ (KIP-951): the leader and epoch the view knows for a partition this broker does
+    not lead (or leads at another epoch), its endpoint added to ``node_endpoints``."""
+    view = broker.metadata.view
+    state = view.state(topic, index) if topic is not None else None
+    if state is None:
+        return make(mod.LeaderIdAndEpoch, leader_id=-1, leader_epoch=-1)
+    info = view.brokers.get(state.leader)
+    if info is None:
+        return make(mod.LeaderIdAndEpoch, leader_id=-1, leader_epoch=state.leader_epoch)
+    node_endpoints[state.leader] = make(mod.NodeEndpoint, node_id=state.leader, host=info.host,
+                                        port=info.port, rack=getattr(info, "rack", None))
+    return make(mod.LeaderIdAndEpoch, leader_id=state.leader, leader_epoch=state.leader_epoch)
+
+
 async def handle_fetch(broker, ctx, request):
     mod = response_module(ApiKey.FETCH, ctx.version)
-    requested = [((t.topic, p.partition), p.fetch_offset, p.partition_max_bytes)
+    by_id = ctx.version >= 13  # KIP-516: topics named by id
+
+    def key(t):
+        return t.topic_id if by_id else t.topic
+
+    def topic_field(k):
+        return {"topic_id": k} if by_id else {"topic": k}
+
+    requested = [((key(t), p.partition), p.fetch_offset, p.partition_max_bytes)
                  for t in request.topics for p in t.partitions]
     # Fetch v4-v6 predate sessions (KIP-227): sessionless full fetches.
-    forgotten = [(t.topic, p) for t in getattr(request, "forgotten_topics_data", ())
+    forgotten = [(key(t), p) for t in getattr(request, "forgotten_topics_data", ())
                  for p in t.partitions]
     try:
         session, full = broker.fetch_sessions.begin(getattr(request, "session_id", 0),
                                                     getattr(request, "session_epoch", -1),
-                                                    requested, forgotten)
+                                                    requested, forgotten, uses_topic_ids=by_id)
     except FetchSessionError as exc:
         return make(mod.FetchResponse, throttle_time=0, error_code=error_code(exc.error_name),
                     session_id=0, responses=())
     isolation = getattr(request, "isolation_level", 0)
-    replica_id = getattr(request, "replica_id", -1)
+    replica_id = _replica_id(request)
     if replica_id >= 0 and not acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION):
         # Kafka: a follower's fetch (which reads past the high watermark and moves the ISR)
         # needs ClusterAction; without it every partition is TOPIC_AUTHORIZATION_FAILED.
         return make(mod.FetchResponse, throttle_time=0, error_code=0, session_id=0,
                     responses=tuple(make(
-                        mod.FetchableTopicResponse, topic=t.topic, partitions=tuple(make(
+                        mod.FetchableTopicResponse, **topic_field(key(t)), partitions=tuple(make(
                             mod.PartitionData, partition_index=p.partition,
                             error_code=error_code("topic_authorization_failed"),
                             high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
                             aborted_transactions=None, preferred_read_replica=-1,
                             records=None) for p in t.partitions))
                         for t in request.topics))
-    epochs = {(t.topic, p.partition): getattr(p, "current_leader_epoch", -1)
+    epochs = {(key(t), p.partition): getattr(p, "current_leader_epoch", -1)
               for t in request.topics for p in t.partitions}
-    starts = {(t.topic, p.partition): getattr(p, "log_start_offset", -1)
+    starts = {(key(t), p.partition): getattr(p, "log_start_offset", -1)
               for t in request.topics for p in t.partitions} if replica_id >= 0 else None
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     max_bytes = min(max_bytes, broker.config.int("fetch.max.bytes"))
@@ -130,7 +191,7 @@ async def handle_fetch(broker, ctx, request):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait / 1000
     # Long poll: wait for appends until min_bytes is reached or max_wait runs out.
-    while (total < max(request.min_bytes, 1) and not any(r[2] for r in results)
+    while (total < max(request.min_bytes, 1) and not any(r[3] for r in results)
            and loop.time() < deadline):
         futs = _waiters(broker, session)
         if not futs:
@@ -143,23 +204,31 @@ async def handle_fetch(broker, ctx, request):
                 p.waiters.discard(f)
                 f.cancel()
         results, total = _collect(broker, session, full, isolation, max_bytes, replica_id, epochs,
-                               starts)
-    by_topic: dict[str, list] = {}
+                                   starts)
+    by_topic: dict = {}
+    node_endpoints: dict[int, object] = {}
     may_read = acl.topics_checker(broker, ctx, acl.Op.READ)
-    for topic, index, err, hw, lso, start, data, aborted, sp in results:
-        if not may_read(topic):
+    for k, name, index, err, hw, lso, start, data, aborted, sp in results:
+        # An unknown id is answered as such before authorization, as Kafka does: it names
+        # no topic whose existence could leak.
+        if name is not None and not may_read(name):
             err, data, aborted, hw, lso, start = "topic_authorization_failed", b"", [], -1, -1, -1
         sp.high_watermark, sp.last_stable_offset, sp.log_start_offset = hw, lso, start
-        by_topic.setdefault(topic, []).append(make(
+        leader = {}
+        if ctx.version >= 16 and err in ("not_leader_or_follower", "fenced_leader_epoch"):
+            leader = {"current_leader": _current_leader(broker, mod, name, index,
+                                                        node_endpoints)}
+        by_topic.setdefault(k, []).append(make(
             mod.PartitionData, partition_index=index, error_code=error_code(err),
             high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
             aborted_transactions=tuple(
                 make(mod.AbortedTransaction, producer_id=a.producer_id,
                      first_offset=a.first_offset) for a in aborted)
             if isolation == READ_COMMITTED else None,
-            preferred_read_replica=-1, records=data,
+            preferred_read_replica=-1, records=data, **leader,
         ))
-    responses = tuple(make(mod.FetchableTopicResponse, topic=t, partitions=tuple(ps))
-                      for t, ps in by_topic.items())
+    responses = tuple(make(mod.FetchableTopicResponse, **topic_field(k), partitions=tuple(ps))
+                      for k, ps in by_topic.items())
     return make(mod.FetchResponse, throttle_time=0, error_code=0,
-                session_id=session.session_id, responses=responses)
+                session_id=session.session_id, responses=responses,
+                node_endpoints=tuple(node_endpoints.values()))
