@@ -31,7 +31,7 @@ from ..security.acls import (
     Permission,
     ResourceType,
 )
-from . import coordinator_request
+from . import coordinator_request, scram_admin
 from .config import admin_config
 from .coordinator_request import (
     KEY_TYPE_GROUP,
@@ -425,6 +425,26 @@ class Admin:
                                Operation(int(m.operation)), Permission(int(m.permission_type)))
                     for m in result.matching_acls]
         return out
+
+    # --- SCRAM users (KIP-554) -----------------------------------------------------------------
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, list[scram_admin.ScramCredentialInfo]]:
+        """Each user's SCRAM mechanisms and iterations (every user with one by default).
+        Raises ResourceNotFoundError for a user named who has none. Needs Describe on the
+        cluster."""
+        return scram_admin.describe(self._net, None if users is None else list(users),
+                                    self._deadline())
+
+    def alter_user_scram_credentials(
+            self, alterations: Iterable[scram_admin.UserScramCredentialUpsertion |
+                                        scram_admin.UserScramCredentialDeletion]
+    ) -> dict[str, KafkaError | None]:
+        """Add, replace or delete SCRAM credentials (the password is salted and hashed here,
+        never sent). Per user: None, or the error that kept its changes out
+        (UnacceptableCredentialError, ResourceNotFoundError, DuplicateResourceError ...).
+        Needs Alter on the cluster."""
+        return scram_admin.alter(self._net, list(alterations), self._deadline())
 
     def _metadata(self, topics: list[str] | None):
         deadline = self._deadline()
