@@ -32,6 +32,7 @@ from .scram_admin import (
 )
 from .transaction_manager import IllegalStateError, PreparedTxnState, TransactionError
 from .types import (
+    ConsumerGroupListing,
     ConsumerGroupMetadata,
     ConsumerRecord,
     NewTopic,
@@ -47,6 +48,7 @@ from .types import (
 __all__ = [
     "Admin",
     "Consumer",
+    "ConsumerGroupListing",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "IllegalStateError",

@@ -45,6 +45,7 @@ from .errors import KafkaTimeoutError
 from .metadata import BrokerNode, metadata_request
 from .network import NetworkClient
 from .types import (
+    ConsumerGroupListing,
     NewTopic,
     ProducerState,
     TopicDescription,
@@ -370,6 +371,24 @@ class Admin:
                     error_for_code(code)(f"{what}: {t.name}-{p.partition_index}")
                     if code else None)
         return out
+
+    def list_consumer_groups(self, states: Iterable[str] | None = None,
+                             types: Iterable[str] | None = None) -> list[ConsumerGroupListing]:
+        """The consumer groups of every broker (ListGroups), optionally only in these states
+        (KIP-518: Stable, Empty ...) or of these types (KIP-848: classic, consumer), sorted by
+        group id. As Kafka's listConsumerGroups: groups of the consumer protocol (or none)."""
+        deadline = self._deadline()
+        out: list[ConsumerGroupListing] = []
+        for node in self._metadata([]).brokers:  # every broker coordinates some groups
+            r = self._net.request_any(ApiKey.LIST_GROUPS, {
+                "states_filter": list(states or ()), "types_filter": list(types or ())},
+                deadline, node_id=node)
+            if int(r.error_code):
+                raise error_for_code(int(r.error_code))("list consumer groups")
+            out.extend(ConsumerGroupListing(g.group_id, not g.protocol_type, g.group_state,
+                                            getattr(g, "group_type", "classic"))
+                       for g in r.groups if g.protocol_type in ("consumer", ""))
+        return sorted(out, key=lambda g: g.group_id)
 
     def _to_coordinator(self, key_type: int, key: str, api_key: ApiKey, values: dict,
                         deadline: float, error_of: Callable[[Any], int], what: str) -> Any:

@@ -102,3 +102,13 @@ class ProducerState:
     last_timestamp: int
     coordinator_epoch: int
     current_txn_start_offset: int  # -1 when it has no open transaction there
+
+
+@dataclass(frozen=True)
+class ConsumerGroupListing:
+    """One line of ``Admin.list_consumer_groups`` (Kafka's ConsumerGroupListing)."""
+
+    group_id: str
+    is_simple_consumer_group: bool  # no members ever joined (offsets committed by assign())
+    state: str  # Kafka's names: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    type: str  # KIP-848's group type: "classic" for every group of the classic protocol

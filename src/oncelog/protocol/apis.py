@@ -103,7 +103,7 @@ _GROUPS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FETCH: (1, 8),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v5: transaction version 2 (the partition is added)
     ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),  # v4 states filter (KIP-518), v5 types filter (KIP-848)
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),  # KIP-496 (kio knows v0)
 }

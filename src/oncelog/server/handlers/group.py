@@ -298,14 +298,22 @@ async def handle_describe_groups(broker, ctx, request):
     return make(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(out))
 
 
+# KIP-848's group types; every group of ours is a classic one (the classic group protocol).
+CLASSIC_GROUP_TYPE = "classic"
+
+
 async def handle_list_groups(broker, ctx, request):
+    """ListGroups: v4 filters by state (KIP-518), v5 by type too (KIP-848); both filters are
+    case-insensitive, as Kafka's, and a type Kafka does not know matches no group."""
     mod = response_module(ApiKey.LIST_GROUPS, ctx.version)
-    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    states = {s.strip().lower() for s in getattr(request, "states_filter", ())}
+    types = {t.strip().lower() for t in getattr(request, "types_filter", ())}
     everything = acl.cluster(broker, ctx, acl.Op.DESCRIBE)  # Kafka: Describe on the cluster
     groups = tuple(make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
-                        group_state=g.state.value)
+                        group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
                    for g in broker.group_coordinator.core.groups.values()
                    if (not states or g.state.value.lower() in states)
+                   and (not types or CLASSIC_GROUP_TYPE in types)
                    and (everything or not _group_denied(broker, ctx, g.group_id,
                                                           acl.Op.DESCRIBE)))
     return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
