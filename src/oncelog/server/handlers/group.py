@@ -269,6 +269,12 @@ async def handle_offset_fetch(broker, ctx, request):
 async def handle_describe_groups(broker, ctx, request):
     mod = response_module(ApiKey.DESCRIBE_GROUPS, ctx.version)
     out = []
+
+    def ops(group_id: str) -> int:  # KIP-430 (v3+): of the groups answered without error
+        if not getattr(request, "include_authorized_operations", False):
+            return acl.OPERATIONS_OMITTED
+        return acl.authorized_operations(broker, ctx, acl.R.GROUP, group_id)
+
     for group_id in request.groups:
         g = broker.group_coordinator.core.groups.get(group_id)
         if _group_denied(broker, ctx, group_id, acl.Op.DESCRIBE):
@@ -285,7 +291,7 @@ async def handle_describe_groups(broker, ctx, request):
         if g is None:
             out.append(make(mod.DescribedGroup, error_code=0, group_id=group_id,
                             group_state=GroupState.DEAD.value, protocol_type="",
-                            protocol_data="", members=(), authorized_operations=-2**31))
+                            protocol_data="", members=(), authorized_operations=ops(group_id)))
             continue
         members = tuple(make(mod.DescribedGroupMember, member_id=m.member_id,
                              group_instance_id=m.group_instance_id, client_id=m.client_id,
@@ -294,7 +300,7 @@ async def handle_describe_groups(broker, ctx, request):
         out.append(make(mod.DescribedGroup, error_code=0, group_id=group_id,
                         group_state=g.state.value, protocol_type=g.protocol_type or "",
                         protocol_data=g.protocol or "", members=members,
-                        authorized_operations=-2**31))
+                        authorized_operations=ops(group_id)))
     return make(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(out))
 
 
