@@ -276,6 +276,7 @@ def test_the_cli_adds_describes_and_deletes(broker):
 
 @pytest.mark.slow
 def test_a_user_added_through_one_broker_logs_in_on_another(zookeeper_server, tmp_path):
+    from oncelog.cluster.zk_client import KafkaZkClient
     from oncelog.harness.broker_process import BrokerProcess
 
     connect = f"{zookeeper_server.connect_string}/scram-{uuid.uuid4().hex[:8]}"
@@ -289,19 +290,30 @@ def test_a_user_added_through_one_broker_logs_in_on_another(zookeeper_server, tm
         wait_until(lambda: logs_in(two, "admin", USERS["admin"]), 30, "broker 2 serving")
         with Admin(bootstrap_servers=one, **creds("admin")) as admin:
             assert admin.alter_user_scram_credentials([
-                Upsertion("ivy", "SCRAM-SHA-512", "ivy-pw", iterations=8192)]) == {"ivy": None}
-        wait_until(lambda: logs_in(two, "ivy", "ivy-pw"), 20, "ivy logging in on broker 2")
+                Upsertion("ivy@ops", "SCRAM-SHA-512", "ivy-pw", iterations=8192)]) == {
+                "ivy@ops": None}
+        wait_until(lambda: logs_in(two, "ivy@ops", "ivy-pw"), 20, "ivy logging in on broker 2")
+        # Kafka's layout: the user's config entity, then a change notification naming it.
+        with KafkaZkClient(connect) as zk:
+            data, _ = zk.client.get(zk.path("/config/users/ivy%40ops"))
+            config = json.loads(data)
+            assert config["version"] == 1 and list(config["config"]) == ["SCRAM-SHA-512"]
+            assert config["config"]["SCRAM-SHA-512"].endswith(",iterations=8192")
+            changes = sorted(zk.client.get_children(zk.path("/config/changes")))
+            assert changes and all(c.startswith("config_change_") for c in changes)
+            last, _ = zk.client.get(zk.path(f"/config/changes/{changes[-1]}"))
+            assert json.loads(last) == {"version": 2, "entity_path": "users/ivy%40ops"}
         with Admin(bootstrap_servers=two, **creds("admin")) as admin:
             assert [(i.mechanism, i.iterations) for i in
-                    admin.describe_user_scram_credentials(["ivy"])["ivy"]] == [
+                    admin.describe_user_scram_credentials(["ivy@ops"])["ivy@ops"]] == [
                 ("SCRAM-SHA-512", 8192)]
             assert admin.alter_user_scram_credentials([
-                Deletion("ivy", "SCRAM-SHA-512")]) == {"ivy": None}
-        wait_until(lambda: not logs_in(one, "ivy", "ivy-pw"), 20, "ivy refused on broker 1")
+                Deletion("ivy@ops", "SCRAM-SHA-512")]) == {"ivy@ops": None}
+        wait_until(lambda: not logs_in(one, "ivy@ops", "ivy-pw"), 20, "ivy refused on broker 1")
         # A restarted broker reads the users from ZooKeeper (the users file seeds only once).
         brokers[0].restart()
         wait_until(lambda: logs_in(one, "admin", USERS["admin"]), 30, "broker 1 back")
-        assert not logs_in(one, "ivy", "ivy-pw")
+        assert not logs_in(one, "ivy@ops", "ivy-pw")
     finally:
         for b in brokers:
             b.stop()

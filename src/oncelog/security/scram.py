@@ -44,6 +44,9 @@ def credential_to_string(c: ScramCredential) -> str:
 
 def credential_from_string(text: str) -> ScramCredential:
     fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+    if sorted(fields) != ["iterations", "salt", "server_key", "stored_key"]:
+        # Kafka's credentialFromString: exactly these four
+        raise CredentialFormatError(f"not a SCRAM credential: fields {sorted(fields)}")
     try:
         return ScramCredential(base64.b64decode(fields["salt"], validate=True),
                                int(fields["iterations"]),
