@@ -218,20 +218,29 @@ def test_kept_across_a_restart_and_the_users_file_only_seeds(tmp_path):
     with EmbeddedBroker(data_dir=tmp_path / "data", config=config) as b:
         with Admin(bootstrap_servers=b.bootstrap_servers, **creds("admin")) as admin:
             assert admin.alter_user_scram_credentials([
-                Upsertion("gina", "SCRAM-SHA-256", "g", iterations=9000),
+                Upsertion("gina", "SCRAM-SHA-256", "gina-secret-pw", iterations=9000),
                 Deletion("bob", "SCRAM-SHA-256"), Deletion("bob", "SCRAM-SHA-512"),
                 Upsertion("alice", "SCRAM-SHA-512", "new-alice")]) == {
                 "gina": None, "bob": None, "alice": None}
-    stored = json.loads((tmp_path / "data" / "scram-credentials.json").read_text())
+    text = (tmp_path / "data" / "scram-credentials.json").read_text()
+    stored = json.loads(text)
     assert stored["users"]["bob"] == {}  # known, without credentials: not seeded again
     assert stored["users"]["gina"]["SCRAM-SHA-256"].startswith("salt=")
-    assert "g" not in json.dumps(stored["users"]["gina"]).split('"')  # no password kept
+    assert "gina-secret-pw" not in text and USERS["alice"] not in text  # no password kept
+    # The users file changes: a new user is seeded, the ones the store holds are not touched.
+    users_file = tmp_path / "users"
+    users_file.write_text(users_file.read_text().replace(f"alice:{USERS['alice']}",
+                                                         "alice:file-alice")
+                          + "newbie:newbie-pw\n")
     with EmbeddedBroker(data_dir=tmp_path / "data", config=config) as b:
         bs = b.bootstrap_servers
-        assert logs_in(bs, "gina", "g", "SCRAM-SHA-256")
+        assert logs_in(bs, "gina", "gina-secret-pw", "SCRAM-SHA-256")
         assert not logs_in(bs, "bob", USERS["bob"], "SCRAM-SHA-256")
-        assert logs_in(bs, "alice", "new-alice") and not logs_in(bs, "alice", USERS["alice"])
+        assert logs_in(bs, "alice", "new-alice") and not logs_in(bs, "alice", "file-alice")
         assert logs_in(bs, "alice", USERS["alice"], "SCRAM-SHA-256")
+        assert logs_in(bs, "alice", "file-alice", "PLAIN")  # PLAIN reads the file
+        assert logs_in(bs, "newbie", "newbie-pw") and logs_in(bs, "newbie", "newbie-pw",
+                                                               "SCRAM-SHA-256")
         with Admin(bootstrap_servers=bs, **creds("admin")) as admin:
             assert [(i.mechanism, i.iterations) for i in
                     admin.describe_user_scram_credentials(["gina"])["gina"]] == [
