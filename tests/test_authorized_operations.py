@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient
 from support.raw_wire import RawConnection
-from support.security import USERS, Op, R, allow, grant, raw_login, sasl_config
+from support.security import USERS, Op, R, allow, creds, grant, raw_login, sasl_config
 
 from oncelog import Admin
 from oncelog.client import NewTopic
@@ -60,6 +60,18 @@ def test_without_an_authorizer_every_supported_operation(plain_broker):
         .authorized_operations is None
 
 
+def test_our_admin_without_an_authorizer(plain_broker):
+    with Admin(bootstrap_servers=plain_broker.bootstrap_servers) as admin:
+        assert admin.describe_cluster().authorized_operations is None
+        assert {op.name for op in admin.describe_cluster(
+            include_authorized_operations=True).authorized_operations} == {
+            op.name for op in CLUSTER_OPS}
+        assert admin.describe_topics(["ops-topic"])["ops-topic"].authorized_operations is None
+        described = admin.describe_topics(["ops-topic"], include_authorized_operations=True)
+        assert {op.name for op in described["ops-topic"].authorized_operations} == {
+            op.name for op in TOPIC_OPS}
+
+
 def test_on_the_wire_the_bit_fields_and_the_default(plain_broker):
     with RawConnection(plain_broker.bootstrap_servers) as conn:
         md = request_module(ApiKey.METADATA, 10)
@@ -104,6 +116,13 @@ def test_with_acls_the_operations_the_principal_is_allowed(tmp_path):
             {AclOperation.DESCRIBE, AclOperation.IDEMPOTENT_WRITE},
             {AclOperation.READ, AclOperation.DESCRIBE},  # Read implies Describe
             {AclOperation.READ, AclOperation.DESCRIBE})
+        # Our describe_topics reads the configs too: DescribeConfigs on the topic.
+        grant(b, allow("User:alice", R.TOPIC, "ops-topic", Op.DESCRIBE_CONFIGS))
+        with Admin(bootstrap_servers=b.bootstrap_servers, **creds("alice")) as ours:
+            assert ours.describe_cluster(True).authorized_operations == {
+                Op.DESCRIBE, Op.IDEMPOTENT_WRITE}
+            assert ours.describe_topics(["ops-topic"], True)["ops-topic"] \
+                .authorized_operations == {Op.READ, Op.DESCRIBE, Op.DESCRIBE_CONFIGS}
         # Without Describe on the cluster: 0, as Kafka.
         with raw_login(b, "bob") as bob:
             dc = request_module(ApiKey.DESCRIBE_CLUSTER, 1)

@@ -30,6 +30,7 @@ from ..security.acls import (
     PatternType,
     Permission,
     ResourceType,
+    operations_from_bit_field,
 )
 from . import coordinator_request, scram_admin
 from .config import admin_config
@@ -79,6 +80,8 @@ class ClusterDescription:
     nodes: dict[int, BrokerNode]  # node id -> the broker
     controller_id: int  # -1 when the answering broker knows of none
     cluster_id: str | None
+    # KIP-430: what the caller may do on the cluster (None when not asked)
+    authorized_operations: frozenset[Operation] | None = None
 
 
 class Admin:
@@ -179,12 +182,24 @@ class Admin:
         controller = self._net.cluster.controller_id
         return controller if controller in self._net.cluster.brokers else None
 
-    def describe_cluster(self) -> ClusterDescription:
+    def describe_cluster(self, include_authorized_operations: bool = False
+                         ) -> ClusterDescription:
         """The brokers the cluster has (registered and alive), its controller and its id, as
-        Kafka's ``Admin.describeCluster`` (asked with a Metadata request naming no topic)."""
+        Kafka's ``Admin.describeCluster`` (asked with a Metadata request naming no topic);
+        with ``include_authorized_operations`` what the caller may do on the cluster too
+        (KIP-430, a DescribeCluster request)."""
         cluster = self._metadata([])
+        operations = None
+        if include_authorized_operations:
+            r = self._net.request_any(ApiKey.DESCRIBE_CLUSTER, {
+                "include_cluster_authorized_operations": True, "endpoint_type": 1},
+                self._deadline())
+            if int(r.error_code):
+                raise error_for_code(int(r.error_code))(r.error_message or "DescribeCluster")
+            operations = operations_from_bit_field(int(r.cluster_authorized_operations))
         return ClusterDescription(nodes=dict(cluster.brokers), controller_id=cluster.controller_id,
-                                  cluster_id=cluster.cluster_id)
+                                  cluster_id=cluster.cluster_id,
+                                  authorized_operations=operations)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Names of all topics, sorted (internal ones such as __consumer_offsets only on
@@ -193,8 +208,10 @@ class Admin:
         return sorted(name for name, meta in cluster.topics.items()
                       if not meta.error_code and (include_internal or not meta.is_internal))
 
-    def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicDescription]:
-        """Partitions (leader, replicas, ISR), internal flag and configs of each topic.
+    def describe_topics(self, topics: Iterable[str], include_authorized_operations: bool = False
+                        ) -> dict[str, TopicDescription]:
+        """Partitions (leader, replicas, ISR), internal flag and configs of each topic; with
+        ``include_authorized_operations`` what the caller may do on each (KIP-430).
 
         Raises UnknownTopicOrPartitionError if one of them does not exist.
         """
@@ -209,14 +226,23 @@ class Admin:
             if meta.error_code:
                 raise error_for_code(meta.error_code)(f"describe topic {name!r}")
         configs = self._describe_configs(names)
+        operations = self._topic_operations(names) if include_authorized_operations else {}
         return {
             name: TopicDescription(
                 name=name, internal=cluster.topics[name].is_internal,
                 partitions=[cluster.topics[name].partitions[p]
                             for p in sorted(cluster.topics[name].partitions)],
-                config=configs.get(name, {}))
+                config=configs.get(name, {}), authorized_operations=operations.get(name))
             for name in names
         }
+
+    def _topic_operations(self, names: list[str]) -> dict[str, frozenset[Operation] | None]:
+        """KIP-430: a Metadata request (v8+) asking for the topics' authorized operations."""
+        plain = metadata_request(names, allow_auto_topic_creation=False)
+        r = self._net.request_any(ApiKey.METADATA, lambda version: dict(
+            plain(version), include_topic_authorized_operations=True), self._deadline())
+        return {t.name: operations_from_bit_field(int(getattr(
+            t, "topic_authorized_operations", -(2**31)))) for t in r.topics}
 
     def _describe_configs(self, names: list[str]) -> dict[str, dict[str, str | None]]:
         values = {

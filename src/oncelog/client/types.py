@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..security.acls import Operation
+
 
 class TopicPartition(NamedTuple):
     topic: str
@@ -57,6 +59,9 @@ class TopicDescription:
     internal: bool
     partitions: list[PartitionInfo]
     config: dict[str, str | None]
+    # KIP-430: what the caller may do on the topic (describe_topics(...,
+    # include_authorized_operations=True); None when not asked)
+    authorized_operations: frozenset[Operation] | None = None
 
 
 class ConsumerGroupMetadata(NamedTuple):

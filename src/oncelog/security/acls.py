@@ -91,6 +91,13 @@ SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
 }
 
 
+def operations_from_bit_field(bits: int) -> frozenset[Operation] | None:
+    """A KIP-430 answer as operations; None when the broker omitted them (Int.MinValue)."""
+    if bits == -(2**31):
+        return None
+    return frozenset(op for op in Operation if op > Operation.ALL and bits & (1 << int(op)))
+
+
 def parse_name(enum_cls, text: str):
     """Kafka's spelling (``TransactionalId``, ``IdempotentWrite``, ``PREFIXED``) to a member."""
     key = "".join(ch for ch in text if ch.isalnum()).lower()
