@@ -4,6 +4,8 @@ AdminClient, our Admin and the wire."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -78,3 +80,19 @@ def test_list_groups_v5_on_the_wire(groups):
         r = conn.request(make(mod.ListGroupsRequest, states_filter=(),
                               types_filter=("share", "no-such-type")))
         assert r.error_code == 0 and r.groups == ()
+
+
+def test_the_cli_lists_with_kafkas_columns(groups):
+    def run(*args):
+        out = subprocess.run([sys.executable, "-m", "oncelog.cli.main", "consumer-groups",
+                              "--bootstrap-server", groups.bootstrap_servers, "--list", *args],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 0, out.stderr
+        return [line.split() for line in out.stdout.splitlines()]
+
+    assert run() == [["live"], ["offsets"]]
+    assert run("--state", "stable") == [["GROUP", "STATE"], ["live", "Stable"]]
+    assert run("--type", "classic", "--state") == [
+        ["GROUP", "TYPE", "STATE"], ["live", "classic", "Stable"],
+        ["offsets", "classic", "Empty"]]
+    assert run("--type", "consumer") == [["GROUP", "TYPE"]]

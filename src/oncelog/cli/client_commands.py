@@ -23,6 +23,8 @@ def run(args) -> int:
             return _acls(args)
         if args.command == "configs":
             return _configs(args)
+        if args.command == "consumer-groups":
+            return _consumer_groups(args)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -57,6 +59,14 @@ def _configs(args) -> int:
         raise ValueError(f"--entity-type {args.entity_type}: only users is supported")
     with Admin(**connect(args)) as admin:
         return run_users(args, admin)
+
+
+def _consumer_groups(args) -> int:
+    from .. import Admin
+    from .group_commands import run_list
+
+    with Admin(**connect(args)) as admin:
+        return run_list(args, admin)
 
 
 def _acls(args) -> int:

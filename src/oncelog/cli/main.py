@@ -178,6 +178,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--delete-config", action="append", default=[], metavar="NAMES",
                    help="e.g. SCRAM-SHA-256 (repeatable)")
 
+    cg = sub.add_parser("consumer-groups", help="list consumer groups",
+                        description="As Kafka's kafka-consumer-groups.sh --list: every consumer "
+                        "group, optionally only in some states (--state Stable) or of some "
+                        "types (--type classic); either flag adds its column.")
+    _add_bootstrap(cg)
+    cg.add_argument("--list", action="store_true", required=True)
+    cg.add_argument("--state", nargs="?", action="append", const="", default=None,
+                    help="only groups in this state (repeatable; alone: show the states)")
+    cg.add_argument("--type", nargs="?", action="append", const="", default=None,
+                    help="only groups of this type: classic, consumer (repeatable; alone: "
+                    "show the types)")
+
     k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
                        "`cluster up` starts it in the background, `cluster down` stops it.")
