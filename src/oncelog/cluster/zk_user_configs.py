@@ -87,7 +87,14 @@ class ZkScramStore:
             else:
                 self.zk._r("set", path, data, version)
         except (NodeExistsError, BadVersionError, NoNodeError):
-            return False
+            # Ours after all if the write went through and only its answer was lost with
+            # the connection (the retry then met our own write).
+            try:
+                current, _stat = self.zk._r("get", path)
+            except NoNodeError:
+                return False
+            if current != data:
+                return False
         self._notify(user)
         return True
 
