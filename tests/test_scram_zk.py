@@ -35,8 +35,10 @@ def test_two_brokers_stores(zookeeper_server):
         assert one.load_all() == {"a/b c": {"SCRAM-SHA-512": "z"}}
         assert zk1.client.exists(zk1.path("/config/users/a%2Fb%20c")) is not None
         # The users file's seed: only for a user ZooKeeper never held.
-        assert one.create_if_absent("seeded", {"SCRAM-SHA-256": "s"})
-        assert not two.create_if_absent("seeded", {"SCRAM-SHA-256": "t"})
+        one.seed({"seeded": {"SCRAM-SHA-256": "s"}, "a/b c": {"SCRAM-SHA-256": "seed"}})
+        two.seed({"seeded": {"SCRAM-SHA-256": "t"}})
+        assert one.load_all() == {"a/b c": {"SCRAM-SHA-512": "z"},
+                                  "seeded": {"SCRAM-SHA-256": "s"}}
         wait_until(lambda: len(seen) >= 3, 10, "three notifications followed")
         # Each notification reloads the user as ZooKeeper holds it when read.
         assert [u for u, _ in seen] == ["a/b c", "a/b c", "seeded"]

@@ -98,12 +98,12 @@ class ZkScramStore:
         self._notify(user)
         return True
 
-    def create_if_absent(self, user: str, config: Mapping[str, str]) -> bool:
-        """The users file's seed: written only for a user ZooKeeper has never held."""
-        if not self.change(user, config, -1):
-            return False
-        log.info("SCRAM credentials of user %r seeded from the users file", user)
-        return True
+    def seed(self, users: Mapping[str, Mapping[str, str]]) -> None:
+        """The users file's users: each written only if ZooKeeper has never held it (another
+        broker seeding the same file at the same time writes each user once)."""
+        for user, config in users.items():
+            if self.change(user, config, -1):
+                log.info("SCRAM credentials of user %r seeded from the users file", user)
 
     def _notify(self, user: str) -> None:
         self.zk._r("create", self.zk._p(ConfigChangeZNode.path_prefix()),

@@ -49,7 +49,7 @@ class ScramStore(Protocol):
     def fetch(self, user: str) -> tuple[dict[str, str], int]: ...
     def load_all(self) -> dict[str, dict[str, str]]: ...
     def change(self, user: str, config: Mapping[str, str], version: int) -> bool: ...
-    def create_if_absent(self, user: str, config: Mapping[str, str]) -> bool: ...
+    def seed(self, users: Mapping[str, Mapping[str, str]]) -> None: ...
     def watch(self, on_change: Callable[[str, dict[str, str]], Any]) -> None: ...
     def close(self) -> None: ...
 
@@ -84,10 +84,12 @@ class LocalScramStore:
         self._save()
         return True
 
-    def create_if_absent(self, user: str, config: Mapping[str, str]) -> bool:
-        if user in self.users:
-            return False
-        return self.change(user, config, -1)
+    def seed(self, users: Mapping[str, Mapping[str, str]]) -> None:
+        """The users file's users the store has never held (one rewrite for all)."""
+        fresh = {u: dict(c) for u, c in users.items() if u not in self.users}
+        if fresh:
+            self.users.update(fresh)
+            self._save()
 
     def watch(self, on_change: Callable[[str, dict[str, str]], Any]) -> None:
         pass  # nobody else writes a single node's file
@@ -118,9 +120,10 @@ class ScramCredentials:
         """Blocking: seed the users file's users the store has never held, load every user,
         follow the store's changes (a cluster's other brokers)."""
         self.store = store
-        for user, password in seed.items():
-            store.create_if_absent(user, {m: credential_to_string(scram_credential(m, password))
-                                          for m in MECHANISM_CODES})
+        known = store.load_all()
+        store.seed({user: {m: credential_to_string(scram_credential(m, password))
+                           for m in MECHANISM_CODES}
+                    for user, password in seed.items() if user not in known})
         store.watch(self.apply)
         for user, config in store.load_all().items():
             self.apply(user, config)
