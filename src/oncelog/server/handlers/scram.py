@@ -18,12 +18,10 @@ async def handle_describe_user_scram_credentials(broker, ctx, request):
     mod = response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.version)
     names = [u.name for u in request.users] if request.users else None
     if not acl.cluster(broker, ctx, acl.Op.DESCRIBE):
-        err = error_code("cluster_authorization_failed")
-        return make(mod.DescribeUserScramCredentialsResponse, throttle_time=0, error_code=err,
-                    error_message="Describe on the cluster is needed", results=tuple(
-                        make(mod.DescribeUserScramCredentialsResult, user=n, error_code=err,
-                             error_message=None, credential_infos=())
-                        for n in dict.fromkeys(names or ())))
+        # Kafka's error response: the request's error, no result.
+        return make(mod.DescribeUserScramCredentialsResponse, throttle_time=0,
+                    error_code=error_code("cluster_authorization_failed"),
+                    error_message="Describe on the cluster is needed", results=())
     refused: dict[str, tuple[str, str]] = {}
     if names is not None:
         for name, count in Counter(names).items():
