@@ -292,6 +292,14 @@ def _requests():
     r["OffsetDelete"] = (make(od.OffsetDeleteRequest, group_id="shared", topics=(make(
         od.OffsetDeleteRequestTopic, name="secret", partitions=(make(
             od.OffsetDeleteRequestPartition, partition_index=0),)),)), GROUP_AUTHORIZATION_FAILED)
+    r["DescribeUserScramCredentials"] = (make(
+        m(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0).DescribeUserScramCredentialsRequest,
+        users=None), CLUSTER_AUTHORIZATION_FAILED)
+    us = m(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
+    r["AlterUserScramCredentials"] = (make(us.AlterUserScramCredentialsRequest, deletions=(
+        make(us.ScramCredentialDeletion, name="alice", mechanism=1),), upsertions=(make(
+            us.ScramCredentialUpsertion, name="mallory", mechanism=2, iterations=4096,
+            salt=b"s" * 16, salted_password=b"p" * 64),)), CLUSTER_AUTHORIZATION_FAILED)
     r["DescribeTransactions"] = (make(
         m(ApiKey.DESCRIBE_TRANSACTIONS, 0).DescribeTransactionsRequest,
         transactional_ids=("t",)), TXN_ID_AUTHORIZATION_FAILED)

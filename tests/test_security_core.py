@@ -25,7 +25,7 @@ from oncelog.security.sasl import (
     ScramServer,
     scram_credential,
 )
-from oncelog.security.users import UsersFileError, load_users, scram_credentials
+from oncelog.security.users import UsersFileError, load_users
 
 Op, R, P = Operation, ResourceType, Permission
 
@@ -54,7 +54,7 @@ def test_scram_sha_256_rfc7677_vector():
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_scram_wrong_password_and_unknown_user_fail_alike(mechanism):
-    creds = scram_credentials({"alice": "secret"})[mechanism]
+    creds = {"alice": scram_credential(mechanism, "secret")}
     for user, password in (("alice", "nope"), ("mallory", "secret")):
         server, client = ScramServer(mechanism, creds), ScramClient(mechanism, user, password)
         challenge = server.step(client.first())  # an unknown user still gets a challenge

@@ -24,6 +24,10 @@ def run(args) -> int:
             return _acls(args)
         if args.command == "delete-records":
             return partition_commands.delete_records(args, connect(args))
+        if args.command == "configs":
+            return _configs(args)
+        if args.command == "consumer-groups":
+            return _consumer_groups(args)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -48,6 +52,24 @@ def connect(args) -> dict:
         out.update(security_protocol="SASL_PLAINTEXT", sasl_mechanism=args.sasl_mechanism,
                    sasl_plain_username=args.user, sasl_plain_password=password)
     return out
+
+
+def _configs(args) -> int:
+    from .. import Admin
+    from .scram_commands import run_users
+
+    if args.entity_type != "users":
+        raise ValueError(f"--entity-type {args.entity_type}: only users is supported")
+    with Admin(**connect(args)) as admin:
+        return run_users(args, admin)
+
+
+def _consumer_groups(args) -> int:
+    from .. import Admin
+    from .group_commands import run_list
+
+    with Admin(**connect(args)) as admin:
+        return run_list(args, admin)
 
 
 def _acls(args) -> int:

@@ -184,6 +184,34 @@ def build_parser() -> argparse.ArgumentParser:
                         "IdempotentWrite, TwoPhaseCommit, All (repeatable)")
         if name == "list":
             ap.add_argument("--principal", default=None)
+    g = sub.add_parser("configs", help="describe or alter configs (SCRAM users)",
+                       description="As Kafka's kafka-configs.sh. Users (KIP-554): --alter "
+                       "--entity-type users --entity-name alice --add-config "
+                       "'SCRAM-SHA-256=[iterations=8192,password=alice-secret]' or "
+                       "--delete-config SCRAM-SHA-256; --describe --entity-type users.")
+    _add_bootstrap(g)
+    gmode = g.add_mutually_exclusive_group(required=True)
+    gmode.add_argument("--describe", action="store_true")
+    gmode.add_argument("--alter", action="store_true")
+    g.add_argument("--entity-type", required=True, help="users")
+    g.add_argument("--entity-name", default=None)
+    g.add_argument("--add-config", action="append", default=[], metavar="CONFIGS",
+                   help="e.g. 'SCRAM-SHA-256=[iterations=8192,password=pw]' (repeatable)")
+    g.add_argument("--delete-config", action="append", default=[], metavar="NAMES",
+                   help="e.g. SCRAM-SHA-256 (repeatable)")
+
+    cg = sub.add_parser("consumer-groups", help="list consumer groups",
+                        description="As Kafka's kafka-consumer-groups.sh --list: every consumer "
+                        "group, optionally only in some states (--state Stable) or of some "
+                        "types (--type classic); either flag adds its column.")
+    _add_bootstrap(cg)
+    cg.add_argument("--list", action="store_true", required=True)
+    cg.add_argument("--state", nargs="?", action="append", const="", default=None,
+                    help="only groups in this state (repeatable; alone: show the states)")
+    cg.add_argument("--type", nargs="?", action="append", const="", default=None,
+                    help="only groups of this type: classic, consumer (repeatable; alone: "
+                    "show the types)")
+
     k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
                        "`cluster up` starts it in the background, `cluster down` stops it.")

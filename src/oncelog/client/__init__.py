@@ -15,6 +15,7 @@ Files, one responsibility each (the split of aiokafka and the Java client):
 - fetcher.py             Fetch and ListOffsets, record decoding, read_committed filtering
 - consumer.py            Consumer
 - admin.py               Admin
+- scram_admin.py         Admin's SCRAM users (KIP-554): the password salted and hashed here
 - types.py               TopicPartition, RecordMetadata, ConsumerRecord, NewTopic, ...
 - errors.py              client-side errors (timeouts); broker errors are oncelog.errors
 """
@@ -24,8 +25,14 @@ from .consumer import Consumer
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
 from .partitioner import murmur2
 from .producer import Producer
+from .scram_admin import (
+    ScramCredentialInfo,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 from .transaction_manager import IllegalStateError, PreparedTxnState, TransactionError
 from .types import (
+    ConsumerGroupListing,
     ConsumerGroupMetadata,
     ConsumerRecord,
     NewPartitions,
@@ -42,6 +49,7 @@ from .types import (
 __all__ = [
     "Admin",
     "Consumer",
+    "ConsumerGroupListing",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "IllegalStateError",
@@ -54,10 +62,13 @@ __all__ = [
     "Producer",
     "ProducerState",
     "RecordMetadata",
+    "ScramCredentialInfo",
     "TopicDescription",
     "TopicPartition",
     "TransactionDescription",
     "TransactionError",
     "TransactionListing",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "murmur2",
 ]

@@ -31,8 +31,9 @@ from ..security.acls import (
     PatternType,
     Permission,
     ResourceType,
+    operations_from_bit_field,
 )
-from . import coordinator_request
+from . import coordinator_request, scram_admin
 from .config import admin_config
 from .coordinator_request import (
     KEY_TYPE_GROUP,
@@ -46,6 +47,7 @@ from .errors import KafkaTimeoutError
 from .metadata import BrokerNode, metadata_request
 from .network import NetworkClient
 from .types import (
+    ConsumerGroupListing,
     NewPartitions,
     NewTopic,
     ProducerState,
@@ -80,6 +82,8 @@ class ClusterDescription:
     nodes: dict[int, BrokerNode]  # node id -> the broker
     controller_id: int  # -1 when the answering broker knows of none
     cluster_id: str | None
+    # KIP-430: what the caller may do on the cluster (None when not asked)
+    authorized_operations: frozenset[Operation] | None = None
 
 
 class Admin:
@@ -266,12 +270,24 @@ class Admin:
         controller = self._net.cluster.controller_id
         return controller if controller in self._net.cluster.brokers else None
 
-    def describe_cluster(self) -> ClusterDescription:
+    def describe_cluster(self, include_authorized_operations: bool = False
+                         ) -> ClusterDescription:
         """The brokers the cluster has (registered and alive), its controller and its id, as
-        Kafka's ``Admin.describeCluster`` (asked with a Metadata request naming no topic)."""
+        Kafka's ``Admin.describeCluster`` (asked with a Metadata request naming no topic);
+        with ``include_authorized_operations`` what the caller may do on the cluster too
+        (KIP-430, a DescribeCluster request)."""
         cluster = self._metadata([])
+        operations = None
+        if include_authorized_operations:
+            r = self._net.request_any(ApiKey.DESCRIBE_CLUSTER, {
+                "include_cluster_authorized_operations": True, "endpoint_type": 1},
+                self._deadline())
+            if int(r.error_code):
+                raise error_for_code(int(r.error_code))(r.error_message or "DescribeCluster")
+            operations = operations_from_bit_field(int(r.cluster_authorized_operations))
         return ClusterDescription(nodes=dict(cluster.brokers), controller_id=cluster.controller_id,
-                                  cluster_id=cluster.cluster_id)
+                                  cluster_id=cluster.cluster_id,
+                                  authorized_operations=operations)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Names of all topics, sorted (internal ones such as __consumer_offsets only on
@@ -280,8 +296,10 @@ class Admin:
         return sorted(name for name, meta in cluster.topics.items()
                       if not meta.error_code and (include_internal or not meta.is_internal))
 
-    def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicDescription]:
-        """Partitions (leader, replicas, ISR), internal flag and configs of each topic.
+    def describe_topics(self, topics: Iterable[str], include_authorized_operations: bool = False
+                        ) -> dict[str, TopicDescription]:
+        """Partitions (leader, replicas, ISR), internal flag and configs of each topic; with
+        ``include_authorized_operations`` what the caller may do on each (KIP-430).
 
         Raises UnknownTopicOrPartitionError if one of them does not exist.
         """
@@ -296,14 +314,24 @@ class Admin:
             if meta.error_code:
                 raise error_for_code(meta.error_code)(f"describe topic {name!r}")
         configs = self._describe_configs(names)
+        operations = self._topic_operations(names) if include_authorized_operations else {}
         return {
             name: TopicDescription(
                 name=name, internal=cluster.topics[name].is_internal,
                 partitions=[cluster.topics[name].partitions[p]
                             for p in sorted(cluster.topics[name].partitions)],
-                config=configs.get(name, {}), topic_id=cluster.topics[name].topic_id)
+                config=configs.get(name, {}), topic_id=cluster.topics[name].topic_id,
+                authorized_operations=operations.get(name))
             for name in names
         }
+
+    def _topic_operations(self, names: list[str]) -> dict[str, frozenset[Operation] | None]:
+        """KIP-430: a Metadata request (v8+) asking for the topics' authorized operations."""
+        plain = metadata_request(names, allow_auto_topic_creation=False)
+        r = self._net.request_any(ApiKey.METADATA, lambda version: dict(
+            plain(version), include_topic_authorized_operations=True), self._deadline())
+        return {t.name: operations_from_bit_field(int(getattr(
+            t, "topic_authorized_operations", -(2**31)))) for t in r.topics}
 
     def _describe_configs(self, names: list[str]) -> dict[str, dict[str, str | None]]:
         values = {
@@ -459,6 +487,24 @@ class Admin:
                     if code else None)
         return out
 
+    def list_consumer_groups(self, states: Iterable[str] | None = None,
+                             types: Iterable[str] | None = None) -> list[ConsumerGroupListing]:
+        """The consumer groups of every broker (ListGroups), optionally only in these states
+        (KIP-518: Stable, Empty ...) or of these types (KIP-848: classic, consumer), sorted by
+        group id. As Kafka's listConsumerGroups: groups of the consumer protocol (or none)."""
+        deadline = self._deadline()
+        out: list[ConsumerGroupListing] = []
+        for node in self._metadata([]).brokers:  # every broker coordinates some groups
+            r = self._net.request_any(ApiKey.LIST_GROUPS, {
+                "states_filter": list(states or ()), "types_filter": list(types or ())},
+                deadline, node_id=node)
+            if int(r.error_code):
+                raise error_for_code(int(r.error_code))("list consumer groups")
+            out.extend(ConsumerGroupListing(g.group_id, not g.protocol_type, g.group_state,
+                                            getattr(g, "group_type", "classic"))
+                       for g in r.groups if g.protocol_type in ("consumer", ""))
+        return sorted(out, key=lambda g: g.group_id)
+
     def _to_coordinator(self, key_type: int, key: str, api_key: ApiKey, values: dict,
                         deadline: float, error_of: Callable[[Any], int], what: str) -> Any:
         """Send to the coordinator of ``key`` (a transactional id or a group) and return its
@@ -513,6 +559,26 @@ class Admin:
                                Operation(int(m.operation)), Permission(int(m.permission_type)))
                     for m in result.matching_acls]
         return out
+
+    # --- SCRAM users (KIP-554) -----------------------------------------------------------------
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, list[scram_admin.ScramCredentialInfo]]:
+        """Each user's SCRAM mechanisms and iterations (every user with one by default).
+        Raises ResourceNotFoundError for a user named who has none. Needs Describe on the
+        cluster."""
+        return scram_admin.describe(self._net, None if users is None else list(users),
+                                    self._deadline())
+
+    def alter_user_scram_credentials(
+            self, alterations: Iterable[scram_admin.UserScramCredentialUpsertion |
+                                        scram_admin.UserScramCredentialDeletion]
+    ) -> dict[str, KafkaError | None]:
+        """Add, replace or delete SCRAM credentials (the password is salted and hashed here,
+        never sent). Per user: None, or the error that kept its changes out
+        (UnacceptableCredentialError, ResourceNotFoundError, DuplicateResourceError ...).
+        Needs Alter on the cluster."""
+        return scram_admin.alter(self._net, list(alterations), self._deadline())
 
     def _metadata(self, topics: list[str] | None):
         deadline = self._deadline()

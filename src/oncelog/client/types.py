@@ -6,6 +6,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..security.acls import Operation
+
 
 class TopicPartition(NamedTuple):
     topic: str
@@ -68,6 +70,9 @@ class TopicDescription:
     partitions: list[PartitionInfo]
     config: dict[str, str | None]
     topic_id: uuid.UUID | None = None  # Metadata v10+ (KIP-516)
+    # KIP-430: what the caller may do on the topic (describe_topics(...,
+    # include_authorized_operations=True); None when not asked)
+    authorized_operations: frozenset[Operation] | None = None
 
 
 class ConsumerGroupMetadata(NamedTuple):
@@ -113,3 +118,13 @@ class ProducerState:
     last_timestamp: int
     coordinator_epoch: int
     current_txn_start_offset: int  # -1 when it has no open transaction there
+
+
+@dataclass(frozen=True)
+class ConsumerGroupListing:
+    """One line of ``Admin.list_consumer_groups`` (Kafka's ConsumerGroupListing)."""
+
+    group_id: str
+    is_simple_consumer_group: bool  # no members ever joined (offsets committed by assign())
+    state: str  # Kafka's names: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    type: str  # KIP-848's group type: "classic" for every group of the classic protocol

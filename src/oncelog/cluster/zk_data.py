@@ -10,6 +10,8 @@ they are: clusters already running keep their data in ZooKeeper across upgrades.
   ``/controller_epoch``: ``<n>``
 - ``/brokers/topics/<topic>``: ``{"version":2,"topic_id":"<uuid>","partitions":{"0":[1,2,3]}}``
 - ``/config/topics/<topic>``: ``{"version":1,"config":{...}}``
+- ``/config/users/<user>``: ``{"version":1,"config":{"SCRAM-SHA-256":"salt=...",...}}``;
+  ``/config/changes/config_change_<seq>``: ``{"version":2,"entity_path":"users/<user>"}``
 - ``/brokers/topics/<topic>/partitions/<p>/state``:
   ``{"version":1,"leader":1,"leader_epoch":3,"isr":[1,2,3],"controller_epoch":2}``
 - ``/admin/delete_topics/<topic>``: a deletion request, carried out by the controller
@@ -37,6 +39,8 @@ __all__ = [
     "BrokerIdZNode",
     "BrokerIdsZNode",
     "ClusterIdZNode",
+    "ConfigChangeZNode",
+    "ConfigChangesZNode",
     "ConfigEntityTypeZNode",
     "ConfigEntityZNode",
     "ConfigType",
@@ -195,6 +199,7 @@ class ConfigType:
     """The entity types under ``/config`` (Kafka's ConfigType); oncelog keeps topics' only."""
 
     TOPIC = "topics"
+    USER = "users"  # SCRAM credentials (KIP-554), cluster/zk_user_configs.py
 
 
 class ConfigEntityTypeZNode:
@@ -220,6 +225,40 @@ class ConfigEntityZNode:
     def decode(data: bytes | None) -> dict[str, str]:
         d = _loads(data)
         return {} if d is None else {str(k): str(v) for k, v in (d.get("config") or {}).items()}
+
+
+class ConfigChangesZNode:
+    """``/config/changes``: one persistent sequential child per config change, which every
+    broker follows to reload the entity named (Kafka's ConfigEntityChangeNotificationZNode)."""
+
+    @staticmethod
+    def path() -> str:
+        return "/config/changes"
+
+
+class ConfigChangeZNode:
+    """``/config/changes/config_change_<seq>``: ``{"version":2,"entity_path":"users/alice"}``
+    (Kafka's ConfigEntityChangeNotificationSequenceZNode)."""
+
+    PREFIX = "config_change_"
+
+    @staticmethod
+    def path_prefix() -> str:
+        return f"{ConfigChangesZNode.path()}/{ConfigChangeZNode.PREFIX}"
+
+    @staticmethod
+    def encode(entity_path: str) -> bytes:
+        return _dumps({"version": 2, "entity_path": entity_path})
+
+    @staticmethod
+    def decode(data: bytes | None) -> str | None:
+        """The entity path (``<type>/<sanitized name>``); None if unreadable."""
+        try:
+            d = _loads(data)
+        except ValueError:
+            return None
+        path = d.get("entity_path") if isinstance(d, dict) else None
+        return path if isinstance(path, str) else None
 
 
 # -- topic deletion ----------------------------------------------------------------------------

@@ -76,6 +76,28 @@ _IMPLIED_BY: dict[Operation, set[Operation]] = {
 }
 
 
+# Kafka's AclEntry.supportedOperations: the operations a resource type's authorized
+# operations (KIP-430) are drawn from (Kafka 4's table: groups have configs since KIP-848).
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE,
+                         Operation.DELETE, Operation.ALTER, Operation.DESCRIBE_CONFIGS,
+                         Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE,
+                         Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION,
+                           Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
+                           Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE),
+    ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
+}
+
+
+def operations_from_bit_field(bits: int) -> frozenset[Operation] | None:
+    """A KIP-430 answer as operations; None when the broker omitted them (Int.MinValue)."""
+    if bits == -(2**31):
+        return None
+    return frozenset(op for op in Operation if op > Operation.ALL and bits & (1 << int(op)))
+
+
 def parse_name(enum_cls, text: str):
     """Kafka's spelling (``TransactionalId``, ``IdempotentWrite``, ``PREFIXED``) to a member."""
     key = "".join(ch for ch in text if ch.isalnum()).lower()

@@ -1,11 +1,11 @@
 """The broker's users file (``oncelog broker --users FILE``): one ``name:password`` per line;
-blank lines and ``#`` comments are skipped. The password is everything after the first colon."""
+blank lines and ``#`` comments are skipped. The password is everything after the first colon.
+PLAIN logins check these passwords; the SCRAM users are seeded from them
+(security/credential_store.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-from .sasl import MECHANISMS, ScramCredential, scram_credential
 
 
 class UsersFileError(ValueError):
@@ -33,8 +33,3 @@ def load_users(path: str | Path) -> dict[str, str]:
         raise UsersFileError(f"the users file {path} defines no user")
     return users
 
-
-def scram_credentials(users: dict[str, str]) -> dict[str, dict[str, ScramCredential]]:
-    """Salted SCRAM credentials per mechanism, derived once at startup."""
-    return {m: {name: scram_credential(m, pw) for name, pw in users.items()}
-            for m in MECHANISMS if m.startswith("SCRAM")}

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cluster.election import assign_replicas
+from ..security.credential_store import LocalScramStore, ScramStore
 from .clock import now_ms
 from .topics import (
     CONSUMER_OFFSETS,
@@ -66,6 +67,14 @@ class Metadata(ABC):
         self.view: Any = None  # the latest ClusterView, once there is one
         self.loop: asyncio.AbstractEventLoop | None = None
         self._view_changed = asyncio.Event()
+
+    # -- the SCRAM users (KIP-554) -------------------------------------------------------------
+
+    def scram_store(self) -> ScramStore:
+        """Where the users' SCRAM credentials live: a single node's data directory (a
+        cluster's ZooKeeper overrides it). Opened by ``start`` before the first view, so no
+        login is answered before the users are known."""
+        return LocalScramStore(self.broker.data_dir)
 
     # -- the view -----------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ class LocalMetadata(Metadata):
         """Elect this broker leader of every partition it has, one leader epoch above the
         last one each partition recorded, and publish the view."""
         self.loop = asyncio.get_running_loop()
+        self.broker.security.open_credentials(self.scram_store())
         data_dir = Path(self.broker.data_dir)
         legacy = _read_legacy_epoch(data_dir / LEGACY_EPOCH_FILE)
         assignments = self._assignments()

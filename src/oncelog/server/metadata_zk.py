@@ -58,6 +58,7 @@ class ZkMetadata(Metadata):
     def _start_blocking(self) -> None:
         self.store = KafkaZkClient(self.connect, session_timeout_s=self.session_timeout_ms / 1000)
         self.broker.cluster_id = self.store.cluster_id(self.broker.cluster_id)
+        self.broker.security.open_credentials(self.scram_store())
         # Restarted right after a crash, the old session still holds our registration until
         # ZooKeeper expires it (up to its timeout): wait it out instead of failing.
         host, port = self.advertised()
@@ -83,6 +84,13 @@ class ZkMetadata(Metadata):
             self.controller.stop()
         if self.store is not None:
             self.store.close()
+
+    def scram_store(self):
+        """The users' SCRAM credentials in ZooKeeper (/config/users), as Kafka's ZooKeeper
+        mode: every broker follows the change notifications."""
+        from ..cluster.zk_user_configs import ZkScramStore
+
+        return ZkScramStore(self.store)
 
     # -- topics -------------------------------------------------------------------------------
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ..protocol import ApiKey
 from ..security.acls import Authorizer
+from ..security.credential_store import ScramCredentials, ScramStore
 from ..security.sasl import AuthenticationFailed, server_for
-from ..security.users import load_users, scram_credentials
+from ..security.users import load_users
 from .context import CloseConnection
 
 log = logging.getLogger("oncelog.security")
@@ -33,20 +34,26 @@ class Security:
         self.mechanisms = [m for m in str(config.get("sasl.enabled.mechanisms")).split(",") if m]
         self.failed_delay_ms = config.int("connection.failed.authentication.delay.ms")
         self.passwords: dict[str, str] = {}
-        self.scram: dict = {}
+        # The SCRAM users (KIP-554), loaded from the metadata's store when the broker joins
+        # its cluster (before it serves anything), seeded from the users file.
+        self.credentials = ScramCredentials()
+        self.scram = self.credentials.by_mechanism
         if self.sasl_enabled:
             users_file = str(config.get("sasl.users.file"))
             if not users_file:
                 raise ValueError("security.protocol=SASL_PLAINTEXT needs a users file "
                                  "(--users FILE, or sasl.users.file)")
             self.passwords = load_users(users_file)
-            self.scram = scram_credentials(self.passwords)
         allow = config.get("allow.everyone.if.no.acl.found")
         super_users = [u.strip() for u in str(config.get("super.users")).split(";") if u.strip()]
         self.authorizer = Authorizer(data_dir, enabled=self.sasl_enabled,
                                      super_users=super_users,
                                      allow_if_no_acl=(not self.sasl_enabled) if allow is None
                                      else bool(allow))
+
+    def open_credentials(self, store: ScramStore) -> None:
+        """Blocking (ZooKeeper): load the SCRAM users, seeding the users file's."""
+        self.credentials.open(store, self.passwords)
 
     # -- the SASL exchange --------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from . import (
     produce,
     producer_id,
     producers,
+    scram,
     security,
     txn,
     txn_markers,
@@ -77,6 +78,9 @@ _SECURITY: dict = {
     ApiKey.CREATE_ACLS: security.handle_create_acls,
     ApiKey.DESCRIBE_ACLS: security.handle_describe_acls,
     ApiKey.DELETE_ACLS: security.handle_delete_acls,
+    # KIP-554: the SCRAM users.
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram.handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram.handle_alter_user_scram_credentials,
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from ...security.acls import Operation, ResourceType
+from ...security.acls import SUPPORTED_OPERATIONS, Operation, ResourceType
 
 Op, R = Operation, ResourceType
 
@@ -33,3 +33,26 @@ def topics_checker(broker, ctx, op: Operation):
         return topic(broker, ctx, op, name)
 
     return check
+
+
+# KIP-430: what a response says when the client did not ask for the authorized operations
+# (Kafka's Int.MinValue, the schemas' default).
+OPERATIONS_OMITTED = -(2**31)
+
+
+def authorized_operations(broker, ctx, resource_type: ResourceType, name: str) -> int:
+    """KIP-430: the operations of the resource type (Kafka's supportedOperations) the
+    request's principal may do on the resource, as Kafka's bit field (``1 << code``). Without
+    an authorizer (no SASL) every one, as Kafka without an authorizer."""
+    return sum(1 << int(op) for op in SUPPORTED_OPERATIONS[resource_type]
+               if broker.allowed(ctx, op, resource_type, name))
+
+
+def cluster_operations(broker, ctx, asked: bool) -> int:
+    """KIP-430's cluster operations, as Kafka answers them: omitted unless asked, 0 without
+    Describe on the cluster."""
+    if not asked:
+        return OPERATIONS_OMITTED
+    if not cluster(broker, ctx, Op.DESCRIBE):
+        return 0
+    return authorized_operations(broker, ctx, R.CLUSTER, "kafka-cluster")

@@ -36,6 +36,12 @@ async def _metadata(broker, ctx, request, mod):
             names.append(name)
     # Kafka's default: v0-v3 always auto-create; v4+ when the client allows it.
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
+
+    def topic_ops(name: str) -> int:  # KIP-430 (v8+), when asked
+        if not getattr(request, "include_topic_authorized_operations", False):
+            return acl.OPERATIONS_OMITTED
+        return acl.authorized_operations(broker, ctx, acl.R.TOPIC, name)
+
     topics_out = []
     for i, name in enumerate(names):
         if i % _YIELD_EVERY == _YIELD_EVERY - 1:
@@ -67,9 +73,14 @@ async def _metadata(broker, ctx, request, mod):
             view = metadata.view  # a cluster of one has created it already
             assignment = view.topics.get(name) if err is None else None
         if assignment is None:
+            # Kafka's answer names the operations of every topic the caller may describe,
+            # unknown ones too; not of those refused (Describe, or Create to auto-create).
+            ops = topic_ops(name) if err != "topic_authorization_failed" and name is not None \
+                else acl.OPERATIONS_OMITTED
             topics_out.append(make(mod.MetadataResponseTopic, error_code=error_code(err),
                                    name=name, topic_id=asked_ids.get(i, _NULL_UUID),
-                                   is_internal=False, partitions=()))
+                                   is_internal=False, partitions=(),
+                                   topic_authorized_operations=ops))
             continue
         parts = []
         for index, replicas in sorted(assignment.partitions.items()):
@@ -94,14 +105,17 @@ async def _metadata(broker, ctx, request, mod):
                 offline_replicas=offline))
         topics_out.append(make(mod.MetadataResponseTopic, error_code=0, name=name,
                                topic_id=assignment.topic_id, is_internal=name in INTERNAL_TOPICS,
-                               partitions=tuple(parts)))
+                               partitions=tuple(parts),
+                               topic_authorized_operations=topic_ops(name)))
     brokers = tuple(make(mod.MetadataResponseBroker, node_id=b, host=info.host, port=info.port,
                          rack=getattr(info, "rack", None))
                     for b, info in sorted(view.brokers.items()))
     controller = view.controller_id if view.controller_id is not None else -1
     return make(mod.MetadataResponse, throttle_time=0, brokers=brokers,
                 cluster_id=broker.cluster_id, controller_id=controller,
-                topics=tuple(topics_out), cluster_authorized_operations=-2147483648)
+                topics=tuple(topics_out), cluster_authorized_operations=acl.cluster_operations(
+                    broker, ctx, getattr(request, "include_cluster_authorized_operations",
+                                         False)))
 
 
 def _topic_ids_refused(ctx, request, mod):
@@ -143,4 +157,5 @@ async def handle_describe_cluster(broker, ctx, request):
     controller = view.controller_id if view.controller_id is not None else -1
     return make(mod.DescribeClusterResponse, throttle_time=0, error_code=0, error_message=None,
                 endpoint_type=1, cluster_id=broker.cluster_id, controller_id=controller,
-                brokers=brokers)
+                brokers=brokers, cluster_authorized_operations=acl.cluster_operations(
+                    broker, ctx, request.include_cluster_authorized_operations))

@@ -269,6 +269,12 @@ async def handle_offset_fetch(broker, ctx, request):
 async def handle_describe_groups(broker, ctx, request):
     mod = response_module(ApiKey.DESCRIBE_GROUPS, ctx.version)
     out = []
+
+    def ops(group_id: str) -> int:  # KIP-430 (v3+): of the groups answered without error
+        if not getattr(request, "include_authorized_operations", False):
+            return acl.OPERATIONS_OMITTED
+        return acl.authorized_operations(broker, ctx, acl.R.GROUP, group_id)
+
     for group_id in request.groups:
         g = broker.group_coordinator.core.groups.get(group_id)
         if _group_denied(broker, ctx, group_id, acl.Op.DESCRIBE):
@@ -285,7 +291,7 @@ async def handle_describe_groups(broker, ctx, request):
         if g is None:
             out.append(make(mod.DescribedGroup, error_code=0, group_id=group_id,
                             group_state=GroupState.DEAD.value, protocol_type="",
-                            protocol_data="", members=(), authorized_operations=-2**31))
+                            protocol_data="", members=(), authorized_operations=ops(group_id)))
             continue
         members = tuple(make(mod.DescribedGroupMember, member_id=m.member_id,
                              group_instance_id=m.group_instance_id, client_id=m.client_id,
@@ -294,18 +300,26 @@ async def handle_describe_groups(broker, ctx, request):
         out.append(make(mod.DescribedGroup, error_code=0, group_id=group_id,
                         group_state=g.state.value, protocol_type=g.protocol_type or "",
                         protocol_data=g.protocol or "", members=members,
-                        authorized_operations=-2**31))
+                        authorized_operations=ops(group_id)))
     return make(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(out))
 
 
+# KIP-848's group types; every group of ours is a classic one (the classic group protocol).
+CLASSIC_GROUP_TYPE = "classic"
+
+
 async def handle_list_groups(broker, ctx, request):
+    """ListGroups: v4 filters by state (KIP-518), v5 by type too (KIP-848); both filters are
+    case-insensitive, as Kafka's, and a type Kafka does not know matches no group."""
     mod = response_module(ApiKey.LIST_GROUPS, ctx.version)
-    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    states = {s.strip().lower() for s in getattr(request, "states_filter", ())}
+    types = {t.strip().lower() for t in getattr(request, "types_filter", ())}
     everything = acl.cluster(broker, ctx, acl.Op.DESCRIBE)  # Kafka: Describe on the cluster
     groups = tuple(make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
-                        group_state=g.state.value)
+                        group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
                    for g in broker.group_coordinator.core.groups.values()
                    if (not states or g.state.value.lower() in states)
+                   and (not types or CLASSIC_GROUP_TYPE in types)
                    and (everything or not _group_denied(broker, ctx, g.group_id,
                                                           acl.Op.DESCRIBE)))
     return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
