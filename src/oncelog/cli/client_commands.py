@@ -21,6 +21,10 @@ def run(args) -> int:
             return _transactions(args)
         if args.command == "acls":
             return _acls(args)
+        if args.command == "configs":
+            from .configs_command import run as run_configs
+
+            return run_configs(args, connect)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -162,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "IdempotentWrite, TwoPhaseCommit, All (repeatable)")
         if name == "list":
             ap.add_argument("--principal", default=None)
+    g = sub.add_parser("configs", help="describe or change topic and broker configs",
+                       description="Topic overrides and dynamic broker configs, as Kafka's "
+                       "kafka-configs.sh: e.g. configs --entity-type topics --entity-name orders "
+                       "--alter --add-config retention.ms=3600000,cleanup.policy=[compact,delete]")
+    _add_bootstrap(g)
+    from .configs_command import add_arguments as _configs_arguments
+
+    _configs_arguments(g)
     k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
                        "`cluster up` starts it in the background, `cluster down` stops it.")

@@ -31,7 +31,8 @@ from ..security.acls import (
     Permission,
     ResourceType,
 )
-from . import coordinator_request
+from . import admin_configs, coordinator_request
+from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 from .config import admin_config
 from .coordinator_request import (
     KEY_TYPE_GROUP,
@@ -233,6 +234,24 @@ class Admin:
                                               if result.error_message else ""))
             out[result.resource_name] = {c.name: c.value for c in result.configs}
         return out
+
+    # --- configs (KIP-133, KIP-339, KIP-226; client/admin_configs.py) -------------------------
+
+    def describe_configs(self, resources: Iterable[ConfigResource],
+                         include_synonyms: bool = False
+                         ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Each resource's configs with their values, sources (and synonyms on request)."""
+        return admin_configs.describe_configs(self, resources, include_synonyms)
+
+    def alter_configs(self, configs: Mapping[ConfigResource, Mapping[str, str]],
+                      validate_only: bool = False) -> None:
+        """Replace each resource's overrides (topic) or dynamic configs (broker) whole."""
+        admin_configs.alter_configs(self, configs, validate_only)
+
+    def incremental_alter_configs(self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp]],
+                                  validate_only: bool = False) -> None:
+        """Set, delete, append to or subtract from single configs of each resource."""
+        admin_configs.incremental_alter_configs(self, changes, validate_only)
 
     # --- transactions (KIP-664) --------------------------------------------------------------
 

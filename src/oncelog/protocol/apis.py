@@ -45,6 +45,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    ALTER_CONFIGS = 33
+    INCREMENTAL_ALTER_CONFIGS = 44
 
 
 API_NAMES = {k.value: k.name for k in ApiKey}
@@ -73,6 +75,9 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     ApiKey.FIND_COORDINATOR: (0, 4),  # v5+ adds share groups (KIP-932)
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v0 is v1 without tagged fields (not in kio); v2 KIP-890
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    # Topic overrides and dynamic broker configs (server/handlers/configs.py).
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # KIP-339
 }
 
 

@@ -5,6 +5,7 @@ from ...protocol import ApiKey
 from . import (
     admin,
     cluster,
+    configs,
     coordinator,
     fetch,
     group,
@@ -25,7 +26,7 @@ _LOG_AND_WIRE = {
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.CREATE_TOPICS: admin.handle_create_topics,
     ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
-    ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+    ApiKey.DESCRIBE_CONFIGS: configs.handle_describe_configs,
     ApiKey.PRODUCE: produce.handle_produce,
     ApiKey.FETCH: fetch.handle_fetch,
     ApiKey.LIST_OFFSETS: list_offsets.handle_list_offsets,
@@ -37,6 +38,8 @@ _LOG_AND_WIRE = {
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
     # Cluster mode: where a leader epoch ends (followers' truncation, KIP-320 clients).
     ApiKey.OFFSET_FOR_LEADER_EPOCH: leader_epoch.handle_offset_for_leader_epoch,
+    ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
 }
 
 
