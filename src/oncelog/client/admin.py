@@ -241,17 +241,20 @@ class Admin:
                          include_synonyms: bool = False
                          ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
         """Each resource's configs with their values, sources (and synonyms on request)."""
-        return admin_configs.describe_configs(self, resources, include_synonyms)
+        return admin_configs.describe_configs(self._config_call(), resources, include_synonyms)
 
     def alter_configs(self, configs: Mapping[ConfigResource, Mapping[str, str]],
                       validate_only: bool = False) -> None:
         """Replace each resource's overrides (topic) or dynamic configs (broker) whole."""
-        admin_configs.alter_configs(self, configs, validate_only)
+        admin_configs.alter_configs(self._config_call(), configs, validate_only)
 
     def incremental_alter_configs(self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp]],
                                   validate_only: bool = False) -> None:
         """Set, delete, append to or subtract from single configs of each resource."""
-        admin_configs.incremental_alter_configs(self, changes, validate_only)
+        admin_configs.incremental_alter_configs(self._config_call(), changes, validate_only)
+
+    def _config_call(self) -> admin_configs.AdminCall:
+        return admin_configs.AdminCall(self._net, self._deadline(), lambda: self._metadata([]))
 
     # --- transactions (KIP-664) --------------------------------------------------------------
 

@@ -11,15 +11,13 @@ TopicAuthorizationFailedError ...) after every resource was answered.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import error_for_code
 from ..protocol import ApiKey
-
-if TYPE_CHECKING:
-    from .admin import Admin
+from .network import NetworkClient
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -104,15 +102,25 @@ def _node_for(resource: ConfigResource) -> int | None:
     return None
 
 
-def _by_node(admin: Admin, resources: Iterable[ConfigResource]
+@dataclass(frozen=True)
+class AdminCall:
+    """What a config call needs of the Admin client: its network client, the call's deadline
+    (monotonic seconds) and a way to refresh the cluster's metadata."""
+
+    net: NetworkClient
+    deadline: float
+    refresh_metadata: Callable[[], Any]
+
+
+def _by_node(call: AdminCall, resources: Iterable[ConfigResource]
              ) -> dict[int | None, list[ConfigResource]]:
     out: dict[int | None, list[ConfigResource]] = {}
     for r in resources:
         out.setdefault(_node_for(r), []).append(r)
-    if any(n is not None and n not in admin._net.cluster.brokers for n in out):
-        admin._metadata([])  # where the brokers named are
+    if any(n is not None and n not in call.net.cluster.brokers for n in out):
+        call.refresh_metadata()  # where the brokers named are
     # A node the cluster does not have: any broker answers (INVALID_REQUEST, naming itself).
-    unknown = [n for n in out if n is not None and n not in admin._net.cluster.brokers]
+    unknown = [n for n in out if n is not None and n not in call.net.cluster.brokers]
     for n in unknown:
         out.setdefault(None, []).extend(out.pop(n))
     return out
@@ -128,17 +136,16 @@ def _raise_first(results: Iterable[Any], verb: str) -> None:
                 + (f": {result.error_message}" if result.error_message else ""))
 
 
-def describe_configs(admin: Admin, resources: Iterable[ConfigResource],
+def describe_configs(call: AdminCall, resources: Iterable[ConfigResource],
                      include_synonyms: bool = False
                      ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
     out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
-    deadline = admin._deadline()
-    for node, group in _by_node(admin, resources).items():
-        response = admin._net.request_any(ApiKey.DESCRIBE_CONFIGS, {
+    for node, group in _by_node(call, resources).items():
+        response = call.net.request_any(ApiKey.DESCRIBE_CONFIGS, {
             "resources": [{"resource_type": int(r.type), "resource_name": r.name,
                            "configuration_keys": None} for r in group],
             "include_synonyms": include_synonyms, "include_documentation": False},
-            deadline, node_id=node)
+            call.deadline, node_id=node)
         _raise_first(response.results, "describe")
         for result in response.results:
             resource = ConfigResource(ConfigResourceType(result.resource_type),
@@ -151,29 +158,27 @@ def describe_configs(admin: Admin, resources: Iterable[ConfigResource],
     return out
 
 
-def alter_configs(admin: Admin, configs: Mapping[ConfigResource, Mapping[str, str]],
+def alter_configs(call: AdminCall, configs: Mapping[ConfigResource, Mapping[str, str]],
                   validate_only: bool = False) -> None:
     """AlterConfigs: each resource's overrides become exactly ``configs[resource]``."""
-    deadline = admin._deadline()
-    for node, group in _by_node(admin, configs).items():
-        response = admin._net.request_any(ApiKey.ALTER_CONFIGS, {
+    for node, group in _by_node(call, configs).items():
+        response = call.net.request_any(ApiKey.ALTER_CONFIGS, {
             "resources": [{"resource_type": int(r.type), "resource_name": r.name,
                            "configs": [{"name": k, "value": str(v)}
                                        for k, v in configs[r].items()]} for r in group],
-            "validate_only": validate_only}, deadline, node_id=node)
+            "validate_only": validate_only}, call.deadline, node_id=node)
         _raise_first(response.responses, "alter")
 
 
-def incremental_alter_configs(admin: Admin,
+def incremental_alter_configs(call: AdminCall,
                               changes: Mapping[ConfigResource, Iterable[AlterConfigOp]],
                               validate_only: bool = False) -> None:
     """IncrementalAlterConfigs: the operations applied to each resource's stored configs."""
-    deadline = admin._deadline()
-    for node, group in _by_node(admin, changes).items():
-        response = admin._net.request_any(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+    for node, group in _by_node(call, changes).items():
+        response = call.net.request_any(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
             "resources": [{"resource_type": int(r.type), "resource_name": r.name,
                            "configs": [{"name": op.name, "config_operation": int(op.op),
                                         "value": None if op.value is None else str(op.value)}
                                        for op in changes[r]]} for r in group],
-            "validate_only": validate_only}, deadline, node_id=node)
+            "validate_only": validate_only}, call.deadline, node_id=node)
         _raise_first(response.responses, "alter")
