@@ -127,6 +127,8 @@ def test_only_kafkas_dynamic_broker_configs_may_change():
     cfg = config.log_config({"segment.bytes": "3000"})
     assert (cfg.retention_ms, cfg.segment_bytes) == (6, 3000)
     assert config.log_config({}).segment_bytes == 2000
+    # A stored value that does not parse (another tool wrote it) leaves the broker's default.
+    assert config.log_config({"retention.ms": "soon"}).retention_ms == 6
 
 
 def _append(log, codec=Compression.NONE, values=(b"v" * 200,) * 20, ts=1_000, seq=0,

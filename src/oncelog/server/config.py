@@ -7,6 +7,7 @@ Kafka (``retention.ms`` defaults to ``log.retention.ms``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 
 from ..log import LogConfig
@@ -25,6 +26,8 @@ from .topic_configs import (
     check_topic_values,
     parse_list,
 )
+
+log = logging.getLogger("oncelog.config")
 
 __all__ = ["BROKER_DEFAULTS", "TOPIC_CONFIGS", "BrokerConfig", "ConfigError", "TopicConfigKey",
            "validate_topic_configs"]
@@ -266,11 +269,22 @@ class BrokerConfig:
         )
         for name, value in merged.items():
             key = TOPIC_CONFIGS.get(name)
-            if key is not None and key.log_field:
+            if key is None or not key.log_field:
+                continue
+            try:
                 setattr(cfg, key.log_field, key.parse(value))
+            except ConfigError as exc:
+                # Written by another tool into ZooKeeper, say: the default stands, as Kafka
+                # ignores what it cannot parse there.
+                log.warning("topic config %s=%r ignored: %s", name, value, exc)
+                if key.broker_name is not None:
+                    setattr(cfg, key.log_field, key.parse(self.values[key.broker_name]))
         # Kafka 3.x: the deprecated message.timestamp.difference.max.ms bounds both sides while
         # before / after keep their unbounded default.
-        difference = int(merged["message.timestamp.difference.max.ms"])
+        try:
+            difference = int(merged["message.timestamp.difference.max.ms"])
+        except ValueError:
+            difference = MAX_LONG
         if cfg.message_timestamp_before_max_ms == MAX_LONG:
             cfg.message_timestamp_before_max_ms = difference
         if cfg.message_timestamp_after_max_ms == MAX_LONG:

@@ -7,13 +7,16 @@ import uuid
 from ...protocol import ApiKey, make, millis, response_module
 from ..topics import TopicError
 from . import acl
+from .configs import SOURCE_DEFAULT, topic_synonyms
 from .util import error_code
 
 _NULL_UUID = uuid.UUID(int=0)
 
-# DescribeConfigs config sources and types (Kafka's DescribeConfigsResponse enums).
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_DEFAULT = 5
+
+def _source(broker, overrides: dict, name: str) -> int:
+    """Where a created topic's config comes from, as DescribeConfigs says it."""
+    synonyms = topic_synonyms(broker.config, overrides, name)
+    return synonyms[0][2] if synonyms else SOURCE_DEFAULT
 
 
 async def handle_create_topics(broker, ctx, request):
@@ -49,8 +52,7 @@ async def handle_create_topics(broker, ctx, request):
             effective.update(overrides)
             result_configs = tuple(
                 make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
-                     config_source=SOURCE_DYNAMIC_TOPIC if k in overrides else SOURCE_DEFAULT,
-                     is_sensitive=False)
+                     config_source=_source(broker, overrides, k), is_sensitive=False)
                 for k, v in sorted(effective.items())
             )
         results.append(make(

@@ -260,6 +260,17 @@ def _entry(mod, request, name: str, value: str, synonyms, *, read_only: bool, co
                 config_type=config_type, documentation=None)
 
 
+def topic_synonyms(config, overrides: dict[str, str], name: str) -> list[tuple[str, str, int]]:
+    """A topic config's (name, value, source), highest precedence first: the topic's
+    override, then its broker setting's layers (Kafka's createTopicConfigEntry). The first is
+    the value in force; none: the config's own default (DEFAULT_CONFIG)."""
+    key = TOPIC_CONFIGS[name]
+    synonyms = _broker_synonyms(config, key.broker_name) if key.broker_name else []
+    if name in overrides:
+        synonyms.insert(0, (name, overrides[name], SOURCE_DYNAMIC_TOPIC))
+    return synonyms
+
+
 def _describe_topic(broker, mod, request, name: str, wanted) -> list:
     topic = broker.metadata.view.topics.get(name)
     if topic is None:
@@ -269,13 +280,10 @@ def _describe_topic(broker, mod, request, name: str, wanted) -> list:
     for key_name in sorted(TOPIC_CONFIGS):
         if wanted is not None and key_name not in wanted:
             continue
-        key = TOPIC_CONFIGS[key_name]
-        synonyms = _broker_synonyms(broker.config, key.broker_name) if key.broker_name else []
-        if key_name in overrides:
-            synonyms.insert(0, (key_name, overrides[key_name], SOURCE_DYNAMIC_TOPIC))
-        value = synonyms[0][1] if synonyms else str(key.default)
+        synonyms = topic_synonyms(broker.config, overrides, key_name)
+        value = synonyms[0][1] if synonyms else str(TOPIC_CONFIGS[key_name].default)
         entries.append(_entry(mod, request, key_name, value, synonyms, read_only=False,
-                              config_type=key.config_type))
+                              config_type=TOPIC_CONFIGS[key_name].config_type))
     return entries
 
 
