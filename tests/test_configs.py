@@ -333,8 +333,14 @@ def test_cli_alters_and_describes_like_kafka_configs(broker, admin):
     assert "  log.retention.bytes=1000000000 sensitive=false synonyms={" \
            "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.bytes=1000000000, " \
            "DEFAULT_CONFIG:log.retention.bytes=-1}" in out
+    out = oncelog("configs", *bs, "--entity-type", "brokers", "--describe").stdout
+    assert "Dynamic configs for broker 1 are:\nDefault configs for brokers in the cluster " \
+           "are:\n  log.retention.bytes=1000000000 " in out
     oncelog("configs", *bs, "--broker-defaults", "--alter", "--delete-config",
             "log.retention.bytes")
+    unset = oncelog("configs", *bs, "--broker-defaults", "--alter", "--delete-config",
+                    "log.retention.bytes", check=False)
+    assert unset.returncode == 2 and "Invalid config(s): log.retention.bytes" in unset.stderr
     bad = oncelog("configs", *bs, "--broker", "1", "--alter", "--add-config", "node.id=2",
                   check=False)
     assert bad.returncode == 1 and "Cannot update these configs dynamically" in bad.stderr
