@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 from support.cli import oncelog
+from support.raw_wire import RawConnection
 from support.waiting import wait_until
 
 from oncelog import Admin
@@ -30,6 +31,7 @@ from oncelog.client.admin_configs import ConfigResource as Resource
 from oncelog.client.admin_configs import ConfigSource as Source
 from oncelog.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
 from oncelog.harness.broker_process import BrokerProcess
+from oncelog.protocol import ApiKey, make, request_module
 from oncelog.records import iter_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
@@ -344,3 +346,25 @@ def test_cli_alters_and_describes_like_kafka_configs(broker, admin):
     bad = oncelog("configs", *bs, "--broker", "1", "--alter", "--add-config", "node.id=2",
                   check=False)
     assert bad.returncode == 1 and "Cannot update these configs dynamically" in bad.stderr
+
+
+def test_connection_limits_change_while_the_broker_runs(broker):
+    md = request_module(ApiKey.METADATA, 12)
+    request = make(md.MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                   include_topic_authorized_operations=False)
+
+    def new_connection_answered() -> bool:
+        try:
+            with RawConnection(broker.bootstrap_servers, timeout=5) as conn:
+                return conn.request(request).brokers[0].node_id == 1
+        except (OSError, EOFError, ConnectionError):
+            return False
+
+    with Admin(bootstrap_servers=broker.bootstrap_servers) as ours:
+        ours.describe_configs([Resource.broker(1)])  # connected: keeps its connection
+        try:
+            ours.alter_configs({Resource.broker(1): {"max.connections.per.ip": "1"}})
+            assert not new_connection_answered()  # closed at once: the IP has one already
+        finally:
+            ours.alter_configs({Resource.broker(1): {}})
+        assert new_connection_answered()

@@ -5,8 +5,9 @@ named by its node id) or as the cluster-wide default (the resource with the empt
 Which settings may change is Kafka's list, as far as this broker has them: the broker defaults
 of the topic configs (``log.retention.ms``, ``log.segment.bytes``, ``log.cleanup.policy``,
 ``message.max.bytes``, ``min.insync.replicas``, ``compression.type`` ...; all but
-``log.message.format.version``), ``producer.id.expiration.ms`` and
-``transaction.partition.verification.enable``. Anything else is refused as Kafka refuses it
+``log.message.format.version``), ``producer.id.expiration.ms``,
+``transaction.partition.verification.enable``, ``max.connections`` and
+``max.connections.per.ip``. Anything else is refused as Kafka refuses it
 ("Cannot update these configs dynamically").
 
 They are kept in the data directory on a single node (``dynamic-broker-configs.json``) and in
@@ -33,7 +34,8 @@ LOCAL_FILE = "dynamic-broker-configs.json"
 
 DYNAMIC_CONFIGS = frozenset(
     (set(BY_BROKER_NAME) - {"log.message.format.version"})
-    | {"producer.id.expiration.ms", "transaction.partition.verification.enable"})
+    | {"producer.id.expiration.ms", "transaction.partition.verification.enable",
+       "max.connections", "max.connections.per.ip"})
 
 
 def check_dynamic(config: BrokerConfig, configs: dict[str, str]) -> dict[str, str]:
