@@ -133,6 +133,21 @@ def test_bad_changes_are_refused_as_kafka_refuses_them(admin, broker):
     err = alter_error(admin, ConfigResource("broker", "1", set_config={
         "log.retention.ms": "later"}))
     assert err.code() == KafkaError.INVALID_REQUEST
+    # What librdkafka's admin tests (0081) set on a broker: accepted, as by Kafka.
+    r = ConfigResource("broker", "1", incremental_configs=[
+        ConfigEntry("sasl.kerberos.min.time.before.relogin", "58000",
+                    incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("background.threads", "9", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("log.cleanup.policy", "compact",
+                    incremental_operation=AlterConfigOpType.APPEND)])
+    admin.incremental_alter_configs([r])[r].result()
+    got = described(admin, ConfigResource("broker", "1"))
+    assert (got["background.threads"].value, got["log.cleanup.policy"].value) == \
+        ("9", "delete,compact")
+    r = ConfigResource("broker", "1", set_config={})
+    admin.alter_configs([r])[r].result()
+    err = alter_error(admin, ConfigResource("group", "g", set_config={"x": "1"}))
+    assert err.code() == KafkaError.INVALID_REQUEST
     with Admin(bootstrap_servers=broker.bootstrap_servers) as ours:
         with pytest.raises(InvalidRequestError, match="Unexpected broker id, expected 1"):
             ours.alter_configs({Resource.broker_default(): {"log.retention.ms": "1"},

@@ -122,6 +122,16 @@ def test_only_kafkas_dynamic_broker_configs_may_change():
         check_dynamic(config, {"log.retention": "5"})
     with pytest.raises(ConfigError, match="Invalid value x for configuration log.roll.ms"):
         check_dynamic(config, {"log.roll.ms": "x"})
+    # Kafka's settings with nothing to act on here are kept as Kafka checks them.
+    assert check_dynamic(config, {"sasl.kerberos.min.time.before.relogin": "58000",
+                                  "background.threads": "9"}) == {
+        "sasl.kerberos.min.time.before.relogin": "58000", "background.threads": "9"}
+    with pytest.raises(ConfigError, match="at default cluster level, broker id must be "
+                                          r"specified: Set\(sasl.kerberos.kinit.cmd\)"):
+        check_dynamic(config, {"sasl.kerberos.kinit.cmd": "kinit"}, per_broker=False)
+    with pytest.raises(ConfigError, match="background.threads=21, value should not be "
+                                          "greater than double the current value 10"):
+        check_dynamic(config, {"background.threads": "21"})
     config.set_dynamic({"log.retention.ms": "5", "log.segment.bytes": "2000"},
                        {"log.retention.ms": "6"})
     cfg = config.log_config({"segment.bytes": "3000"})

@@ -219,8 +219,9 @@ class Broker:
         """The dynamic broker configs (cluster-wide default, this broker's own) changed: layer
         them over the static settings and give every log its new LogConfig."""
         config = self.config
-        config.set_dynamic(dynamic_config.usable(config, default, "cluster default"),
-                           dynamic_config.usable(config, own, f"broker {self.node_id}"))
+        config.set_dynamic(
+            dynamic_config.usable(config, default, "cluster default", per_broker=False),
+            dynamic_config.usable(config, own, f"broker {self.node_id}", per_broker=True))
         if hasattr(self, "topics"):
             self.topics.reconfigure()
         if hasattr(self, "txn_verifier"):

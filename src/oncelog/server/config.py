@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable, Mapping
 
 from ..log import LogConfig
+from . import kafka_only_configs
+from .kafka_only_configs import KAFKA_ONLY_DEFAULTS
 from .topic_configs import (
     BY_BROKER_NAME,
     MAX_LONG,
@@ -62,6 +64,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "socket.request.max.bytes": str(100 * 1024 * 1024),
     # The topic configs' defaults (topic_configs.py: log.retention.ms, log.segment.bytes ...).
     **TOPIC_SYNONYM_DEFAULTS,
+    # Kafka's settings that change nothing here (kafka_only_configs.py).
+    **{k: default for k, (default, _type) in KAFKA_ONLY_DEFAULTS.items()},
     "log.retention.check.interval.ms": "300000",
     "producer.id.expiration.ms": "86400000",
     "producer.id.expiration.check.interval.ms": "600000",
@@ -178,6 +182,8 @@ def broker_config_type(key: str) -> int:
     topic_key = BY_BROKER_NAME.get(key)
     if topic_key is not None:
         return topic_key.config_type
+    if key in KAFKA_ONLY_DEFAULTS:
+        return KAFKA_ONLY_DEFAULTS[key][1]
     parser = _BROKER_PARSERS.get(key, _long)
     if parser in (_bool, _optional_bool):
         return TYPE_BOOLEAN
@@ -235,6 +241,8 @@ class BrokerConfig:
         topic_key = BY_BROKER_NAME.get(key)
         if topic_key is not None:
             return topic_key.check(key, value)
+        if key in KAFKA_ONLY_DEFAULTS:
+            return kafka_only_configs.parse(key, value)
         parser = _BROKER_PARSERS.get(key, _long)
         try:
             return parser(value)

@@ -25,6 +25,12 @@ import os
 from pathlib import Path
 
 from .config import BrokerConfig, ConfigError
+from .kafka_only_configs import (
+    KAFKA_ONLY_DEFAULTS,
+    PER_BROKER_ONLY,
+    THREAD_POOLS,
+    check_thread_count,
+)
 from .topic_configs import BY_BROKER_NAME, TYPE_LIST, parse_list
 
 log = logging.getLogger("oncelog.config")
@@ -35,34 +41,51 @@ LOCAL_FILE = "dynamic-broker-configs.json"
 DYNAMIC_CONFIGS = frozenset(
     (set(BY_BROKER_NAME) - {"log.message.format.version"})
     | {"producer.id.expiration.ms", "transaction.partition.verification.enable",
-       "max.connections", "max.connections.per.ip"})
+       "max.connections", "max.connections.per.ip"}
+    | set(KAFKA_ONLY_DEFAULTS))
 
 
-def check_dynamic(config: BrokerConfig, configs: dict[str, str]) -> dict[str, str]:
+def _names(keys) -> str:
+    return f"Set({', '.join(sorted(keys))})"
+
+
+def check_dynamic(config: BrokerConfig, configs: dict[str, str], *, per_broker: bool = True
+                  ) -> dict[str, str]:
     """Kafka's DynamicBrokerConfig.validateConfigs on the dynamic configs a resource would have
-    (ConfigError with Kafka's message); returns them as stored (lists without brackets)."""
-    unknown = sorted(k for k in configs if k not in config.values)
+    (``per_broker``: one broker's, else the cluster-wide default); ConfigError with Kafka's
+    message. Returns them as stored (lists without brackets)."""
+    unknown = [k for k in configs if k not in config.values]
     if unknown:
-        raise ConfigError(f"Unknown broker configs: Set({', '.join(unknown)})")
-    fixed = sorted(k for k in configs if k not in DYNAMIC_CONFIGS)
+        raise ConfigError(f"Unknown broker configs: {_names(unknown)}")
+    fixed = [k for k in configs if k not in DYNAMIC_CONFIGS]
     if fixed:
-        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+        raise ConfigError(f"Cannot update these configs dynamically: {_names(fixed)}")
+    if not per_broker and PER_BROKER_ONLY & set(configs):
+        raise ConfigError("Cannot update these configs at default cluster level, broker id "
+                          f"must be specified: {_names(PER_BROKER_ONLY & set(configs))}")
     out = {}
     for key, value in configs.items():
         config.parse(key, value)
+        if key in THREAD_POOLS:
+            check_thread_count(key, value, config.values[key])
         topic_key = BY_BROKER_NAME.get(key)
         out[key] = ",".join(parse_list(value)) if topic_key is not None and \
             topic_key.config_type == TYPE_LIST else value
     return out
 
 
-def usable(config: BrokerConfig, configs: dict[str, str], where: str) -> dict[str, str]:
+def usable(config: BrokerConfig, configs: dict[str, str], where: str, *, per_broker: bool
+           ) -> dict[str, str]:
     """What of stored dynamic configs this broker can apply: those it cannot are left out with a
     warning (Kafka: "Non-dynamic configs configured in ZooKeeper will be ignored")."""
     out = {}
     for key, value in configs.items():
         try:
-            out.update(check_dynamic(config, {key: value}))
+            config.parse(key, value)
+            if key not in DYNAMIC_CONFIGS or (not per_broker and key in PER_BROKER_ONLY):
+                raise ConfigError("not a dynamic config here")
+            out.update(check_dynamic(config, {key: value}, per_broker=per_broker)
+                       if key not in THREAD_POOLS else {key: value})
         except ConfigError as exc:
             log.warning("dynamic broker config %s=%r (%s) ignored: %s", key, value, where, exc)
     return out

@@ -115,7 +115,8 @@ async def _alter(broker, kind: int, name: str, configs: dict[str, str],
     elif kind == RESOURCE_BROKER:
         entity = _broker_entity(broker, name)
         try:
-            clean = check_dynamic(broker.config, configs)
+            clean = check_dynamic(broker.config, configs,
+                                  per_broker=entity != DEFAULT_ENTITY)
         except ConfigError as exc:  # KAFKA-13609: INVALID_REQUEST for broker configs
             raise Refused("invalid_request", str(exc)) from None
         if not validate_only:
