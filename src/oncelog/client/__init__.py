@@ -15,11 +15,13 @@ Files, one responsibility each (the split of aiokafka and the Java client):
 - fetcher.py             Fetch and ListOffsets, record decoding, read_committed filtering
 - consumer.py            Consumer
 - admin.py               Admin
+- admin_configs.py       its config calls: ConfigResource, AlterConfigOp, ConfigEntry
 - types.py               TopicPartition, RecordMetadata, ConsumerRecord, NewTopic, ...
 - errors.py              client-side errors (timeouts); broker errors are oncelog.errors
 """
 
 from .admin import Admin
+from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource, OpType
 from .consumer import Consumer
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
 from .partitioner import murmur2
@@ -40,6 +42,10 @@ from .types import (
 
 __all__ = [
     "Admin",
+    "AlterConfigOp",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigSource",
     "Consumer",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
@@ -47,6 +53,7 @@ __all__ = [
     "KafkaTimeoutError",
     "NewTopic",
     "NoOffsetForPartitionError",
+    "OpType",
     "PartitionInfo",
     "PreparedTxnState",
     "Producer",
