@@ -70,8 +70,8 @@ class Broker:
             # A single node's dynamic broker configs, before its logs open (a cluster's come
             # from ZooKeeper once the broker joins).
             stored = dynamic_config.load_local(self.data_dir)
-            self.apply_dynamic_configs(stored.get(dynamic_config.DEFAULT_ENTITY, {}),
-                                       stored.get(str(self.node_id), {}))
+            self._layer_dynamic_configs(stored.get(dynamic_config.DEFAULT_ENTITY, {}),
+                                        stored.get(str(self.node_id), {}))
         self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator)
         self.fetch_sessions = FetchSessionCache()
         # A single node is a cluster of one (server/metadata_local.py); with
@@ -215,17 +215,19 @@ class Broker:
         return protocol.make(mod.ApiVersionsResponse, error_code=error, api_keys=keys,
                              throttle_time=0, **features)
 
-    def apply_dynamic_configs(self, default: dict[str, str], own: dict[str, str]) -> None:
-        """The dynamic broker configs (cluster-wide default, this broker's own) changed: layer
-        them over the static settings and give every log its new LogConfig."""
+    def _layer_dynamic_configs(self, default: dict[str, str], own: dict[str, str]) -> None:
         config = self.config
         config.set_dynamic(
             dynamic_config.usable(config, default, "cluster default", per_broker=False),
             dynamic_config.usable(config, own, f"broker {self.node_id}", per_broker=True))
-        if hasattr(self, "topics"):
-            self.topics.reconfigure()
-        if hasattr(self, "txn_verifier"):
-            self.txn_verifier.enabled = config.flag("transaction.partition.verification.enable")
+
+    def apply_dynamic_configs(self, default: dict[str, str], own: dict[str, str]) -> None:
+        """The dynamic broker configs (cluster-wide default, this broker's own) changed: layer
+        them over the static settings and give every log its new LogConfig."""
+        self._layer_dynamic_configs(default, own)
+        self.topics.reconfigure()
+        self.txn_verifier.enabled = self.config.flag(
+            "transaction.partition.verification.enable")
 
     # -- maintenance --------------------------------------------------------------------------
 
