@@ -63,7 +63,7 @@ def test_describe_configs_needs_describe_configs(broker):
     """Topic settings, topic existence and every broker setting (super.users, the users file)
     were shown to any user."""
     asked = [(RESOURCE_TOPIC, "secret"), (RESOURCE_TOPIC, "no-such-topic"),
-             (RESOURCE_BROKER, "")]
+             (RESOURCE_BROKER, "1")]
     with raw_login(broker, "bob") as bob:
         results = describe_configs(bob, asked)
     assert [(r.error_code, r.configs) for r in results] == [
@@ -75,6 +75,32 @@ def test_describe_configs_needs_describe_configs(broker):
         results = describe_configs(alice, asked)
     assert [r.error_code for r in results] == [0, TOPIC_AUTHORIZATION_FAILED, 0]
     assert any(c.name == "super.users" for c in results[2].configs)
+
+
+def test_alter_configs_needs_alter_configs(broker):
+    """AlterConfigs on the topic changes its overrides; on the cluster, the brokers'."""
+    mod = request_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1)
+
+    def alter(conn, kind, name, key):
+        return conn.request(make(mod.IncrementalAlterConfigsRequest, validate_only=False,
+                                 resources=(make(mod.AlterConfigsResource, resource_type=kind,
+                                                 resource_name=name, configs=(make(
+                                                     mod.AlterableConfig, name=key,
+                                                     config_operation=0, value="3600000"),)),
+                                            ))).responses[0].error_code
+
+    with raw_login(broker, "alice") as alice:
+        assert alter(alice, RESOURCE_TOPIC, "visible", "retention.ms") == \
+            TOPIC_AUTHORIZATION_FAILED
+        assert alter(alice, RESOURCE_BROKER, "1", "log.retention.ms") == \
+            CLUSTER_AUTHORIZATION_FAILED
+    grant(broker, allow("User:alice", R.TOPIC, "visible", Op.ALTER_CONFIGS),
+          allow("User:alice", R.CLUSTER, "kafka-cluster", Op.ALTER_CONFIGS))
+    with raw_login(broker, "alice") as alice:
+        assert alter(alice, RESOURCE_TOPIC, "visible", "retention.ms") == 0
+        assert alter(alice, RESOURCE_BROKER, "1", "log.retention.ms") == 0
+        (topic,) = describe_configs(alice, [(RESOURCE_TOPIC, "visible")])
+    assert {c.name: c.value for c in topic.configs}["retention.ms"] == "3600000"
 
 
 def test_offset_fetch_hides_topics_the_caller_cannot_describe(broker):
@@ -300,6 +326,21 @@ def _requests():
         make(us.ScramCredentialDeletion, name="alice", mechanism=1),), upsertions=(make(
             us.ScramCredentialUpsertion, name="mallory", mechanism=2, iterations=4096,
             salt=b"s" * 16, salted_password=b"p" * 64),)), CLUSTER_AUTHORIZATION_FAILED)
+    ac = m(ApiKey.ALTER_CONFIGS, 2)
+    r["AlterConfigs (topic)"] = (make(ac.AlterConfigsRequest, validate_only=False, resources=(
+        make(ac.AlterConfigsResource, resource_type=RESOURCE_TOPIC, resource_name="secret",
+             configs=(make(ac.AlterableConfig, name="retention.ms", value="1"),)),)),
+        TOPIC_AUTHORIZATION_FAILED)
+    r["AlterConfigs (broker)"] = (make(ac.AlterConfigsRequest, validate_only=False, resources=(
+        make(ac.AlterConfigsResource, resource_type=RESOURCE_BROKER, resource_name="",
+             configs=(make(ac.AlterableConfig, name="log.retention.ms", value="1"),)),)),
+        CLUSTER_AUTHORIZATION_FAILED)
+    ic = m(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1)
+    r["IncrementalAlterConfigs"] = (make(
+        ic.IncrementalAlterConfigsRequest, validate_only=False, resources=(
+            make(ic.AlterConfigsResource, resource_type=RESOURCE_TOPIC, resource_name="secret",
+                 configs=(make(ic.AlterableConfig, name="retention.ms", config_operation=0,
+                               value="1"),)),)), TOPIC_AUTHORIZATION_FAILED)
     r["DescribeTransactions"] = (make(
         m(ApiKey.DESCRIBE_TRANSACTIONS, 0).DescribeTransactionsRequest,
         transactional_ids=("t",)), TXN_ID_AUTHORIZATION_FAILED)

@@ -25,7 +25,9 @@ def run(args) -> int:
         if args.command == "delete-records":
             return partition_commands.delete_records(args, connect(args))
         if args.command == "configs":
-            return _configs(args)
+            from .configs_command import run as run_configs
+
+            return run_configs(args, connect)
         if args.command == "consumer-groups":
             return _consumer_groups(args)
     except KafkaError as exc:
@@ -52,16 +54,6 @@ def connect(args) -> dict:
         out.update(security_protocol="SASL_PLAINTEXT", sasl_mechanism=args.sasl_mechanism,
                    sasl_plain_username=args.user, sasl_plain_password=password)
     return out
-
-
-def _configs(args) -> int:
-    from .. import Admin
-    from .scram_commands import run_users
-
-    if args.entity_type != "users":
-        raise ValueError(f"--entity-type {args.entity_type}: only users is supported")
-    with Admin(**connect(args)) as admin:
-        return run_users(args, admin)
 
 
 def _consumer_groups(args) -> int:

@@ -184,22 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "IdempotentWrite, TwoPhaseCommit, All (repeatable)")
         if name == "list":
             ap.add_argument("--principal", default=None)
-    g = sub.add_parser("configs", help="describe or alter configs (SCRAM users)",
-                       description="As Kafka's kafka-configs.sh. Users (KIP-554): --alter "
-                       "--entity-type users --entity-name alice --add-config "
-                       "'SCRAM-SHA-256=[iterations=8192,password=alice-secret]' or "
+    g = sub.add_parser("configs", help="describe or change topic, broker and user configs",
+                       description="Topic overrides, dynamic broker configs and SCRAM users, as "
+                       "Kafka's kafka-configs.sh: e.g. configs --entity-type topics --entity-name "
+                       "orders --alter --add-config retention.ms=3600000,cleanup.policy=[compact,"
+                       "delete]; users (KIP-554): --alter --entity-type users --entity-name alice "
+                       "--add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]' or "
                        "--delete-config SCRAM-SHA-256; --describe --entity-type users.")
     _add_bootstrap(g)
-    gmode = g.add_mutually_exclusive_group(required=True)
-    gmode.add_argument("--describe", action="store_true")
-    gmode.add_argument("--alter", action="store_true")
-    g.add_argument("--entity-type", required=True, help="users")
-    g.add_argument("--entity-name", default=None)
-    g.add_argument("--add-config", action="append", default=[], metavar="CONFIGS",
-                   help="e.g. 'SCRAM-SHA-256=[iterations=8192,password=pw]' (repeatable)")
-    g.add_argument("--delete-config", action="append", default=[], metavar="NAMES",
-                   help="e.g. SCRAM-SHA-256 (repeatable)")
+    from .configs_command import add_arguments as _configs_arguments
 
+    _configs_arguments(g)
     cg = sub.add_parser("consumer-groups", help="list consumer groups",
                         description="As Kafka's kafka-consumer-groups.sh --list: every consumer "
                         "group, optionally only in some states (--state Stable) or of some "

@@ -16,11 +16,13 @@ Files, one responsibility each (the split of aiokafka and the Java client):
 - consumer.py            Consumer
 - admin.py               Admin
 - scram_admin.py         Admin's SCRAM users (KIP-554): the password salted and hashed here
+- admin_configs.py       its config calls: ConfigResource, AlterConfigOp, ConfigEntry
 - types.py               TopicPartition, RecordMetadata, ConsumerRecord, NewTopic, ...
 - errors.py              client-side errors (timeouts); broker errors are oncelog.errors
 """
 
 from .admin import Admin
+from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource, OpType
 from .consumer import Consumer
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
 from .partitioner import murmur2
@@ -48,6 +50,10 @@ from .types import (
 
 __all__ = [
     "Admin",
+    "AlterConfigOp",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigSource",
     "Consumer",
     "ConsumerGroupListing",
     "ConsumerGroupMetadata",
@@ -57,6 +63,7 @@ __all__ = [
     "NewPartitions",
     "NewTopic",
     "NoOffsetForPartitionError",
+    "OpType",
     "PartitionInfo",
     "PreparedTxnState",
     "Producer",

@@ -33,7 +33,8 @@ from ..security.acls import (
     ResourceType,
     operations_from_bit_field,
 )
-from . import coordinator_request, scram_admin
+from . import admin_configs, coordinator_request, scram_admin
+from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 from .config import admin_config
 from .coordinator_request import (
     KEY_TYPE_GROUP,
@@ -349,6 +350,27 @@ class Admin:
                                               if result.error_message else ""))
             out[result.resource_name] = {c.name: c.value for c in result.configs}
         return out
+
+    # --- configs (KIP-133, KIP-339, KIP-226; client/admin_configs.py) -------------------------
+
+    def describe_configs(self, resources: Iterable[ConfigResource],
+                         include_synonyms: bool = False
+                         ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Each resource's configs with their values, sources (and synonyms on request)."""
+        return admin_configs.describe_configs(self._config_call(), resources, include_synonyms)
+
+    def alter_configs(self, configs: Mapping[ConfigResource, Mapping[str, str]],
+                      validate_only: bool = False) -> None:
+        """Replace each resource's overrides (topic) or dynamic configs (broker) whole."""
+        admin_configs.alter_configs(self._config_call(), configs, validate_only)
+
+    def incremental_alter_configs(self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp]],
+                                  validate_only: bool = False) -> None:
+        """Set, delete, append to or subtract from single configs of each resource."""
+        admin_configs.incremental_alter_configs(self._config_call(), changes, validate_only)
+
+    def _config_call(self) -> admin_configs.AdminCall:
+        return admin_configs.AdminCall(self._net, self._deadline(), lambda: self._metadata([]))
 
     # --- transactions (KIP-664) --------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from .errors import (
     UnknownTopicError,
 )
 from .model import BrokerInfo, LeaderAndIsr, TopicAssignment
+from .zk_configs import ZkConfigStore
 from .zk_data import (
     PERSISTENT_ZK_PATHS,
     BrokerIdsZNode,
@@ -71,7 +72,7 @@ from .zk_data import (
     TopicsZNode,
     TopicZNode,
 )
-from .zookeeper_client import RETRYABLE, ZooKeeperClient
+from .zookeeper_client import RETRYABLE
 
 __all__ = ["ControllerLease", "KafkaZkClient"]
 
@@ -100,7 +101,7 @@ def _failed(results: Sequence[Any]) -> list[Exception]:
     return [r for r in results if isinstance(r, Exception)]
 
 
-class KafkaZkClient(ZooKeeperClient):
+class KafkaZkClient(ZkConfigStore):
     """One broker's ZooKeeper session and the cluster's data model on it.
 
     ``session_timeout_s`` (seconds) is how long ZooKeeper keeps this broker's ephemeral znodes

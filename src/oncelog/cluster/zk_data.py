@@ -9,9 +9,10 @@ they are: clusters already running keep their data in ZooKeeper across upgrades.
 - ``/controller`` (ephemeral): ``{"version":1,"brokerid":id,"timestamp":"ms"}``;
   ``/controller_epoch``: ``<n>``
 - ``/brokers/topics/<topic>``: ``{"version":2,"topic_id":"<uuid>","partitions":{"0":[1,2,3]}}``
-- ``/config/topics/<topic>``: ``{"version":1,"config":{...}}``
-- ``/config/users/<user>``: ``{"version":1,"config":{"SCRAM-SHA-256":"salt=...",...}}``;
-  ``/config/changes/config_change_<seq>``: ``{"version":2,"entity_path":"users/<user>"}``
+- ``/config/topics/<topic>``, ``/config/brokers/<id or <default>>``:
+  ``{"version":1,"config":{...}}``; ``/config/users/<user>``:
+  ``{"version":1,"config":{"SCRAM-SHA-256":"salt=...",...}}``;
+  ``/config/changes/config_change_<seq>``: ``{"version":2,"entity_path":"topics/<topic>"}``
 - ``/brokers/topics/<topic>/partitions/<p>/state``:
   ``{"version":1,"leader":1,"leader_epoch":3,"isr":[1,2,3],"controller_epoch":2}``
 - ``/admin/delete_topics/<topic>``: a deletion request, carried out by the controller
@@ -39,7 +40,6 @@ __all__ = [
     "BrokerIdZNode",
     "BrokerIdsZNode",
     "ClusterIdZNode",
-    "ConfigChangeZNode",
     "ConfigChangesZNode",
     "ConfigEntityTypeZNode",
     "ConfigEntityZNode",
@@ -196,10 +196,14 @@ class TopicPartitionStateZNode:
 
 
 class ConfigType:
-    """The entity types under ``/config`` (Kafka's ConfigType); oncelog keeps topics' only."""
+    """The entity types under ``/config`` (Kafka's ConfigType) that oncelog keeps: topics'
+    overrides and dynamic broker configs (``/config/brokers/<id>``, and the cluster-wide
+    default ``/config/brokers/<default>``)."""
 
     TOPIC = "topics"
     USER = "users"  # SCRAM credentials (KIP-554), cluster/zk_user_configs.py
+    BROKER = "brokers"
+    DEFAULT = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING
 
 
 class ConfigEntityTypeZNode:
@@ -228,37 +232,36 @@ class ConfigEntityZNode:
 
 
 class ConfigChangesZNode:
-    """``/config/changes``: one persistent sequential child per config change, which every
-    broker follows to reload the entity named (Kafka's ConfigEntityChangeNotificationZNode)."""
+    """``/config/changes``: a sequential child per config change (Kafka's
+    ConfigEntityChangeNotificationZNode); every broker watches it and reloads the entity
+    named, so that a change made through any broker reaches all of them."""
+
+    PREFIX = "config_change_"
 
     @staticmethod
     def path() -> str:
         return "/config/changes"
 
-
-class ConfigChangeZNode:
-    """``/config/changes/config_change_<seq>``: ``{"version":2,"entity_path":"users/alice"}``
-    (Kafka's ConfigEntityChangeNotificationSequenceZNode)."""
-
-    PREFIX = "config_change_"
+    @staticmethod
+    def sequence_path() -> str:
+        """The path to create sequentially (ZooKeeper appends the number)."""
+        return f"{ConfigChangesZNode.path()}/{ConfigChangesZNode.PREFIX}"
 
     @staticmethod
-    def path_prefix() -> str:
-        return f"{ConfigChangesZNode.path()}/{ConfigChangeZNode.PREFIX}"
+    def encode(entity_type: str, entity_name: str) -> bytes:
+        return _dumps({"version": 2, "entity_path": f"{entity_type}/{entity_name}"})
 
     @staticmethod
-    def encode(entity_path: str) -> bytes:
-        return _dumps({"version": 2, "entity_path": entity_path})
-
-    @staticmethod
-    def decode(data: bytes | None) -> str | None:
-        """The entity path (``<type>/<sanitized name>``); None if unreadable."""
+    def decode(data: bytes | None) -> tuple[str, str] | None:
+        """(entity type, entity name), or None for a notification that names none."""
         try:
             d = _loads(data)
         except ValueError:
             return None
-        path = d.get("entity_path") if isinstance(d, dict) else None
-        return path if isinstance(path, str) else None
+        if not isinstance(d, dict) or "/" not in str(d.get("entity_path", "")):
+            return None
+        entity_type, _, name = str(d["entity_path"]).partition("/")
+        return entity_type, name
 
 
 # -- topic deletion ----------------------------------------------------------------------------
@@ -368,4 +371,5 @@ class ClusterIdZNode:
 # ZkData.PersistentZkPaths): their children come and go, they stay.
 PERSISTENT_ZK_PATHS = (BrokerIdsZNode.path(), TopicsZNode.path(),
                        ConfigEntityTypeZNode.path(ConfigType.TOPIC), DeleteTopicsZNode.path(),
-                       ProducerIdBlockZNode.path())
+                       ProducerIdBlockZNode.path(), ConfigEntityTypeZNode.path(ConfigType.BROKER),
+                       ConfigChangesZNode.path())

@@ -24,7 +24,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from .zk_client import KafkaZkClient
-from .zk_data import ConfigChangesZNode, ConfigChangeZNode, ConfigEntityTypeZNode, ConfigType
+from .zk_data import ConfigChangesZNode, ConfigEntityTypeZNode, ConfigType
 from .zk_data import ConfigEntityZNode as Entity
 
 log = logging.getLogger("oncelog.cluster.zk")
@@ -106,9 +106,8 @@ class ZkScramStore:
                 log.info("SCRAM credentials of user %r seeded from the users file", user)
 
     def _notify(self, user: str) -> None:
-        self.zk._r("create", self.zk._p(ConfigChangeZNode.path_prefix()),
-                   ConfigChangeZNode.encode(f"{ConfigType.USER}/{sanitize(user)}"),
-                   sequence=True)
+        self.zk._r("create", self.zk._p(ConfigChangesZNode.sequence_path()),
+                   ConfigChangesZNode.encode(ConfigType.USER, sanitize(user)), sequence=True)
 
     # -- following other brokers' changes -----------------------------------------------------
 
@@ -145,8 +144,7 @@ class ZkScramStore:
                 except NoNodeError:
                     self._seen = seq
                     continue
-                entity = ConfigChangeZNode.decode(data) or ""
-                kind, _, name = entity.partition("/")
+                kind, name = ConfigChangesZNode.decode(data) or ("", "")
                 if kind == ConfigType.USER and name:
                     user = desanitize(name)
                     on_change(user, self.fetch(user)[0])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import struct
 import time
@@ -32,12 +33,9 @@ from ..records.batch import (
     HEADER_SIZE,
     INT32_MAX,
     LOG_OVERHEAD,
-    NO_TIMESTAMP,
-    TIMESTAMP_LOG_APPEND_TIME,
     BatchHeader,
     CorruptRecordError,
     build_control_batch,
-    check_records,
     decode_batch,
     iter_batches,
     parse_control_record,
@@ -72,6 +70,7 @@ from .producer_state import (
 )
 from .segment import LogSegment, LogWriteError, segment_name
 from .txn_index import AbortedTxn
+from .validator import RecordsError, convert_compression, validate_records
 
 SNAPSHOTS_TO_KEEP = 2  # spec 000, "PID Snapshots": keep the two most recent
 # Kafka's replica.high.watermark.checkpoint.interval.ms: how often maintenance writes a moved
@@ -118,6 +117,23 @@ class LogConfig:
     # How far ahead of a busy segment's end to preallocate page cache (0: never). The amount
     # follows the append size (16 appends' worth), so idle partitions preallocate nothing.
     preallocate_ahead_bytes: int = 64 << 20
+    # Kafka's segment.jitter.ms: each new segment rolls up to this much earlier (at random),
+    # so that many partitions created together do not all roll at once.
+    segment_jitter_ms: int = 0
+    flush_ms: int = MAX_LONG  # fsync when the last flush is older than this
+    # Kafka's compression.type: "producer" keeps each batch as sent; a codec (or
+    # "uncompressed") recompresses batches that use another one (log/validator.py).
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    # -- compaction (read by the log cleaner) -----------------------------------------------
+    cleanup_policy: frozenset[str] = frozenset({"delete"})
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = MAX_LONG
+    # -- end of compaction ----------------------------------------------------------------------
 
 
 class LogAppendError(Exception):
@@ -178,6 +194,8 @@ class PartitionLog:
         self.last_snapshot_ms = now_ms
         self._high_watermark_checkpoint_ms = now_ms
         self._recovered_from: int | None = None  # first offset validated after an unclean stop
+        self._roll_jitter_ms = 0  # the active segment's share of segment.jitter.ms
+        self._flushed_ms = now_ms
         try:
             load_segments(self, now_ms)
             self._log_start_offset = log_start.load_log_start_offset(self)
@@ -324,7 +342,19 @@ class PartitionLog:
                     f"batch of {h.size} bytes exceeds max.message.bytes "
                     f"{self.config.max_message_bytes}",
                 )
-        self._validate_records(data, batches, now_ms)
+        try:
+            validate_records(self.config, data, batches, now_ms)
+            converted = convert_compression(self.config, data, batches)
+        except RecordsError as exc:
+            raise LogAppendError(exc.error_name, str(exc)) from None
+        if converted is not None:  # the topic's compression.type: sizes change, checked again
+            data, batches = converted
+            for _pos, h in batches:
+                if h.size > self.config.max_message_bytes:
+                    raise LogAppendError(
+                        "message_too_large",
+                        f"batch of {h.size} bytes once recompressed ({self.config.compression_type})"
+                        f" exceeds max.message.bytes {self.config.max_message_bytes}")
         if len(batches) == 1:
             dup = self._check_producer(batches[0][1], new_client)
             if dup is not None:
@@ -342,36 +372,6 @@ class PartitionLog:
             self.producer_state.update(h)
         return AppendResult(assigned[0][1].base_offset, assigned[-1][1].last_offset,
                             log_append_time, self.log_start_offset)
-
-    def _validate_records(self, data, batches: list[tuple[int, BatchHeader]], now_ms: int
-                          ) -> None:
-        """Kafka's LogValidator on a producer's batches, before anything is written: the records
-        inside each batch (records/batch.py ``check_records``: count, offset deltas, lengths,
-        a payload that decompresses within records/compression.py's ``inflate_limit``) and, on a
-        CreateTime topic, every record's timestamp within [now - message.timestamp.before.max.ms,
-        now + message.timestamp.after.max.ms] (KIP-937). A producer may not claim LogAppendTime.
-        """
-        create_time = self.config.message_timestamp_type == "CreateTime"
-        before = self.config.message_timestamp_before_max_ms
-        after = self.config.message_timestamp_after_max_ms
-        for pos, h in batches:
-            if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-                raise LogAppendError("invalid_timestamp", "a producer may not set the timestamp "
-                                                          "type to LogAppendTime")
-            try:
-                lo, hi = check_records(data, pos, h)
-            except CorruptRecordError as exc:
-                raise LogAppendError(exc.error_name, f"batch of {h.records_count} records: {exc}"
-                                     ) from None
-            if not create_time or hi == NO_TIMESTAMP:
-                continue
-            if hi - now_ms > after or (lo != NO_TIMESTAMP and now_ms - lo > before):
-                bad = hi if hi - now_ms > after else lo
-                raise LogAppendError(
-                    "invalid_timestamp",
-                    f"timestamp {bad} is out of range: it must lie within "
-                    f"[{now_ms - before}, {now_ms + after}] (message.timestamp.before.max.ms, "
-                    f"message.timestamp.after.max.ms)")
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, now_ms: int, *, leader_epoch: int | None = None
@@ -605,7 +605,7 @@ class PartitionLog:
             waited = incoming_max_timestamp - first_ts
         else:
             waited = now_ms - seg.created_ms
-        too_old = waited >= self.config.segment_ms
+        too_old = waited >= self.config.segment_ms - self._roll_jitter_ms
         if too_big or too_old:
             self.roll(now_ms)
 
@@ -617,6 +617,8 @@ class PartitionLog:
         old.flush()
         self.unflushed_messages = 0
         seg = LogSegment(self.directory, new_base, self.config.index_interval_bytes, now_ms)
+        jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        self._roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
         seg.load(recover=True)
         self.segments.append(seg)
         write_offset_file(self.directory / RECOVERY_POINT_FILE, new_base)
@@ -624,6 +626,7 @@ class PartitionLog:
         self.take_snapshot(now_ms)
 
     def flush(self) -> None:
+        self._flushed_ms = int(time.time() * 1000)
         self.active_segment.flush()
         self.unflushed_messages = 0
         write_offset_file(self.directory / RECOVERY_POINT_FILE, self.log_end_offset)
@@ -653,8 +656,11 @@ class PartitionLog:
         its own interval, ``log.retention.check.interval.ms``: ``apply_retention``.)"""
         self.producer_state.expire(now_ms, self.config.producer_id_expiration_ms)
         seg = self.active_segment
-        if seg.size and now_ms - (seg.first_batch_timestamp or now_ms) >= self.config.segment_ms:
+        if seg.size and now_ms - (seg.first_batch_timestamp or now_ms) >= \
+                self.config.segment_ms - self._roll_jitter_ms:
             self.roll(now_ms)
+        if self.unflushed_messages and now_ms - self._flushed_ms >= self.config.flush_ms:
+            self.flush()  # Kafka's flush.ms
         if now_ms - self.last_snapshot_ms >= self.config.producer_snapshot_interval_ms:
             self.take_snapshot(now_ms)
         if now_ms - self._high_watermark_checkpoint_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:

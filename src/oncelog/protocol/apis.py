@@ -49,6 +49,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    ALTER_CONFIGS = 33
+    INCREMENTAL_ALTER_CONFIGS = 44
 
 
 API_NAMES = {k.value: k.name for k in ApiKey}
@@ -81,6 +83,9 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.CREATE_PARTITIONS: (0, 3),  # v2+ flexible, v3 as v2 (KIP-599 quotas' version)
     ApiKey.DELETE_RECORDS: (0, 2),  # KIP-107; v2 flexible
+    # Topic overrides and dynamic broker configs (server/handlers/configs.py).
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # KIP-339
 }
 
 

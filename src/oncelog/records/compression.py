@@ -115,17 +115,21 @@ def _streamed(module, data: bytes, limit: int) -> bytes:
         out.close()
 
 
-def compress(codec: Compression, data: bytes) -> bytes:
+def compress(codec: Compression, data: bytes, level: int | None = None) -> bytes:
+    """``level``: the codec's level (Kafka's compression.<codec>.level, KIP-390); None or -1
+    for the codec's default. Snappy has none."""
+    if level == -1:
+        level = None
     if codec == Compression.NONE:
         return data
     if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == Compression.SNAPPY:
         return _snappy_compress(data)
     if codec == Compression.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data, level=level))
     if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec {codec}")
 
 

@@ -21,6 +21,7 @@ from ..log.preallocator import Preallocator
 from ..protocol import ApiKey, ProtocolError
 from ..protocol.apis import TRANSACTION_VERSION_FEATURE, supported_versions
 from ..protocol.error_response import error_response
+from . import dynamic_config
 from .clock import now_ms
 from .config import BrokerConfig
 from .context import CloseConnection, RequestContext, Session
@@ -66,6 +67,12 @@ class Broker:
         self.transaction_version = self.config.int("transaction.version")
         self.supported_versions = supported_versions(self.transaction_version)
         self.preallocator = Preallocator()
+        if not self.config.get("zookeeper.connect"):
+            # A single node's dynamic broker configs, before its logs open (a cluster's come
+            # from ZooKeeper once the broker joins).
+            stored = dynamic_config.load_local(self.data_dir)
+            self._layer_dynamic_configs(stored.get(dynamic_config.DEFAULT_ENTITY, {}),
+                                        stored.get(str(self.node_id), {}))
         self.topics = TopicManager(self.data_dir, self.config, now_ms(), self.preallocator)
         self.fetch_sessions = FetchSessionCache()
         # Requests answered, by (api key, version): Kafka's RequestsPerSec{request,version}
@@ -212,6 +219,20 @@ class Broker:
             }
         return protocol.make(mod.ApiVersionsResponse, error_code=error, api_keys=keys,
                              throttle_time=0, **features)
+
+    def _layer_dynamic_configs(self, default: dict[str, str], own: dict[str, str]) -> None:
+        config = self.config
+        config.set_dynamic(
+            dynamic_config.usable(config, default, "cluster default", per_broker=False),
+            dynamic_config.usable(config, own, f"broker {self.node_id}", per_broker=True))
+
+    def apply_dynamic_configs(self, default: dict[str, str], own: dict[str, str]) -> None:
+        """The dynamic broker configs (cluster-wide default, this broker's own) changed: layer
+        them over the static settings and give every log its new LogConfig."""
+        self._layer_dynamic_configs(default, own)
+        self.topics.reconfigure()
+        self.txn_verifier.enabled = self.config.flag(
+            "transaction.partition.verification.enable")
 
     # -- maintenance --------------------------------------------------------------------------
 

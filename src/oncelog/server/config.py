@@ -7,16 +7,32 @@ Kafka (``retention.ms`` defaults to ``log.retention.ms``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable, Mapping
 
 from ..log import LogConfig
+from . import kafka_only_configs
+from .kafka_only_configs import KAFKA_ONLY_DEFAULTS
+from .topic_configs import (
+    BY_BROKER_NAME,
+    MAX_LONG,
+    TOPIC_CONFIGS,
+    TOPIC_SYNONYM_DEFAULTS,
+    TYPE_BOOLEAN,
+    TYPE_INT,
+    TYPE_LIST,
+    TYPE_LONG,
+    TYPE_STRING,
+    ConfigError,
+    TopicConfigKey,
+    check_topic_values,
+    parse_list,
+)
 
-MAX_LONG = 2**63 - 1
+log = logging.getLogger("oncelog.config")
 
-
-class ConfigError(ValueError):
-    pass
+__all__ = ["BROKER_DEFAULTS", "TOPIC_CONFIGS", "BrokerConfig", "ConfigError", "TopicConfigKey",
+           "validate_topic_configs"]
 
 
 def _bool(v: str) -> bool:
@@ -26,25 +42,6 @@ def _bool(v: str) -> bool:
     if s in ("false", "0", "no"):
         return False
     raise ConfigError(f"not a boolean: {v!r}")
-
-
-def _timestamp_type(v: str) -> str:
-    if v not in ("CreateTime", "LogAppendTime"):
-        raise ConfigError(f"message.timestamp.type must be CreateTime or LogAppendTime, not {v!r}")
-    return v
-
-
-def _cleanup_policy(v: str) -> str:
-    if v != "delete":
-        raise ConfigError(f"cleanup.policy {v!r} is not supported (only 'delete'; no compaction)")
-    return v
-
-
-def _compression(v: str) -> str:
-    if v != "producer":
-        raise ConfigError(f"compression.type {v!r} is not supported: batches are stored as "
-                          "the producer compressed them ('producer')")
-    return v
 
 
 def _positive_int(v: str) -> int:
@@ -58,47 +55,6 @@ def _long(v: str) -> int:
     return int(v)
 
 
-def _non_negative_long(v: str) -> int:
-    n = int(v)
-    if n < 0:
-        raise ConfigError(f"must be >= 0: {v!r}")
-    return n
-
-
-@dataclass(frozen=True)
-class TopicConfigKey:
-    name: str  # topic-level name
-    broker_name: str  # broker-level default's name
-    parse: Callable[[str], object]
-    log_field: str | None  # LogConfig attribute it sets, if any
-
-
-TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
-    k.name: k
-    for k in [
-        TopicConfigKey("cleanup.policy", "log.cleanup.policy", _cleanup_policy, None),
-        TopicConfigKey("compression.type", "compression.type", _compression, None),
-        TopicConfigKey("retention.ms", "log.retention.ms", _long, "retention_ms"),
-        TopicConfigKey("retention.bytes", "log.retention.bytes", _long, "retention_bytes"),
-        TopicConfigKey("segment.bytes", "log.segment.bytes", _positive_int, "segment_bytes"),
-        TopicConfigKey("segment.ms", "log.roll.ms", _positive_int, "segment_ms"),
-        TopicConfigKey("index.interval.bytes", "log.index.interval.bytes", _positive_int,
-                       "index_interval_bytes"),
-        TopicConfigKey("flush.messages", "log.flush.interval.messages", _positive_int,
-                       "flush_messages"),
-        TopicConfigKey("message.timestamp.type", "log.message.timestamp.type", _timestamp_type,
-                       "message_timestamp_type"),
-        TopicConfigKey("max.message.bytes", "message.max.bytes", _positive_int,
-                       "max_message_bytes"),
-        TopicConfigKey("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms",
-                       _non_negative_long, "message_timestamp_before_max_ms"),
-        TopicConfigKey("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
-                       _non_negative_long, "message_timestamp_after_max_ms"),
-        TopicConfigKey("min.insync.replicas", "min.insync.replicas", _positive_int,
-                       "min_insync_replicas"),
-    ]
-}
-
 # Broker-level settings and their defaults (Kafka's defaults unless noted).
 BROKER_DEFAULTS: dict[str, str] = {
     "node.id": "1",
@@ -106,21 +62,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     "default.replication.factor": "1",
     "auto.create.topics.enable": "true",
     "socket.request.max.bytes": str(100 * 1024 * 1024),
-    "log.cleanup.policy": "delete",
-    "compression.type": "producer",
-    "log.retention.ms": str(7 * 24 * 3600 * 1000),
-    "log.retention.bytes": "-1",
-    "log.segment.bytes": str(1 << 30),
-    "log.roll.ms": str(7 * 24 * 3600 * 1000),
-    "log.index.interval.bytes": "4096",
-    "log.flush.interval.messages": str(MAX_LONG),
-    "log.message.timestamp.type": "CreateTime",
-    "message.max.bytes": "1048588",
-    # KIP-937 (Kafka 3.6): how far a CreateTime record's timestamp may lie before / after the
-    # broker's clock (INVALID_TIMESTAMP otherwise); Kafka 4.0's defaults: unbounded, one hour.
-    "log.message.timestamp.before.max.ms": str(MAX_LONG),
-    "log.message.timestamp.after.max.ms": "3600000",
-    "min.insync.replicas": "1",
+    # The topic configs' defaults (topic_configs.py: log.retention.ms, log.segment.bytes ...).
+    **TOPIC_SYNONYM_DEFAULTS,
+    # Kafka's settings that change nothing here (kafka_only_configs.py).
+    **{k: default for k, (default, _type) in KAFKA_ONLY_DEFAULTS.items()},
     "log.retention.check.interval.ms": "300000",
     "producer.id.expiration.ms": "86400000",
     "producer.id.expiration.check.interval.ms": "600000",
@@ -232,6 +177,21 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "socket.request.read.timeout.ms": _positive_int,
     "sasl.server.max.receive.size": _positive_int,
 }
+def broker_config_type(key: str) -> int:
+    """DescribeConfigs' type of a broker setting."""
+    topic_key = BY_BROKER_NAME.get(key)
+    if topic_key is not None:
+        return topic_key.config_type
+    if key in KAFKA_ONLY_DEFAULTS:
+        return KAFKA_ONLY_DEFAULTS[key][1]
+    parser = _BROKER_PARSERS.get(key, _long)
+    if parser in (_bool, _optional_bool):
+        return TYPE_BOOLEAN
+    if parser in (str, _security_protocol, _mechanisms):
+        return TYPE_STRING
+    return TYPE_INT if parser in (_positive_int, _transaction_version) else TYPE_LONG
+
+
 # Kafka's coarser aliases, normalised to their millisecond keys.
 _ALIASES = {
     "log.retention.hours": ("log.retention.ms", 3600 * 1000),
@@ -243,9 +203,15 @@ _ALIASES = {
 
 
 class BrokerConfig:
-    """Broker settings: defaults overridden by ``--set`` pairs. Unknown keys are refused."""
+    """Broker settings: Kafka's defaults, overridden by ``--set`` pairs (Kafka's static broker
+    configs), overridden by the dynamic ones (Kafka's DynamicBrokerConfig: the cluster-wide
+    default, then this broker's own; server/dynamic_config.py). ``values`` is the result.
+    Unknown keys are refused."""
 
     def __init__(self, overrides: dict[str, str] | None = None) -> None:
+        self.static: dict[str, str] = {}
+        self.dynamic_default: dict[str, str] = {}
+        self.dynamic_broker: dict[str, str] = {}
         self.values: dict[str, str] = dict(BROKER_DEFAULTS)
         # Parsed once, when set: the append path reads settings (min.insync.replicas) for
         # every partition of every produce request.
@@ -260,13 +226,27 @@ class BrokerConfig:
         if key not in BROKER_DEFAULTS:
             raise ConfigError(f"unknown broker setting {key!r}; known: "
                               + ", ".join(sorted(BROKER_DEFAULTS)))
-        self._parsed[key] = self._parse(key, value)
-        self.values[key] = value
+        self.parse(key, value)
+        self.static[key] = value
+        self._merge()
 
-    def _parse(self, key: str, value: str) -> object:
-        for t in TOPIC_CONFIGS.values():
-            if t.broker_name == key:
-                return t.parse(value)
+    def set_dynamic(self, default: dict[str, str], broker: dict[str, str]) -> None:
+        """The dynamic layers, checked by the caller (server/dynamic_config.py)."""
+        self.dynamic_default = dict(default)
+        self.dynamic_broker = dict(broker)
+        self._merge()
+
+    def _merge(self) -> None:
+        self.values = {**BROKER_DEFAULTS, **self.static, **self.dynamic_default,
+                       **self.dynamic_broker}
+        self._parsed = {}
+
+    def parse(self, key: str, value: str) -> object:
+        topic_key = BY_BROKER_NAME.get(key)
+        if topic_key is not None:
+            return topic_key.check(key, value)
+        if key in KAFKA_ONLY_DEFAULTS:
+            return kafka_only_configs.parse(key, value)
         parser = _BROKER_PARSERS.get(key, _long)
         try:
             return parser(value)
@@ -276,8 +256,8 @@ class BrokerConfig:
     def get(self, key: str) -> object:
         try:
             return self._parsed[key]
-        except KeyError:  # a default, parsed on first use
-            value = self._parsed[key] = self._parse(key, self.values[key])
+        except KeyError:  # parsed on first use after a change
+            value = self._parsed[key] = self.parse(key, self.values[key])
             return value
 
     def flag(self, key: str) -> bool:
@@ -291,7 +271,8 @@ class BrokerConfig:
         return value
 
     def topic_defaults(self) -> dict[str, str]:
-        return {name: self.values[k.broker_name] for name, k in TOPIC_CONFIGS.items()}
+        return {name: self.values[k.broker_name] if k.broker_name else str(k.default)
+                for name, k in TOPIC_CONFIGS.items()}
 
     def log_config(self, topic_overrides: dict[str, str]) -> LogConfig:
         """The LogConfig of a topic: broker defaults, then the topic's own settings."""
@@ -303,23 +284,51 @@ class BrokerConfig:
             preallocate_ahead_bytes=self.int("log.preallocate.ahead.bytes"),
         )
         for name, value in merged.items():
-            key = TOPIC_CONFIGS[name]
-            if key.log_field:
+            key = TOPIC_CONFIGS.get(name)
+            if key is None or not key.log_field:
+                continue
+            try:
                 setattr(cfg, key.log_field, key.parse(value))
+            except ConfigError as exc:
+                # Written by another tool into ZooKeeper, say: the default stands, as Kafka
+                # ignores what it cannot parse there.
+                log.warning("topic config %s=%r ignored: %s", name, value, exc)
+                if key.broker_name is not None:
+                    setattr(cfg, key.log_field, key.parse(self.values[key.broker_name]))
+        # Kafka 3.x: the deprecated message.timestamp.difference.max.ms bounds both sides while
+        # before / after keep their unbounded default.
+        try:
+            difference = int(merged["message.timestamp.difference.max.ms"])
+        except ValueError:
+            difference = MAX_LONG
+        if cfg.message_timestamp_before_max_ms == MAX_LONG:
+            cfg.message_timestamp_before_max_ms = difference
+        if cfg.message_timestamp_after_max_ms == MAX_LONG:
+            cfg.message_timestamp_after_max_ms = difference
         return cfg
 
 
-def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
-    """Check CreateTopics configs; raise ConfigError naming the first bad one."""
+def normalize_topic_value(key: TopicConfigKey, value: str) -> str:
+    """The form a topic config is stored in: a list without brackets or blanks
+    (``[compact, delete]`` -> ``compact,delete``), anything else as given."""
+    if key.config_type == TYPE_LIST:
+        return ",".join(parse_list(value))
+    return value
+
+
+def validate_topic_configs(configs: Mapping[str, str | None],
+                           defaults: dict[str, str] | None = None) -> dict[str, str]:
+    """Check a topic's configs (CreateTopics, AlterConfigs) as Kafka's LogConfig.validate does:
+    names, then each value, then (with ``defaults``, the broker's topic defaults) the checks
+    across configs; raise ConfigError naming the first bad one. Returns them as stored."""
     out: dict[str, str] = {}
     for key, value in configs.items():
         if key not in TOPIC_CONFIGS:
-            raise ConfigError(f"unknown topic config {key!r}")
+            raise ConfigError(f"Unknown topic config name: {key}")
         if value is None:
-            raise ConfigError(f"topic config {key!r} needs a value")
-        try:
-            TOPIC_CONFIGS[key].parse(value)
-        except (ValueError, ConfigError) as exc:
-            raise ConfigError(f"invalid value {value!r} for {key}: {exc}") from None
-        out[key] = value
+            raise ConfigError(f"Null value not supported for topic config {key}")
+        TOPIC_CONFIGS[key].parse(value)
+        out[key] = normalize_topic_value(TOPIC_CONFIGS[key], value)
+    if defaults is not None:
+        check_topic_values({**defaults, **out})
     return out

@@ -320,6 +320,17 @@ class Metadata(ABC):
         """DeleteTopics: raises TopicError."""
 
     @abstractmethod
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """AlterConfigs on a topic: its new overrides (the whole set), stored, and taken up by
+        every broker that hosts it; returns once this broker has them. TopicError."""
+
+    @abstractmethod
+    async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """The dynamic broker configs of ``entity`` (a node id, or ``<default>`` for the
+        cluster-wide default; the whole set), stored and applied; returns once this broker
+        applied them (server/dynamic_config.py)."""
+
+    @abstractmethod
     async def alter_partition(self, topic: str, index: int, state, expected_version: int
                               ) -> int | None:
         """A leader's ISR change (Kafka's AlterPartition), on the condition that the

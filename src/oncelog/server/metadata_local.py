@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 from ..cluster.election import new_partition_states, on_brokers_changed
 from ..cluster.model import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
+from . import dynamic_config
 from .clock import now_ms
 from .metadata import CreatedTopic, Metadata
 from .topics import TopicError
@@ -173,6 +174,23 @@ class LocalMetadata(Metadata):
         self._states = {tp: s for tp, s in self._states.items() if tp[0] != name}
         self._publish_local()
         self.broker.fetch_sessions.remove_topic(name)
+
+    # -- configs ------------------------------------------------------------------------------
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        if name not in self.broker.topics.topics:
+            raise TopicError("unknown_topic_or_partition", f"The topic '{name}' does not exist.")
+        self.broker.topics.update_configs(name, configs)
+        self._publish_local()
+
+    async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Kept in ``<data-dir>/dynamic-broker-configs.json``."""
+        data_dir = Path(self.broker.data_dir)
+        stored = dynamic_config.load_local(data_dir)
+        stored[entity] = dict(configs)
+        dynamic_config.save_local(data_dir, stored)
+        self.broker.apply_dynamic_configs(stored.get(dynamic_config.DEFAULT_ENTITY, {}),
+                                          stored.get(str(self.node_id), {}))
 
     # -- partition state ----------------------------------------------------------------------
 

@@ -20,11 +20,14 @@ from ..cluster.controller import Controller
 from ..cluster.errors import ClusterError, TopicExistsError, UnknownTopicError
 from ..cluster.metadata_view import MetadataView
 from ..cluster.zk_client import KafkaZkClient
+from ..cluster.zk_data import ConfigType
 from .config import ConfigError, validate_topic_configs
 from .metadata import CreatedTopic, Metadata
 from .topics import TopicError
 
 log = logging.getLogger("oncelog.cluster")
+
+CONFIG_WAIT_MS = 10_000  # how long AlterConfigs waits for this broker's view to show a change
 
 
 class ZkMetadata(Metadata):
@@ -64,6 +67,11 @@ class ZkMetadata(Metadata):
         host, port = self.advertised()
         self.store.register_broker(self.node_id, host, port,
                                    timeout_s=2 * self.session_timeout_ms / 1000 + 1)
+        # The dynamic broker configs before the first view: the logs open with them.
+        default, own = self._read_broker_configs()
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(self.broker.apply_dynamic_configs, default, own)
+        self.store.watch_config_changes(self._on_config_changes)
         self.metadata = MetadataView(self.store, self._on_view)
         self.controller = Controller(self.store, self.node_id, view=self.metadata)
         self.controller.start()
@@ -184,6 +192,42 @@ class ZkMetadata(Metadata):
         await asyncio.to_thread(self.store.request_topic_deletion, name)
         await self.wait_for(lambda v: name not in v.topics, timeout_ms)
         self.broker.fetch_sessions.remove_topic(name)
+
+    # -- configs ------------------------------------------------------------------------------
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """``/config/topics/<name>`` and a ``/config/changes`` notification, as Kafka's
+        ZooKeeper mode; every broker's view follows the config znode."""
+        try:
+            await asyncio.to_thread(self.store.change_topic_configs, name, configs)
+        except UnknownTopicError:
+            raise TopicError("unknown_topic_or_partition",
+                             f"The topic '{name}' does not exist.") from None
+        await self.wait_for(lambda v: name not in v.topics
+                            or dict(v.topics[name].configs) == configs, CONFIG_WAIT_MS)
+
+    async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """``/config/brokers/<entity>`` and a notification that every broker follows."""
+        await asyncio.to_thread(self.store.change_entity_configs, ConfigType.BROKER, entity,
+                                configs)
+        default, own = await asyncio.to_thread(self._read_broker_configs)
+        self.broker.apply_dynamic_configs(default, own)
+
+    def _read_broker_configs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(cluster-wide default, this broker's own) dynamic configs (blocking)."""
+        return (self.store.entity_configs(ConfigType.BROKER, ConfigType.DEFAULT),
+                self.store.entity_configs(ConfigType.BROKER, str(self.node_id)))
+
+    def _on_config_changes(self, entities: list[tuple[str, str]]) -> None:
+        """On a kazoo thread: a change of the default's or this broker's configs is read and
+        handed to the event loop (topics' come with the view)."""
+        if not any(t == ConfigType.BROKER and n in (ConfigType.DEFAULT, str(self.node_id))
+                   for t, n in entities):
+            return
+        default, own = self._read_broker_configs()
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.broker.apply_dynamic_configs, default, own)
 
     # -- partition state ----------------------------------------------------------------------
 

@@ -199,8 +199,6 @@ class BrokerServer:
         self.connections: set[KafkaConnection] = set()
         self.per_ip: dict[str, int] = {}
         config = broker.config
-        self.max_connections = config.int("max.connections")
-        self.max_per_ip = config.int("max.connections.per.ip")
         self.idle_ms = config.int("connections.max.idle.ms")
         self.read_timeout_ms = config.int("socket.request.read.timeout.ms")
         self._sweeper: asyncio.Task | None = None
@@ -209,6 +207,14 @@ class BrokerServer:
         self.metrics_port: int | None = None  # where the metrics page is served, if it is
 
     # -- connection limits ---------------------------------------------------------------------
+
+    @property
+    def max_connections(self) -> int:
+        return self.broker.config.int("max.connections")  # dynamic (KIP-226): read each time
+
+    @property
+    def max_per_ip(self) -> int:
+        return self.broker.config.int("max.connections.per.ip")
 
     def admit(self, conn: KafkaConnection) -> str | None:
         """Count a new connection in, or say why it is refused: ``max.connections`` and

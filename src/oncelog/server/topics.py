@@ -193,7 +193,7 @@ class TopicManager:
         if num_partitions > 10000:
             raise TopicError("invalid_partitions", "more than 10000 partitions")
         try:
-            return validate_topic_configs(configs)
+            return validate_topic_configs(configs, self.config.topic_defaults())
         except ConfigError as exc:
             raise TopicError("invalid_config", str(exc)) from None
 
@@ -232,6 +232,8 @@ class TopicManager:
         if topic is not None and topic.topic_id != topic_id:
             self.delete(name, force=True)
             topic = None
+        if topic is not None and topic.configs != configs:
+            self.update_configs(name, configs)  # AlterConfigs on some broker of the cluster
         have = {p.index for p in topic.partitions} if topic is not None else set()
         if topic is not None and have == hosted and topic.partition_count == partition_count:
             return topic
@@ -250,6 +252,24 @@ class TopicManager:
         self.topics[name] = new
         self.by_id[topic_id] = new
         return new
+
+    def update_configs(self, name: str, configs: dict[str, str]) -> None:
+        """A topic's new config overrides (AlterConfigs): stored, and taken up at once by its
+        logs (retention, segment size and age, max.message.bytes, compression ...)."""
+        topic = self.topics[name]
+        topic.configs = dict(configs)
+        self._write_meta({"name": name, "id": str(topic.topic_id),
+                          "partitions": topic.partition_count, "configs": topic.configs,
+                          "hosted": [p.index for p in topic.partitions]})
+        self.reconfigure(name)
+
+    def reconfigure(self, name: str | None = None) -> None:
+        """Give the logs of a topic (of every topic: the broker's dynamic configs changed)
+        the LogConfig their settings now make."""
+        for topic in [self.topics[name]] if name is not None else list(self.topics.values()):
+            log_config = self.config.log_config(topic.configs)
+            for p in topic.partitions:
+                p.log.config = log_config
 
     def _write_meta(self, meta: dict) -> None:
         path = self.meta_dir / f"{meta['name']}.json"

@@ -5,6 +5,7 @@ from ...protocol import ApiKey
 from . import (
     admin,
     cluster,
+    configs,
     coordinator,
     fetch,
     group,
@@ -27,7 +28,7 @@ _LOG_AND_WIRE = {
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.CREATE_TOPICS: admin.handle_create_topics,
     ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
-    ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+    ApiKey.DESCRIBE_CONFIGS: configs.handle_describe_configs,
     ApiKey.PRODUCE: produce.handle_produce,
     ApiKey.FETCH: fetch.handle_fetch,
     ApiKey.LIST_OFFSETS: list_offsets.handle_list_offsets,
@@ -42,6 +43,8 @@ _LOG_AND_WIRE = {
     # A topic grows; a partition's log start moves (KIP-107).
     ApiKey.CREATE_PARTITIONS: partitions.handle_create_partitions,
     ApiKey.DELETE_RECORDS: partitions.handle_delete_records,
+    ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
 }
 
 

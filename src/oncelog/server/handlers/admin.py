@@ -1,30 +1,22 @@
-"""CreateTopics, DeleteTopics and DescribeConfigs."""
+"""CreateTopics and DeleteTopics (DescribeConfigs: handlers/configs.py)."""
 
 from __future__ import annotations
 
 import uuid
 
 from ...protocol import ApiKey, make, millis, response_module
-from ..config import TOPIC_CONFIGS
 from ..topics import TopicError
 from . import acl
+from .configs import SOURCE_DEFAULT, topic_synonyms
 from .util import error_code
 
 _NULL_UUID = uuid.UUID(int=0)
 
-# DescribeConfigs config sources and types (Kafka's DescribeConfigsResponse enums).
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
-_CONFIG_TYPES = {
-    "cleanup.policy": TYPE_LIST, "compression.type": TYPE_STRING,
-    "message.timestamp.type": TYPE_STRING, "segment.bytes": TYPE_INT,
-    "index.interval.bytes": TYPE_INT, "max.message.bytes": TYPE_INT,
-    "min.insync.replicas": TYPE_INT,
-}
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
+
+def _source(broker, overrides: dict, name: str) -> int:
+    """Where a created topic's config comes from, as DescribeConfigs says it."""
+    synonyms = topic_synonyms(broker.config, overrides, name)
+    return synonyms[0][2] if synonyms else SOURCE_DEFAULT
 
 
 async def handle_create_topics(broker, ctx, request):
@@ -60,8 +52,7 @@ async def handle_create_topics(broker, ctx, request):
             effective.update(overrides)
             result_configs = tuple(
                 make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
-                     config_source=SOURCE_DYNAMIC_TOPIC if k in overrides else SOURCE_DEFAULT,
-                     is_sensitive=False)
+                     config_source=_source(broker, overrides, k), is_sensitive=False)
                 for k, v in sorted(effective.items())
             )
         results.append(make(
@@ -118,71 +109,3 @@ async def handle_delete_topics(broker, ctx, request):
                             topic_id=topic_id or _NULL_UUID, error_code=error_code(err),
                             error_message=msg))
     return make(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
-
-
-def _config_type(name: str) -> int:
-    if name in _CONFIG_TYPES:
-        return _CONFIG_TYPES[name]
-    return TYPE_LONG
-
-
-async def handle_describe_configs(broker, ctx, request):
-    mod = response_module(ApiKey.DESCRIBE_CONFIGS, ctx.version)
-    results = []
-    for res in request.resources:
-        wanted = set(res.configuration_keys) if res.configuration_keys else None
-        entries = []
-        err, msg = None, None
-        # Kafka: DescribeConfigs on the topic, or on the cluster for a broker's settings;
-        # refused before anything is looked up, so that neither existence nor values leak.
-        if res.resource_type == RESOURCE_TOPIC and not acl.topic(
-                broker, ctx, acl.Op.DESCRIBE_CONFIGS, res.resource_name):
-            err = "topic_authorization_failed"
-        elif res.resource_type == RESOURCE_BROKER and not acl.cluster(
-                broker, ctx, acl.Op.DESCRIBE_CONFIGS):
-            err = "cluster_authorization_failed"
-        elif res.resource_type == RESOURCE_TOPIC:
-            topic = broker.topics.get(res.resource_name)
-            if topic is None:
-                err, msg = "unknown_topic_or_partition", f"topic {res.resource_name!r} not found"
-            else:
-                defaults = broker.config.topic_defaults()
-                for name in sorted(TOPIC_CONFIGS):
-                    if wanted is not None and name not in wanted:
-                        continue
-                    key = TOPIC_CONFIGS[name]
-                    overridden = name in topic.configs
-                    value = topic.configs[name] if overridden else defaults[name]
-                    broker_set = broker.config.values[key.broker_name]
-                    synonyms = []
-                    if overridden:
-                        synonyms.append(make(mod.DescribeConfigsSynonym, name=name, value=value,
-                                             source=SOURCE_DYNAMIC_TOPIC))
-                    synonyms.append(make(mod.DescribeConfigsSynonym, name=key.broker_name,
-                                         value=broker_set, source=SOURCE_DEFAULT))
-                    entries.append(make(
-                        mod.DescribeConfigsResourceResult, name=name, value=value,
-                        read_only=False,
-                        config_source=SOURCE_DYNAMIC_TOPIC if overridden else SOURCE_DEFAULT,
-                        is_sensitive=False,
-                        synonyms=tuple(synonyms) if request.include_synonyms else (),
-                        config_type=_config_type(name), documentation=None,
-                    ))
-        elif res.resource_type == RESOURCE_BROKER:
-            if res.resource_name not in ("", str(broker.node_id)):
-                err, msg = "invalid_request", f"this broker is node {broker.node_id}"
-            else:
-                for name, value in sorted(broker.config.values.items()):
-                    if wanted is not None and name not in wanted:
-                        continue
-                    entries.append(make(
-                        mod.DescribeConfigsResourceResult, name=name, value=value,
-                        read_only=True, config_source=SOURCE_STATIC_BROKER, is_sensitive=False,
-                        synonyms=(), config_type=_config_type(name), documentation=None,
-                    ))
-        else:
-            err, msg = "invalid_request", f"unsupported resource type {res.resource_type}"
-        results.append(make(mod.DescribeConfigsResult, error_code=error_code(err),
-                            error_message=msg, resource_type=res.resource_type,
-                            resource_name=res.resource_name, configs=tuple(entries)))
-    return make(mod.DescribeConfigsResponse, throttle_time=0, results=tuple(results))
