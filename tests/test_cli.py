@@ -43,7 +43,7 @@ def test_clear_errors(broker):  # noqa: F811 (the fixture)
     oncelog("topics", "create", *bs, "--topic", "twice")
     again = oncelog("topics", "create", *bs, "--topic", "twice", check=False)
     assert again.returncode == 1 and "TopicAlreadyExists" in again.stderr
-    conf = oncelog("topics", "create", *bs, "--topic", "c", "--config", "cleanup.policy=compact",
+    conf = oncelog("topics", "create", *bs, "--topic", "c", "--config", "cleanup.policy=shred",
                    check=False)
     assert conf.returncode == 1 and "InvalidConfig" in conf.stderr
     missing = oncelog("dump-log", "/nonexistent/0.log", check=False)

@@ -34,12 +34,6 @@ def _timestamp_type(v: str) -> str:
     return v
 
 
-def _cleanup_policy(v: str) -> str:
-    if v != "delete":
-        raise ConfigError(f"cleanup.policy {v!r} is not supported (only 'delete'; no compaction)")
-    return v
-
-
 def _compression(v: str) -> str:
     if v != "producer":
         raise ConfigError(f"compression.type {v!r} is not supported: batches are stored as "
@@ -76,7 +70,6 @@ class TopicConfigKey:
 TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
     k.name: k
     for k in [
-        TopicConfigKey("cleanup.policy", "log.cleanup.policy", _cleanup_policy, None),
         TopicConfigKey("compression.type", "compression.type", _compression, None),
         TopicConfigKey("retention.ms", "log.retention.ms", _long, "retention_ms"),
         TopicConfigKey("retention.bytes", "log.retention.bytes", _long, "retention_bytes"),
@@ -97,6 +90,48 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
         TopicConfigKey("min.insync.replicas", "min.insync.replicas", _positive_int, None),
     ]
 }
+
+# -- log compaction (KIP-58, KIP-354, KIP-534; log/cleaner*.py) ---------------------------------
+# Kept in one block: the topic keys that decide when and how the log cleaner compacts a log,
+# with Kafka's defaults and validation, and the broker settings of the cleaner itself.
+
+CLEANUP_POLICIES = frozenset({"compact", "delete"})
+
+
+def _cleanup_policy(v: str) -> frozenset[str]:
+    """Kafka's cleanup.policy: a list of ``compact`` and ``delete`` ("compact,delete": both)."""
+    names = [p.strip() for p in str(v).split(",") if p.strip()]
+    bad = [p for p in names if p not in CLEANUP_POLICIES]
+    if bad or not names:
+        raise ConfigError(f"cleanup.policy must be a list of compact and delete, not {v!r}")
+    return frozenset(names)
+
+
+def _ratio(v: str) -> float:
+    x = float(v)
+    if not 0.0 <= x <= 1.0:
+        raise ConfigError(f"must be in [0, 1]: {v!r}")
+    return x
+
+
+def _positive_long(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise ConfigError(f"must be >= 1: {v!r}")
+    return n
+
+
+TOPIC_CONFIGS.update({k.name: k for k in [
+    TopicConfigKey("cleanup.policy", "log.cleanup.policy", _cleanup_policy, "cleanup_policy"),
+    TopicConfigKey("delete.retention.ms", "log.cleaner.delete.retention.ms",
+                   _non_negative_long, "delete_retention_ms"),
+    TopicConfigKey("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", _ratio,
+                   "min_cleanable_dirty_ratio"),
+    TopicConfigKey("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms",
+                   _non_negative_long, "min_compaction_lag_ms"),
+    TopicConfigKey("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+                   _positive_long, "max_compaction_lag_ms"),
+]})
 
 # Broker-level settings and their defaults (Kafka's defaults unless noted).
 BROKER_DEFAULTS: dict[str, str] = {
@@ -184,6 +219,19 @@ BROKER_DEFAULTS: dict[str, str] = {
     "transaction.state.log.min.isr": "2",
 }
 
+# The log cleaner's broker settings (Kafka's names and defaults; see the compaction block).
+BROKER_DEFAULTS.update({
+    "log.cleaner.delete.retention.ms": str(24 * 3600 * 1000),
+    "log.cleaner.min.cleanable.ratio": "0.5",
+    "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.max.compaction.lag.ms": str(MAX_LONG),
+    "log.cleaner.enable": "true",
+    "log.cleaner.threads": "1",
+    "log.cleaner.dedupe.buffer.size": str(128 << 20),
+    "log.cleaner.backoff.ms": "15000",
+    "log.cleaner.io.max.bytes.per.second": str(MAX_LONG),
+})
+
 def _transaction_version(v: str) -> int:
     n = int(v)
     if n not in (0, 1, 2):
@@ -230,6 +278,11 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "max.connections.per.ip": _positive_int,
     "socket.request.read.timeout.ms": _positive_int,
     "sasl.server.max.receive.size": _positive_int,
+    "log.cleaner.enable": _bool,
+    "log.cleaner.threads": _positive_int,
+    "log.cleaner.dedupe.buffer.size": _positive_int,
+    "log.cleaner.backoff.ms": _positive_int,
+    "log.cleaner.io.max.bytes.per.second": _positive_long,
 }
 # Kafka's coarser aliases, normalised to their millisecond keys.
 _ALIASES = {
