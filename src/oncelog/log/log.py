@@ -114,6 +114,18 @@ class LogConfig:
     # How far ahead of a busy segment's end to preallocate page cache (0: never). The amount
     # follows the append size (16 appends' worth), so idle partitions preallocate nothing.
     preallocate_ahead_bytes: int = 64 << 20
+    # -- log compaction (log/cleaner.py), Kafka's topic configs and defaults ----------------
+    # "delete": retention removes old segments; "compact": the cleaner keeps the last record
+    # per key (retention by time and size off); both: the two together.
+    cleanup_policy: frozenset[str] = frozenset({"delete"})
+    delete_retention_ms: int = 24 * 3600 * 1000  # tombstones and markers, after their pass
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = MAX_LONG
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
 
 
 class LogAppendError(Exception):
@@ -174,6 +186,9 @@ class PartitionLog:
         self.last_snapshot_ms = now_ms
         self._high_watermark_checkpoint_ms = now_ms
         self._recovered_from: int | None = None  # first offset validated after an unclean stop
+        # Moves whenever segments are cut or deleted: a cleaning planned before (log/log_cleaner.py)
+        # is then not swapped in.
+        self.generation = 0
         try:
             load_segments(self, now_ms)
             load_producer_state(self)
@@ -207,7 +222,11 @@ class PartitionLog:
             done = self.producer_state.complete_txn(h, ctype == CONTROL_COMMIT,
                                                     coordinator_epoch)
             # The index is derived: put back an entry a crash kept from the file.
-            if done.is_aborted and not seg.txn_index.contains(done.last_offset):
+            # Only past the index's last entry: the file is append-only, so a lost entry is at
+            # its tail, and a cleaned segment leaves out on purpose the entries of aborted
+            # transactions with no data left (log/cleaner.py).
+            entries = seg.txn_index.entries
+            if done.is_aborted and (not entries or done.last_offset > entries[-1].last_offset):
                 self._index_aborted(seg, done)
 
     def iter_headers_from(self, offset: int):
@@ -337,6 +356,8 @@ class PartitionLog:
         CreateTime topic, every record's timestamp within [now - message.timestamp.before.max.ms,
         now + message.timestamp.after.max.ms] (KIP-937). A producer may not claim LogAppendTime.
         """
+        if self.config.compact:
+            self._check_keys(data, batches)
         create_time = self.config.message_timestamp_type == "CreateTime"
         before = self.config.message_timestamp_before_max_ms
         after = self.config.message_timestamp_after_max_ms
@@ -358,6 +379,19 @@ class PartitionLog:
                     f"timestamp {bad} is out of range: it must lie within "
                     f"[{now_ms - before}, {now_ms + after}] (message.timestamp.before.max.ms, "
                     f"message.timestamp.after.max.ms)")
+
+    @staticmethod
+    def _check_keys(data, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Kafka's LogValidator on a compacted topic: every record needs a key (the cleaner
+        keeps the latest record per key; a record without one would be dropped)."""
+        for pos, h in batches:
+            try:
+                _, records = decode_batch(data, pos, verify_crc=False)
+            except CorruptRecordError as exc:
+                raise LogAppendError(exc.error_name, str(exc)) from None
+            if any(r.key is None for r in records):
+                raise LogAppendError("invalid_record", "a compacted topic cannot accept a "
+                                     "record without a key")
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, now_ms: int, *, leader_epoch: int | None = None
@@ -409,7 +443,7 @@ class PartitionLog:
                     raise CorruptRecordError(f"batch length {length} below the header size")
                 if pos + LOG_OVERHEAD + length > n:
                     break  # a partial batch ends the response: the next fetch gets it whole
-                h = validate_batch(buf, pos)
+                h = validate_batch(buf, pos, cleaned=True)  # the leader's log may be cleaned
                 if not batches and h.last_offset < expected:
                     pos += h.size
                     continue  # already here: the fetch started below our end
@@ -486,6 +520,7 @@ class PartitionLog:
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
+        self.generation += 1
         if offset >= self.log_end_offset:
             self.leader_epoch_cache.truncate_from_end(offset)
             return self.log_end_offset
@@ -644,8 +679,11 @@ class PartitionLog:
 
     def apply_retention(self, now_ms: int) -> list[int]:
         """Delete whole segments past retention.ms or beyond retention.bytes; never the
-        active segment. Returns the base offsets deleted."""
+        active segment. Returns the base offsets deleted. Only with ``delete`` in
+        cleanup.policy: a compacted log alone keeps every segment (the cleaner shrinks them)."""
         deleted: list[int] = []
+        if "delete" not in self.config.cleanup_policy:
+            return deleted
         total = self.size_bytes
         while len(self.segments) > 1:
             seg = self.segments[0]
@@ -658,6 +696,7 @@ class PartitionLog:
             if not (by_time or by_size):
                 break
             total -= seg.size
+            self.generation += 1
             deleted.append(seg.base_offset)
             seg.delete()
             del self.segments[0]
@@ -758,6 +797,7 @@ class PartitionLog:
 
     def close(self, now_ms: int) -> None:
         """Clean shutdown: flush, snapshot the producer state at the log end, mark clean."""
+        self.generation += 1
         self.flush()
         self.take_snapshot(now_ms)
         for seg in self.segments:
@@ -766,10 +806,12 @@ class PartitionLog:
 
     def close_unclean(self) -> None:
         """Drop the files as a crash would: no flush, no snapshot, no trim, no clean marker."""
+        self.generation += 1
         for seg in self.segments:
             seg.close(trim=False)
 
     def delete(self) -> None:
+        self.generation += 1
         for seg in self.segments:
             seg.close()
         shutil.rmtree(self.directory, ignore_errors=True)
