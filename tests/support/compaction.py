@@ -118,3 +118,39 @@ def clean_now(manager: CleanerManager, plog: PartitionLog, now: int,
     ltc = manager.log_to_clean("t-0", plog, now)
     manager.state(plog).in_progress = True
     return clean_log(manager, ltc, now, memory_bytes)
+
+
+def confluent_read_committed(bootstrap: str, topic: str, partitions: int,
+                             timeout: float = 60.0) -> list[tuple[bytes, bytes | None]]:
+    """(key, value) of every record a read_committed confluent-kafka consumer reads from the
+    start of each partition to its end (until it says end of partition)."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.time()}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(topic, p, -2) for p in range(partitions)])
+        out: list[tuple[bytes, bytes | None]] = []
+        done: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(done) < partitions:
+            assert time.monotonic() < deadline, f"read {len(out)}, at the end of {done}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
+                done.add(msg.partition())
+                continue
+            out.append((msg.key(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def partition_bytes(directory) -> int:
+    """The size of a partition directory's segment files."""
+    return sum(p.stat().st_size for p in directory.glob("*.log"))

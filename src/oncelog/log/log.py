@@ -386,7 +386,7 @@ class PartitionLog:
         keeps the latest record per key; a record without one would be dropped)."""
         for pos, h in batches:
             try:
-                _, records = decode_batch(data, pos, verify_crc=False)
+                _, records = decode_batch(memoryview(data).toreadonly(), pos, verify_crc=False)
             except CorruptRecordError as exc:
                 raise LogAppendError(exc.error_name, str(exc)) from None
             if any(r.key is None for r in records):
