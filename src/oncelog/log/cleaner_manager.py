@@ -53,6 +53,9 @@ class CleanerState:
     first_dirty_offset: int | None = None
     next_horizon_ms: int = MAX_LONG
     in_progress: bool = False
+    # A cleaning failed other than by an I/O error (a batch it cannot read): not tried again
+    # until the broker restarts (Kafka's uncleanable partitions).
+    uncleanable: bool = False
 
 
 @dataclass
@@ -128,7 +131,8 @@ class CleanerManager:
         None; it is marked in progress until ``done_cleaning``."""
         best: LogToClean | None = None
         for name, plog in logs:
-            if not getattr(plog.config, "compact", False) or self.state(plog).in_progress:
+            st = self.state(plog)
+            if not getattr(plog.config, "compact", False) or st.in_progress or st.uncleanable:
                 continue
             ltc = self.log_to_clean(name, plog, now_ms)
             eligible = (ltc.needs_compaction_now and ltc.dirty_bytes > 0) or ltc.horizon_due \
@@ -143,6 +147,11 @@ class CleanerManager:
         if best is not None:
             self.state(best.log).in_progress = True
         return best
+
+    def mark_uncleanable(self, plog: CompactedLog) -> None:
+        st = self.state(plog)
+        st.in_progress = False
+        st.uncleanable = True
 
     def done_cleaning(self, plog: CompactedLog, end_offset: int | None,
                       next_horizon_ms: int) -> None:

@@ -422,8 +422,8 @@ class PartitionLog:
 
         Every batch's CRC is checked (LogAppendError ``corrupt_message``, nothing written);
         batches wholly below the log end are skipped (a refetch); the rest must continue the
-        log at its end without a gap or an overlap (UnexpectedAppendOffsetError, nothing
-        written). Offsets, epochs and timestamps are kept; segments roll as for any append.
+        log at or after its end without an overlap (UnexpectedAppendOffsetError, nothing
+        written); a gap is where a compacted leader's cleaner removed batches. Offsets, epochs and timestamps are kept; segments roll as for any append.
         Producer state is updated without sequence checks (replication origin): data batches
         as appended, COMMIT/ABORT markers close transactions and fill the aborted-transaction
         index exactly as ``append_marker`` does on the leader. Each batch's partitionLeaderEpoch
@@ -447,10 +447,11 @@ class PartitionLog:
                 if not batches and h.last_offset < expected:
                     pos += h.size
                     continue  # already here: the fetch started below our end
-                if h.base_offset != expected:
-                    what = "a gap" if h.base_offset > expected else "an overlap"
+                # A gap is what a compacted leader's log has where the cleaner removed
+                # batches (Kafka's appendAsFollower refuses only an overlap).
+                if h.base_offset < expected:
                     raise UnexpectedAppendOffsetError(
-                        f"{what}: replicated batch at offset {h.base_offset} "
+                        f"an overlap: replicated batch at offset {h.base_offset} "
                         f"({h.records_count} records) where offset {expected} was expected "
                         f"(log end {self.log_end_offset})", h.base_offset, self.log_end_offset)
                 batches.append((pos, h))

@@ -431,6 +431,11 @@ class LogCleaner:
             return False
         except OSError as exc:
             log.warning("cleaning %s stopped: %s", p.name, exc)
+        except Exception:
+            log.exception("cleaning %s failed: it is not cleaned again until the broker "
+                          "restarts", p.name)
+            self._on_loop(lambda: self.manager.mark_uncleanable(p.log))  # type: ignore[arg-type]
+            return False
         finally:
             p.close()
         if result is None:
