@@ -36,6 +36,7 @@ from ..records.batch import (
     ATTR_DELETE_HORIZON,
     CONTROL_ABORT,
     CONTROL_COMMIT,
+    INT64_MAX,
     BatchHeader,
     CorruptRecordError,
     Record,
@@ -215,7 +216,8 @@ def clean_batch(buf, pos: int, h: BatchHeader, *, offset_map: OffsetMap,
             stats.bytes_written += h.size
             return memoryview(buf)[pos:pos + h.size], entry
         if needs_horizon:
-            base_ts, attrs = now_ms + delete_retention_ms, h.attributes | ATTR_DELETE_HORIZON
+            base_ts = min(now_ms + delete_retention_ms, INT64_MAX)  # retention may be "forever"
+            attrs = h.attributes | ATTR_DELETE_HORIZON
         elif h.delete_horizon_ms is not None:
             base_ts, attrs = h.base_timestamp, h.attributes
         else:

@@ -258,7 +258,9 @@ def _clean_group(p: CleaningPlan, srcs: list[SourceSegment], offset_map: OffsetM
                 if kept is None:
                     continue
                 kh = parse_header(kept, 0)
-                if kh.delete_horizon_ms is not None:
+                # The next pass that may remove something: the earliest horizon still ahead
+                # (one already passed stays only beyond the offset map's reach).
+                if kh.delete_horizon_ms is not None and kh.delete_horizon_ms > p.now_ms:
                     result.next_horizon_ms = min(result.next_horizon_ms, kh.delete_horizon_ms)
                 if entry is not None:
                     write()  # the entry's marker first, so that the index follows the log
