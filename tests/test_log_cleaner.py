@@ -356,3 +356,34 @@ def test_a_cleaned_log_reopens_with_its_indexes(tmp_path):
         (r.offset, r.value) for r in expected]
     for r in expected:
         assert plog.read(r.offset, 1, None)  # every kept offset is found through the index
+
+
+def test_an_active_producers_emptied_batch_keeps_its_marker_until_it_expires(tmp_path):
+    # The transaction's data is overwritten: its batch stays as an empty header (the
+    # producer's last sequence), and so does its marker (a batch of its transaction is still
+    # there), so that the producer state rebuilt from the log has the transaction closed.
+    plog = compacted(tmp_path / "t-0")
+    manager = CleanerManager()
+    t = 1_000_000
+    write(plog, [(b"a", b"txn")], t, pid=3, seq=0, transactional=True)
+    plog.append_marker(3, 0, True, 0, t)
+    write(plog, [(b"a", b"plain")], t)
+    plog.roll(t)
+    write(plog, [(b"b", b"active")], t)
+    for i in range(4):
+        clean_now(manager, plog, t + i * (RETENTION + 1))
+    kept = [h for h in all_batches(plog) if h.producer_id == 3]
+    assert [(h.is_control, h.records_count) for h in kept] == [(False, 0), (True, 1)]
+    plog.close_unclean()
+    for snap in (tmp_path / "t-0").glob("*.snapshot"):
+        snap.unlink()
+    plog = compacted(tmp_path / "t-0")
+    assert plog.last_stable_offset == plog.log_end_offset
+    assert plog.producer_state.producers[3].last_seq == 0
+    # Once the producer has expired, both go.
+    plog.producer_state.expire(t + 10**9, 1)
+    plog.roll(t)
+    for i in range(4):
+        clean_now(manager, plog, t + (4 + i) * (RETENTION + 1))
+    assert not [h for h in all_batches(plog) if h.producer_id == 3]
+    assert latest_values(read_log(plog, committed=True)) == {b"a": b"plain", b"b": b"active"}
