@@ -22,6 +22,7 @@ _CONFIG_TYPES = {
     "message.timestamp.type": TYPE_STRING, "segment.bytes": TYPE_INT,
     "index.interval.bytes": TYPE_INT, "max.message.bytes": TYPE_INT,
     "min.insync.replicas": TYPE_INT,
+    "min.cleanable.dirty.ratio": 6,  # DOUBLE
 }
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
