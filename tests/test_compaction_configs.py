@@ -86,3 +86,33 @@ def test_a_compacted_topic_is_cleaned_in_the_background(broker, tmp_path):
                      on_delivery=lambda err, _msg: errors.append(err))
     producer.flush(10)
     assert [e.name() for e in errors] == ["INVALID_RECORD"]
+
+
+def test_an_older_data_dirs_internal_topics_become_compacted(tmp_path):
+    import json
+
+    data = tmp_path / "old"
+    with EmbeddedBroker(data) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+        _create(admin, "t", {})
+        consumer = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "g"})
+        try:
+            consumer.commit(offsets=[TopicPartition("t", 0, 7)], asynchronous=False)
+        finally:
+            consumer.close()
+    # What a broker before compaction stored for it.
+    meta_path = data / ".topics" / "__consumer_offsets.json"
+    meta = json.loads(meta_path.read_text())
+    meta["configs"]["cleanup.policy"] = "delete"
+    meta_path.write_text(json.dumps(meta))
+    with EmbeddedBroker(data) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+        assert _describe(admin, "__consumer_offsets")["cleanup.policy"] == "compact"
+        logs = b.call(lambda: [p.log.config.compact for p in
+                               b.broker.topics.get("__consumer_offsets").partitions])
+        assert logs and all(logs)
+        check = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "g"})
+        try:
+            assert check.committed([TopicPartition("t", 0)], timeout=10)[0].offset == 7
+        finally:
+            check.close()
