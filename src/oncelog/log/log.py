@@ -39,6 +39,7 @@ from ..records.batch import (
     build_control_batch,
     check_records,
     decode_batch,
+    has_keyless_record,
     iter_batches,
     parse_control_record,
     set_base_offset,
@@ -114,9 +115,7 @@ class LogConfig:
     # How far ahead of a busy segment's end to preallocate page cache (0: never). The amount
     # follows the append size (16 appends' worth), so idle partitions preallocate nothing.
     preallocate_ahead_bytes: int = 64 << 20
-    # -- log compaction (log/cleaner.py), Kafka's topic configs and defaults ----------------
-    # "delete": retention removes old segments; "compact": the cleaner keeps the last record
-    # per key (retention by time and size off); both: the two together.
+    # Compaction (log/cleaner.py): "compact" keeps the latest record per key, "delete" retention.
     cleanup_policy: frozenset[str] = frozenset({"delete"})
     delete_retention_ms: int = 24 * 3600 * 1000  # tombstones and markers, after their pass
     min_cleanable_dirty_ratio: float = 0.5
@@ -186,9 +185,7 @@ class PartitionLog:
         self.last_snapshot_ms = now_ms
         self._high_watermark_checkpoint_ms = now_ms
         self._recovered_from: int | None = None  # first offset validated after an unclean stop
-        # Moves whenever segments are cut or deleted: a cleaning planned before (log/log_cleaner.py)
-        # is then not swapped in.
-        self.generation = 0
+        self.generation = 0  # moved by cuts and deletions: no stale cleaning is swapped in
         try:
             load_segments(self, now_ms)
             load_producer_state(self)
@@ -222,9 +219,7 @@ class PartitionLog:
             done = self.producer_state.complete_txn(h, ctype == CONTROL_COMMIT,
                                                     coordinator_epoch)
             # The index is derived: put back an entry a crash kept from the file.
-            # Only past the index's last entry: the file is append-only, so a lost entry is at
-            # its tail, and a cleaned segment leaves out on purpose the entries of aborted
-            # transactions with no data left (log/cleaner.py).
+            # Only past the last entry: a lost one is at the tail; a cleaned segment omits some.
             entries = seg.txn_index.entries
             if done.is_aborted and (not entries or done.last_offset > entries[-1].last_offset):
                 self._index_aborted(seg, done)
@@ -356,8 +351,6 @@ class PartitionLog:
         CreateTime topic, every record's timestamp within [now - message.timestamp.before.max.ms,
         now + message.timestamp.after.max.ms] (KIP-937). A producer may not claim LogAppendTime.
         """
-        if self.config.compact:
-            self._check_keys(data, batches)
         create_time = self.config.message_timestamp_type == "CreateTime"
         before = self.config.message_timestamp_before_max_ms
         after = self.config.message_timestamp_after_max_ms
@@ -379,19 +372,10 @@ class PartitionLog:
                     f"timestamp {bad} is out of range: it must lie within "
                     f"[{now_ms - before}, {now_ms + after}] (message.timestamp.before.max.ms, "
                     f"message.timestamp.after.max.ms)")
-
-    @staticmethod
-    def _check_keys(data, batches: list[tuple[int, BatchHeader]]) -> None:
-        """Kafka's LogValidator on a compacted topic: every record needs a key (the cleaner
-        keeps the latest record per key; a record without one would be dropped)."""
-        for pos, h in batches:
-            try:
-                _, records = decode_batch(memoryview(data).toreadonly(), pos, verify_crc=False)
-            except CorruptRecordError as exc:
-                raise LogAppendError(exc.error_name, str(exc)) from None
-            if any(r.key is None for r in records):
-                raise LogAppendError("invalid_record", "a compacted topic cannot accept a "
-                                     "record without a key")
+        # Kafka's LogValidator: the cleaner keeps the latest record per key, so each needs one.
+        if self.config.compact and any(has_keyless_record(data, pos, h) for pos, h in batches):
+            raise LogAppendError("invalid_record", "a compacted topic cannot accept a record "
+                                 "without a key")
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, now_ms: int, *, leader_epoch: int | None = None
@@ -423,7 +407,8 @@ class PartitionLog:
         Every batch's CRC is checked (LogAppendError ``corrupt_message``, nothing written);
         batches wholly below the log end are skipped (a refetch); the rest must continue the
         log at or after its end without an overlap (UnexpectedAppendOffsetError, nothing
-        written); a gap is where a compacted leader's cleaner removed batches. Offsets, epochs and timestamps are kept; segments roll as for any append.
+        written; a gap is where a compacted leader's cleaner removed batches). Offsets, epochs
+        and timestamps are kept; segments roll as for any append.
         Producer state is updated without sequence checks (replication origin): data batches
         as appended, COMMIT/ABORT markers close transactions and fill the aborted-transaction
         index exactly as ``append_marker`` does on the leader. Each batch's partitionLeaderEpoch
@@ -680,8 +665,7 @@ class PartitionLog:
 
     def apply_retention(self, now_ms: int) -> list[int]:
         """Delete whole segments past retention.ms or beyond retention.bytes; never the
-        active segment. Returns the base offsets deleted. Only with ``delete`` in
-        cleanup.policy: a compacted log alone keeps every segment (the cleaner shrinks them)."""
+        active segment, nor with cleanup.policy=compact alone. Returns the base offsets deleted."""
         deleted: list[int] = []
         if "delete" not in self.config.cleanup_policy:
             return deleted
@@ -697,7 +681,6 @@ class PartitionLog:
             if not (by_time or by_size):
                 break
             total -= seg.size
-            self.generation += 1
             deleted.append(seg.base_offset)
             seg.delete()
             del self.segments[0]
@@ -798,7 +781,6 @@ class PartitionLog:
 
     def close(self, now_ms: int) -> None:
         """Clean shutdown: flush, snapshot the producer state at the log end, mark clean."""
-        self.generation += 1
         self.flush()
         self.take_snapshot(now_ms)
         for seg in self.segments:
@@ -807,12 +789,10 @@ class PartitionLog:
 
     def close_unclean(self) -> None:
         """Drop the files as a crash would: no flush, no snapshot, no trim, no clean marker."""
-        self.generation += 1
         for seg in self.segments:
             seg.close(trim=False)
 
     def delete(self) -> None:
-        self.generation += 1
         for seg in self.segments:
             seg.close()
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -384,6 +384,13 @@ def decode_batch(buf, pos: int = 0, verify_crc: bool = True, *, limit: int = 0
     return header, records
 
 
+def has_keyless_record(buf, pos: int, header: BatchHeader) -> bool:
+    """Whether a record of the batch at ``pos`` has no key (which a compacted topic refuses,
+    as Kafka's LogValidator). CorruptRecordError as ``decode_batch``."""
+    view = memoryview(buf).toreadonly()
+    return any(r.key is None for r in decode_batch(view, pos, verify_crc=False)[1])
+
+
 def check_records(buf, pos: int, header: BatchHeader, limit: int = 0) -> tuple[int, int]:
     """Validate the records inside a batch whose frame ``validate_batch`` accepted, as Kafka's
     LogValidator and DefaultRecord.readFrom do, and return the (smallest, largest) record
