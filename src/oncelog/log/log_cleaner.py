@@ -416,7 +416,11 @@ class LogCleaner:
             ltc = self.manager.grab_filthiest(self.logs(), now)
             if ltc is None:
                 return None
-            p = plan(ltc, now)
+            try:
+                p = plan(ltc, now)
+            except BaseException:
+                self.manager.done_cleaning(ltc.log, None, MAX_LONG)
+                raise
             if p is None:
                 self.manager.done_cleaning(ltc.log, None, MAX_LONG)
             return p
@@ -446,7 +450,13 @@ class LogCleaner:
         res = result
 
         def finish() -> bool:
-            ok = swap(res)
+            try:
+                ok = swap(res)
+            except OSError:
+                # A rename or delete failed midway (a failing disk): no retry on this log.
+                self.manager.mark_uncleanable(p.log)  # type: ignore[arg-type]
+                res.discard()
+                raise
             self.manager.done_cleaning(p.log, res.end_offset if ok else None,  # type: ignore[arg-type]
                                        res.next_horizon_ms)
             return ok
