@@ -11,10 +11,17 @@ import random
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    Producer,
+    TopicPartition,
+)
 from support.compaction import confluent_read_committed, partition_bytes
 from support.interop import confluent_create_topic
 
+from oncelog import Admin
+from oncelog import TopicPartition as OncelogTopicPartition
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.log.cleaner_manager import CHECKPOINT_FILE
 
@@ -187,6 +194,11 @@ def test_the_internal_topics_stay_bounded_under_many_offset_commits(tmp_path):
             consumer.commit(offsets=[TopicPartition("t", p, commits) for p in range(4)],
                             asynchronous=False)
             consumer.close()
+        # A tombstone: the group's offset of partition 3 deleted (OffsetDelete).
+        with Admin(bootstrap_servers=broker.bootstrap_servers) as admin:
+            deleted = admin.delete_consumer_group_offsets(
+                "committer", [OncelogTopicPartition("t", 3)])
+            assert list(deleted.values()) == [None]
         txn = Producer({"bootstrap.servers": broker.bootstrap_servers,
                         "transactional.id": "bounded"})
         txn.init_transactions(30)
@@ -194,6 +206,8 @@ def test_the_internal_topics_stay_bounded_under_many_offset_commits(tmp_path):
             txn.begin_transaction()
             txn.produce("t", key=b"k", value=str(i).encode(), partition=0)
             txn.commit_transaction(30)
+        txn.flush(10)
+        del txn
         offsets_dir = broker.data_dir / "__consumer_offsets-0"
         state_dir = broker.data_dir / "__transaction_state-0"
         # Uncompacted, the commits alone would take several MB; compacted, a few segments.
@@ -206,6 +220,13 @@ def test_the_internal_topics_stay_bounded_under_many_offset_commits(tmp_path):
                           "group.id": "committer"})
         try:
             got = check.committed([TopicPartition("t", p) for p in range(4)], timeout=30)
-            assert [tp.offset for tp in got] == [commits] * 4
+            assert [tp.offset for tp in got] == [commits] * 3 + [OFFSET_INVALID]
         finally:
             check.close()
+        # The transaction coordinator loaded its compacted log: the same id carries on.
+        again = Producer({"bootstrap.servers": broker.bootstrap_servers,
+                          "transactional.id": "bounded"})
+        again.init_transactions(30)
+        again.begin_transaction()
+        again.produce("t", key=b"k", value=b"after", partition=0)
+        again.commit_transaction(30)
