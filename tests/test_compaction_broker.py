@@ -163,7 +163,6 @@ def test_sigkill_while_the_cleaner_writes_loses_nothing(tmp_path):
             broker.start()
             read = dict(confluent_read_committed(broker.bootstrap_servers, TOPIC, 1))
             assert read == model, f"after kill {attempt}"
-            assert not any(directory.glob("*.cleaned")) or attempt < 2
             # More dirt, so that the next cleaning has work to be killed in.
             for i in range(3000):
                 key = f"k{i % 500}".encode()
