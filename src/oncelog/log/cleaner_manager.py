@@ -19,21 +19,29 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .loader import read_offset_file, write_offset_file
+from .producer_state import ProducerStateManager
 from .segment import LogSegment
+from .txn_index import AbortedTxn
 
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 MAX_LONG = 2**63 - 1
 
 
 class CompactedLog(Protocol):
-    """What choosing a log to clean reads of log/log.py's PartitionLog."""
+    """What choosing and cleaning a log read of log/log.py's PartitionLog (named here, not
+    imported: the log does not depend on its cleaner, nor the cleaner on the log's module)."""
 
     directory: Path
-    config: object
+    config: Any  # log.py's LogConfig
     segments: list[LogSegment]
+    producer_state: ProducerStateManager
+    generation: int
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int
+                             ) -> list[AbortedTxn]: ...
 
     @property
     def log_start_offset(self) -> int: ...
@@ -137,7 +145,7 @@ class CleanerManager:
             ltc = self.log_to_clean(name, plog, now_ms)
             eligible = (ltc.needs_compaction_now and ltc.dirty_bytes > 0) or ltc.horizon_due \
                 or (ltc.dirty_bytes > 0
-                    and ltc.cleanable_ratio > plog.config.min_cleanable_dirty_ratio)  # type: ignore[attr-defined]
+                    and ltc.cleanable_ratio > plog.config.min_cleanable_dirty_ratio)
             if not eligible:
                 continue
             key = (ltc.needs_compaction_now or ltc.horizon_due, ltc.cleanable_ratio)

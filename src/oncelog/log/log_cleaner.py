@@ -41,7 +41,7 @@ from .cleaner import (
     group_segments,
     map_batch,
 )
-from .cleaner_manager import MAX_LONG, CleanerManager, LogToClean
+from .cleaner_manager import MAX_LONG, CleanerManager, CompactedLog, LogToClean
 from .offset_map import OffsetMap
 from .segment import LogSegment
 from .txn_index import AbortedTxn
@@ -100,7 +100,7 @@ class SourceSegment:
 @dataclass
 class CleaningPlan:
     name: str
-    log: object
+    log: CompactedLog
     directory: Path
     sources: list[SourceSegment]
     first_dirty_offset: int
@@ -150,14 +150,14 @@ def plan(ltc: LogToClean, now_ms: int) -> CleaningPlan | None:
                for s in segs]
     end = max(s.next_offset for s in sources)
     producers = {pid: LastRecord(e.last_offset if e.batches else None, e.producer_epoch)
-                 for pid, e in plog.producer_state.producers.items()}  # type: ignore[attr-defined]
+                 for pid, e in plog.producer_state.producers.items()}
     cfg = plog.config
     return CleaningPlan(
         ltc.name, plog, plog.directory, sources, ltc.first_dirty_offset,
         ltc.first_uncleanable_offset,
-        plog.aborted_transactions(plog.log_start_offset, end),  # type: ignore[attr-defined]
-        producers, cfg.segment_bytes, cfg.index_interval_bytes,  # type: ignore[attr-defined]
-        cfg.delete_retention_ms, now_ms, plog.generation)  # type: ignore[attr-defined]
+        plog.aborted_transactions(plog.log_start_offset, end),
+        producers, cfg.segment_bytes, cfg.index_interval_bytes,
+        cfg.delete_retention_ms, now_ms, plog.generation)
 
 
 def read_batches(fd: int, size: int, throttler: Throttler | None = None
@@ -288,8 +288,8 @@ def swap(result: CleanResult) -> bool:
     closed)."""
     p = result.plan
     plog = p.log
-    segments: list[LogSegment] = plog.segments  # type: ignore[attr-defined]
-    if plog.generation != p.generation or not segments or segments[0].fd < 0:  # type: ignore[attr-defined]
+    segments = plog.segments
+    if plog.generation != p.generation or not segments or segments[0].fd < 0:
         result.discard()
         return False
     for g in result.groups:
@@ -343,7 +343,7 @@ class LogCleaner:
     plans and swaps on the event loop, and cleans in between on its own. ``logs`` is called
     on the loop and yields (name, PartitionLog) pairs."""
 
-    def __init__(self, logs: Callable[[], Iterable[tuple[str, object]]], *,
+    def __init__(self, logs: Callable[[], Iterable[tuple[str, CompactedLog]]], *,
                  memory_bytes: int, backoff_ms: int, io_bytes_per_second: int = MAX_LONG,
                  clock: Callable[[], int] | None = None) -> None:
         self.logs = logs
@@ -440,12 +440,12 @@ class LogCleaner:
         except Exception:
             log.exception("cleaning %s failed: it is not cleaned again until the broker "
                           "restarts", p.name)
-            self._on_loop(lambda: self.manager.mark_uncleanable(p.log))  # type: ignore[arg-type]
+            self._on_loop(lambda: self.manager.mark_uncleanable(p.log))
             return False
         finally:
             p.close()
         if result is None:
-            self._on_loop(lambda: self.manager.done_cleaning(p.log, None, MAX_LONG))  # type: ignore[arg-type]
+            self._on_loop(lambda: self.manager.done_cleaning(p.log, None, MAX_LONG))
             return False
         res = result
 
@@ -454,10 +454,10 @@ class LogCleaner:
                 ok = swap(res)
             except OSError:
                 # A rename or delete failed midway (a failing disk): no retry on this log.
-                self.manager.mark_uncleanable(p.log)  # type: ignore[arg-type]
+                self.manager.mark_uncleanable(p.log)
                 res.discard()
                 raise
-            self.manager.done_cleaning(p.log, res.end_offset if ok else None,  # type: ignore[arg-type]
+            self.manager.done_cleaning(p.log, res.end_offset if ok else None,
                                        res.next_horizon_ms)
             return ok
 
