@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from oncelog.log.cleaner_manager import CHECKPOINT_FILE
 from oncelog.server.embedded import EmbeddedBroker
+from oncelog.server.metrics import collect
 
 
 @pytest.fixture
@@ -81,6 +82,16 @@ def test_a_compacted_topic_is_cleaned_in_the_background(broker, tmp_path):
         time.sleep(0.05)
     log_bytes = sum(p.stat().st_size for p in (tmp_path / "data" / "c-0").glob("*.log"))
     assert log_bytes < 400 * 50  # uncompacted, it would be over 40 kB
+    def samples() -> dict[str, float]:
+        return {s.name: s.value for s in broker.call(collect, broker.broker)}
+
+    while samples()["oncelog_log_cleaner_cleanings"] < 1:  # counted once the swap is back
+        assert time.monotonic() < deadline, "no cleaning counted"
+        time.sleep(0.05)
+    got = samples()
+    assert 0 < got["oncelog_log_cleaner_recopy_percent"] < 100
+    assert got["oncelog_log_cleaner_uncleanable_partitions"] == 0
+    assert 0 <= got["oncelog_log_cleaner_max_dirty_percent"] <= 100
     errors = []
     producer.produce("c", key=None, value=b"no key", partition=0,
                      on_delivery=lambda err, _msg: errors.append(err))

@@ -354,6 +354,11 @@ class LogCleaner:
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.stats = CleanerStats()
         self.cleanings = 0
+        # Kafka's LogCleaner metrics of the last cleaning (cleaner-recopy-percent,
+        # max-buffer-utilization-percent, max-clean-time-secs).
+        self.last_recopy_percent = 0.0
+        self.last_buffer_utilization_percent = 0.0
+        self.last_clean_secs = 0.0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -470,6 +475,22 @@ class LogCleaner:
             self.cleanings += 1
             self.stats.add(res.stats)
             secs = time.monotonic() - started
+            self.last_clean_secs = secs
+            self.last_recopy_percent = 100.0 * res.stats.bytes_written / max(
+                res.stats.bytes_read, 1)
+            self.last_buffer_utilization_percent = 100.0 * self.offset_map.utilization
             log.info("cleaned %s up to offset %d: %d of %d bytes kept in %.2f s", p.name,
                      res.end_offset, res.stats.bytes_written, res.stats.bytes_read, secs)
         return ok
+
+    def dirty_and_uncleanable(self) -> tuple[float, int]:
+        """On the event loop: the highest dirty ratio of a compacted log (Kafka's
+        max-dirty-percent, as a fraction) and how many compacted logs the cleaner gave up on
+        (uncleanable-partitions-count)."""
+        now = self.clock()
+        worst, uncleanable = 0.0, 0
+        for name, plog in self.logs():
+            if plog.config.compact:
+                worst = max(worst, self.manager.log_to_clean(name, plog, now).cleanable_ratio)
+                uncleanable += self.manager.state(plog).uncleanable
+        return worst, uncleanable
