@@ -132,10 +132,16 @@ def finish_swaps(directory: Path) -> None:
     (those starting within its offsets) are deleted if any is left and the ``.swap`` files
     take their final names, as Kafka's LogLoader does. The indexes of a finished swap are
     rebuilt if they did not make it."""
-    for path in directory.glob("*.cleaned"):
-        path.unlink(missing_ok=True)
-    swaps = sorted(int(p.name[:20]) for p in directory.glob("*.log.swap")
-                   if p.name[:20].isdigit())
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith((".cleaned", ".swap"))]
+    except FileNotFoundError:
+        return
+    if not names:
+        return  # one listing per log at startup: the usual case costs no more
+    for name in names:
+        if name.endswith(".cleaned"):
+            (directory / name).unlink(missing_ok=True)
+    swaps = sorted(int(n[:20]) for n in names if n.endswith(".log.swap") and n[:20].isdigit())
     for base in swaps:
         swap_log = directory / f"{base:020d}.log.swap"
         last = _last_offset(swap_log)
