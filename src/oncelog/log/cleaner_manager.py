@@ -139,8 +139,10 @@ class CleanerManager:
         None; it is marked in progress until ``done_cleaning``."""
         best: LogToClean | None = None
         for name, plog in logs:
+            if not plog.config.compact:
+                continue  # before the state: a delete-only log costs nothing here
             st = self.state(plog)
-            if not getattr(plog.config, "compact", False) or st.in_progress or st.uncleanable:
+            if st.in_progress or st.uncleanable:
                 continue
             ltc = self.log_to_clean(name, plog, now_ms)
             eligible = (ltc.needs_compaction_now and ltc.dirty_bytes > 0) or ltc.horizon_due \
