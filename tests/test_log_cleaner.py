@@ -10,13 +10,15 @@ import os
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.compaction import History, clean_now, latest_values, read_log
 
 from oncelog.log import LogAppendError, LogConfig, PartitionLog
 from oncelog.log.cleaner_manager import CHECKPOINT_FILE, CleanerManager
 from oncelog.log.log_cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, clean, plan
 from oncelog.log.offset_map import BYTES_PER_ENTRY, OffsetMap
-from oncelog.records import build_batch, split_batches
+from oncelog.records import build_batch, parse_header, split_batches
 
 RETENTION = 500
 
@@ -387,3 +389,46 @@ def test_an_active_producers_emptied_batch_keeps_its_marker_until_it_expires(tmp
         clean_now(manager, plog, t + (4 + i) * (RETENTION + 1))
     assert not [h for h in all_batches(plog) if h.producer_id == 3]
     assert latest_values(read_log(plog, committed=True)) == {b"a": b"plain", b"b": b"active"}
+
+
+@given(st.lists(st.tuples(st.binary(max_size=8), st.one_of(st.none(), st.binary(max_size=20)),
+                          st.integers(0, 10_000)), min_size=1, max_size=12),
+       st.data(), st.sampled_from([0, 1, 2, 4]), st.booleans(), st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_a_rebuilt_batch_keeps_its_offsets_producer_fields_and_kept_records(
+        records, data, codec, log_append, horizon):
+    from oncelog.records.batch import (
+        ATTR_DELETE_HORIZON,
+        TIMESTAMP_LOG_APPEND_TIME,
+        decode_batch,
+        empty_batch,
+        rebuild_batch,
+        validate_batch,
+    )
+
+    ts = 1_700_000_000_000
+    raw = build_batch([(k, v, [("h", b"x")], ts + d) for k, v, d in records], base_offset=500,
+                      compression=codec, producer_id=9, producer_epoch=3, base_sequence=70,
+                      is_transactional=True, partition_leader_epoch=4,
+                      timestamp_type=TIMESTAMP_LOG_APPEND_TIME if log_append else 0)
+    h, decoded = decode_batch(raw, 0)
+    keep = data.draw(st.lists(st.sampled_from(range(len(decoded))), min_size=1, unique=True))
+    kept = [decoded[i] for i in sorted(keep)]
+    base_ts = ts + 99_999 if horizon else kept[0].timestamp
+    attrs = h.attributes | (ATTR_DELETE_HORIZON if horizon else 0)
+    out = rebuild_batch(h, kept, base_ts, attrs)
+    nh, again = decode_batch(out, 0)
+    assert validate_batch(out, 0, cleaned=True) == nh
+    assert (nh.base_offset, nh.last_offset, nh.last_sequence, nh.producer_id, nh.producer_epoch,
+            nh.partition_leader_epoch, nh.compression, nh.is_transactional) == (
+        h.base_offset, h.last_offset, h.last_sequence, 9, 3, 4, h.compression, True)
+    assert nh.delete_horizon_ms == (base_ts if horizon else None)
+    assert [(r.offset, r.key, r.value, r.headers) for r in again] == [
+        (r.offset, r.key, r.value, r.headers) for r in kept]
+    if not log_append:
+        assert [r.timestamp for r in again] == [r.timestamp for r in kept]
+        assert nh.max_timestamp == max(r.timestamp for r in kept)
+    empty = parse_header(empty_batch(h), 0)
+    assert validate_batch(empty_batch(h), 0, cleaned=True) == empty
+    assert (empty.records_count, empty.last_offset, empty.last_sequence, empty.producer_id) == (
+        0, h.last_offset, h.last_sequence, 9)
