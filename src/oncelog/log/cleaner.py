@@ -44,6 +44,7 @@ from ..records.batch import (
     empty_batch,
     parse_control_record,
     rebuild_batch,
+    record_keys,
 )
 from .offset_map import OffsetMap
 from .txn_index import AbortedTxn
@@ -151,24 +152,25 @@ def map_batch(buf, pos: int, h: BatchHeader, txn: CleanedTransactionMetadata,
         return True
     if len(offset_map) and not offset_map.room_for(h.records_count):
         return False
-    for r in decode_or_empty(buf, pos, h):
-        if r.key is not None and r.offset >= start_offset:
-            offset_map.put(r.key, r.offset)
+    for offset, key, _has_value in record_keys(buf, pos, h) if h.records_count else ():
+        if key is not None and offset >= start_offset:
+            offset_map.put(key, offset)
             stats.map_records += 1
     # Progress through batches that put nothing (no key, all before the start).
     offset_map.latest_offset = max(offset_map.latest_offset, h.last_offset)
     return True
 
 
-def _retain_record(offset_map: OffsetMap, h: BatchHeader, r: Record, now_ms: int) -> bool:
+def _retain_record(offset_map: OffsetMap, h: BatchHeader, offset: int, key: bytes | None,
+                   has_value: bool, now_ms: int) -> bool:
     """Kafka's Cleaner.shouldRetainRecord for a v2 batch."""
-    if r.offset > offset_map.latest_offset:
+    if offset > offset_map.latest_offset:
         return True  # not covered by this pass's map
-    if r.key is None:
+    if key is None:
         return False
-    if r.offset < offset_map.get(r.key):
+    if offset < offset_map.get(key):
         return False  # a later record of the key exists
-    if r.value is not None:
+    if has_value:
         return True
     horizon = h.delete_horizon_ms
     return horizon is None or now_ms < horizon
@@ -180,13 +182,15 @@ def clean_batch(buf, pos: int, h: BatchHeader, *, offset_map: OffsetMap,
                 ) -> tuple[bytes | memoryview | None, AbortedTxn | None]:
     """What the cleaned log keeps of one batch: its bytes unchanged, rebuilt with fewer
     records (or a delete horizon), its header alone, or None; plus the aborted-transaction
-    entry the cleaned segment's index keeps for it (an ABORT marker kept with its data)."""
+    entry the cleaned segment's index keeps for it (an ABORT marker kept with its data).
+    Records are only decoded whole when the batch must be rebuilt."""
     stats.batches_read += 1
     stats.bytes_read += h.size
     stats.records_read += h.records_count
-    records = decode_or_empty(buf, pos, h)
     entry: AbortedTxn | None = None
+    records: list[Record] | None = None
     if h.is_control:
+        records = decode_or_empty(buf, pos, h)
         can_discard, entry = txn.on_control_batch_read(h, records)
         horizon = h.delete_horizon_ms
         discard_records = can_discard and horizon is not None and horizon <= now_ms
@@ -199,22 +203,27 @@ def clean_batch(buf, pos: int, h: BatchHeader, *, offset_map: OffsetMap,
         else h.is_control and h.producer_epoch == last.producer_epoch)
     if discard_records and not is_last_of_producer:
         return None, None
-    retained: list[Record] = []
+    kept: list[int] = []
     tombstones = False
-    if not discard_records:
-        for r in records:
-            if h.is_control or _retain_record(offset_map, h, r, now_ms):
-                retained.append(r)
-                tombstones = tombstones or r.value is None
+    if not discard_records and h.records_count:
+        if records is not None:  # a marker: never deduplicated
+            kept = list(range(len(records)))
+        else:
+            for i, (offset, key, has_value) in enumerate(record_keys(buf, pos, h)):
+                if _retain_record(offset_map, h, offset, key, has_value, now_ms):
+                    kept.append(i)
+                    tombstones = tombstones or not has_value
     marker_for_empty_txn = can_discard and h.is_control
-    if retained:
+    if kept:
         stats.batches_written += 1
-        stats.records_written += len(retained)
-        needs_horizon = (tombstones and not h.is_control or marker_for_empty_txn) \
-            and h.delete_horizon_ms is None
-        if len(retained) == h.records_count and not needs_horizon:
+        stats.records_written += len(kept)
+        needs_horizon = (tombstones or marker_for_empty_txn) and h.delete_horizon_ms is None
+        if len(kept) == h.records_count and not needs_horizon:
             stats.bytes_written += h.size
             return memoryview(buf)[pos:pos + h.size], entry
+        if records is None:
+            records = decode_or_empty(buf, pos, h)
+        retained = [records[i] for i in kept]
         if needs_horizon:
             base_ts = min(now_ms + delete_retention_ms, INT64_MAX)  # retention may be "forever"
             attrs = h.attributes | ATTR_DELETE_HORIZON

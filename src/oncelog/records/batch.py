@@ -384,6 +384,31 @@ def decode_batch(buf, pos: int = 0, verify_crc: bool = True, *, limit: int = 0
     return header, records
 
 
+def record_keys(buf, pos: int, header: BatchHeader) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, whether it has a value) of every record of the batch at ``pos``, the
+    rest of each record skipped: what the log cleaner decides on. CorruptRecordError as
+    ``decode_batch``."""
+    data = batch_payload(buf, pos, header)
+    out: list[tuple[int, bytes | None, bool]] = []
+    p = 0
+    n = len(data)
+    try:
+        for _ in range(header.records_count):
+            length, start = decode_varint(data, p)
+            end = start + length
+            if length < 0 or end > n:
+                raise CorruptRecordError("record length overruns batch")
+            _ts, q = decode_varint(data, start + 1)  # after the attributes byte
+            delta, q = decode_varint(data, q)
+            key, q = _read_bytes(data, q)
+            value_length, _q = decode_varint(data, q)
+            out.append((header.base_offset + delta, key, value_length >= 0))
+            p = end
+    except DecodeError as exc:
+        raise CorruptRecordError(str(exc)) from None
+    return out
+
+
 def has_keyless_record(buf, pos: int, header: BatchHeader) -> bool:
     """Whether a record of the batch at ``pos`` has no key (which a compacted topic refuses,
     as Kafka's LogValidator). CorruptRecordError as ``decode_batch``."""
