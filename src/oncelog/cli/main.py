@@ -230,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="One line per batch, as Kafka's DumpLogSegments prints them.")
     d.add_argument("files", nargs="+", metavar="FILE")
     d.add_argument("--print-data", action="store_true", help="also print every record")
+    decoders = d.add_mutually_exclusive_group()
+    decoders.add_argument("--transaction-log-decoder", action="store_const", dest="decoder",
+                          const="transaction-log",
+                          help="decode __transaction_state records (implies --print-data)")
+    decoders.add_argument("--offsets-decoder", action="store_const", dest="decoder",
+                          const="offsets",
+                          help="decode __consumer_offsets records (implies --print-data)")
     return parser
 
 
@@ -274,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "dump-log":
         from .dump_log import dump_files
 
-        return dump_files(args.files, args.print_data)
+        return dump_files(args.files, args.print_data, args.decoder)
     from . import client_commands
 
     return client_commands.run(args)

@@ -15,15 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..records.batch import BatchHeader
+from ..records.batch import HEADER_SIZE, BatchHeader, parse_header
 from .leader_epoch import CHECKPOINT_FILE, LeaderEpochCache, read_checkpoint
+from .log_config import MAX_LONG
 from .producer_state import ProducerStateManager
 from .segment import LogSegment
 
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
 HIGH_WATERMARK_FILE = "high-watermark"
-MAX_LONG = 2**63 - 1
 
 log = logging.getLogger("oncelog.log")
 
@@ -72,6 +72,7 @@ def load_segments(plog: PartitionLog, now_ms: int) -> None:
     holding the recovery point and every later one after an unclean shutdown, and always the
     last. Sets ``recovered_bytes`` and ``_recovered_from``."""
     directory = plog.directory
+    finish_swaps(directory)
     clean_marker = directory / CLEAN_SHUTDOWN_FILE
     clean = clean_marker.exists()
     recovery_point = MAX_LONG if clean else (
@@ -107,6 +108,58 @@ def load_segments(plog: PartitionLog, now_ms: int) -> None:
         segments.append(seg)  # before load: a failed load must still close its file
         seg.load(recover=True)
     clean_marker.unlink(missing_ok=True)
+
+
+def _last_offset(path: Path) -> int | None:
+    """The last offset of the whole batches at the start of a segment file, None if none."""
+    last = None
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+    while len(data) - pos >= HEADER_SIZE:
+        h = parse_header(data, pos)
+        if h.size < HEADER_SIZE or pos + h.size > len(data):
+            break
+        last = h.last_offset
+        pos += h.size
+    return last
+
+
+def finish_swaps(directory: Path) -> None:
+    """A log cleaning cut short by a crash (log/log_cleaner.py): ``.cleaned`` files are a
+    cleaning not yet swapped in (the segments they would replace are whole): deleted. A
+    ``<base>.log.swap`` is a cleaned segment whose swap began: the old segments it replaces
+    (those starting within its offsets) are deleted if any is left and the ``.swap`` files
+    take their final names, as Kafka's LogLoader does. The indexes of a finished swap are
+    rebuilt if they did not make it."""
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith((".cleaned", ".swap"))]
+    except FileNotFoundError:
+        return
+    if not names:
+        return  # one listing per log at startup: the usual case costs no more
+    for name in names:
+        if name.endswith(".cleaned"):
+            (directory / name).unlink(missing_ok=True)
+    swaps = sorted(int(n[:20]) for n in names if n.endswith(".log.swap") and n[:20].isdigit())
+    for base in swaps:
+        swap_log = directory / f"{base:020d}.log.swap"
+        last = _last_offset(swap_log)
+        last = base if last is None else last
+        log.warning("%s: finishing the swap of cleaned segment %d (offsets up to %d) that a "
+                    "crash interrupted", directory, base, last)
+        olds = {f"{base:020d}"}  # its own base: whatever a cut-short delete left of the old
+        olds.update(p.name[:-4] for p in directory.glob("*.log")
+                    if p.name[:-4].isdigit() and base <= int(p.name[:-4]) <= last)
+        for old in olds:
+            for ext in (".log", ".index", ".timeindex", ".txnindex"):
+                (directory / f"{old}{ext}").unlink(missing_ok=True)
+        for ext in (".index", ".timeindex", ".txnindex", ".log"):
+            swapped = directory / f"{base:020d}{ext}.swap"
+            if swapped.exists():
+                os.replace(swapped, directory / f"{base:020d}{ext}")
+    for path in directory.glob("*.swap"):
+        path.unlink(missing_ok=True)  # the indexes of a swap whose log never got its name
 
 
 def read_high_watermark(plog: PartitionLog) -> int:

@@ -50,7 +50,6 @@ from . import log_start
 from .loader import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_FILE,
-    MAX_LONG,
     RECOVERY_POINT_FILE,
     load_leader_epoch_cache,
     load_producer_state,
@@ -60,6 +59,7 @@ from .loader import (
     snapshot_files,
     write_offset_file,
 )
+from .log_config import LogConfig
 from .preallocator import Preallocator
 from .producer_state import (
     BatchMetadata,
@@ -92,48 +92,6 @@ __all__ = [
     "PartitionLog",
     "UnexpectedAppendOffsetError",
 ]
-
-
-@dataclass
-class LogConfig:
-    """Per-topic log settings, Kafka's names in snake_case (topic-level keys)."""
-
-    segment_bytes: int = 1 << 30
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
-    retention_bytes: int = -1
-    index_interval_bytes: int = 4096
-    flush_messages: int = MAX_LONG  # 1 = fsync before acknowledging
-    message_timestamp_type: str = "CreateTime"
-    max_message_bytes: int = 1048588
-    # acks=all needs this many in-sync replicas (read by the replica manager on every append,
-    # hence here, parsed, as in Kafka's LogConfig).
-    min_insync_replicas: int = 1
-    # KIP-937: a CreateTime record's timestamp must lie in [now - before, now + after].
-    message_timestamp_before_max_ms: int = MAX_LONG
-    message_timestamp_after_max_ms: int = 3_600_000
-    producer_id_expiration_ms: int = 24 * 3600 * 1000
-    producer_snapshot_interval_ms: int = 30_000
-    # How far ahead of a busy segment's end to preallocate page cache (0: never). The amount
-    # follows the append size (16 appends' worth), so idle partitions preallocate nothing.
-    preallocate_ahead_bytes: int = 64 << 20
-    # Kafka's segment.jitter.ms: each new segment rolls up to this much earlier (at random),
-    # so that many partitions created together do not all roll at once.
-    segment_jitter_ms: int = 0
-    flush_ms: int = MAX_LONG  # fsync when the last flush is older than this
-    # Kafka's compression.type: "producer" keeps each batch as sent; a codec (or
-    # "uncompressed") recompresses batches that use another one (log/validator.py).
-    compression_type: str = "producer"
-    compression_gzip_level: int = -1
-    compression_lz4_level: int = 9
-    compression_zstd_level: int = 3
-    # -- compaction (read by the log cleaner) -----------------------------------------------
-    cleanup_policy: frozenset[str] = frozenset({"delete"})
-    delete_retention_ms: int = 24 * 3600 * 1000
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = MAX_LONG
-    # -- end of compaction ----------------------------------------------------------------------
 
 
 class LogAppendError(Exception):
@@ -196,6 +154,7 @@ class PartitionLog:
         self._recovered_from: int | None = None  # first offset validated after an unclean stop
         self._roll_jitter_ms = 0  # the active segment's share of segment.jitter.ms
         self._flushed_ms = now_ms
+        self.generation = 0  # moved by cuts and deletions: no stale cleaning is swapped in
         try:
             load_segments(self, now_ms)
             self._log_start_offset = log_start.load_log_start_offset(self)
@@ -230,7 +189,9 @@ class PartitionLog:
             done = self.producer_state.complete_txn(h, ctype == CONTROL_COMMIT,
                                                     coordinator_epoch)
             # The index is derived: put back an entry a crash kept from the file.
-            if done.is_aborted and not seg.txn_index.contains(done.last_offset):
+            # Only past the last entry: a lost one is at the tail; a cleaned segment omits some.
+            entries = seg.txn_index.entries
+            if done.is_aborted and (not entries or done.last_offset > entries[-1].last_offset):
                 self._index_aborted(seg, done)
 
     def iter_headers_from(self, offset: int):
@@ -402,8 +363,9 @@ class PartitionLog:
 
         Every batch's CRC is checked (LogAppendError ``corrupt_message``, nothing written);
         batches wholly below the log end are skipped (a refetch); the rest must continue the
-        log at its end without a gap or an overlap (UnexpectedAppendOffsetError, nothing
-        written). Offsets, epochs and timestamps are kept; segments roll as for any append.
+        log at or after its end without an overlap (UnexpectedAppendOffsetError, nothing
+        written; a gap is where a compacted leader's cleaner removed batches). Offsets, epochs
+        and timestamps are kept; segments roll as for any append.
         Producer state is updated without sequence checks (replication origin): data batches
         as appended, COMMIT/ABORT markers close transactions and fill the aborted-transaction
         index exactly as ``append_marker`` does on the leader. Each batch's partitionLeaderEpoch
@@ -423,14 +385,15 @@ class PartitionLog:
                     raise CorruptRecordError(f"batch length {length} below the header size")
                 if pos + LOG_OVERHEAD + length > n:
                     break  # a partial batch ends the response: the next fetch gets it whole
-                h = validate_batch(buf, pos)
+                h = validate_batch(buf, pos, cleaned=True)  # the leader's log may be cleaned
                 if not batches and h.last_offset < expected:
                     pos += h.size
                     continue  # already here: the fetch started below our end
-                if h.base_offset != expected:
-                    what = "a gap" if h.base_offset > expected else "an overlap"
+                # A gap is what a compacted leader's log has where the cleaner removed
+                # batches (Kafka's appendAsFollower refuses only an overlap).
+                if h.base_offset < expected:
                     raise UnexpectedAppendOffsetError(
-                        f"{what}: replicated batch at offset {h.base_offset} "
+                        f"an overlap: replicated batch at offset {h.base_offset} "
                         f"({h.records_count} records) where offset {expected} was expected "
                         f"(log end {self.log_end_offset})", h.base_offset, self.log_end_offset)
                 batches.append((pos, h))
@@ -500,6 +463,7 @@ class PartitionLog:
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
+        self.generation += 1
         if offset >= self.log_end_offset:
             self.leader_epoch_cache.truncate_from_end(offset)
             return self.log_end_offset
@@ -669,8 +633,11 @@ class PartitionLog:
 
     def apply_retention(self, now_ms: int) -> list[int]:
         """Delete whole segments below the log start, past retention.ms or beyond
-        retention.bytes; never the active segment. Returns the base offsets deleted."""
+        retention.bytes; never the active segment, and by time or size only with "delete" in
+        cleanup.policy. Returns the base offsets deleted."""
         deleted: list[int] = []
+        if "delete" not in self.config.cleanup_policy:
+            return deleted
         total = self.size_bytes
         below_start = log_start.breached_segments(self)
         while len(self.segments) > 1:

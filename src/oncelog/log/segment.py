@@ -82,14 +82,18 @@ def segment_name(base_offset: int, suffix: str) -> str:
 
 class LogSegment:
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
-                 created_ms: int) -> None:
+                 created_ms: int, suffix: str = "") -> None:
+        """``suffix``: the log cleaner's segments under construction (``.cleaned``) and
+        being swapped in (``.swap``) carry it after each file's name, as in Kafka."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / segment_name(base_offset, ".log")
-        self.index_path = directory / segment_name(base_offset, ".index")
-        self.timeindex_path = directory / segment_name(base_offset, ".timeindex")
-        self.txn_index = TransactionIndex(directory / segment_name(base_offset, ".txnindex"))
+        self.suffix = suffix
+        self.log_path = directory / segment_name(base_offset, ".log" + suffix)
+        self.index_path = directory / segment_name(base_offset, ".index" + suffix)
+        self.timeindex_path = directory / segment_name(base_offset, ".timeindex" + suffix)
+        self.txn_index = TransactionIndex(
+            directory / segment_name(base_offset, ".txnindex" + suffix))
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         # in-memory copies of the sparse indexes
@@ -247,7 +251,8 @@ class LogSegment:
                            f"{self.size - pos} in the file")
                 break
             try:
-                h = validate_batch(os.pread(self.fd, LOG_OVERHEAD + length, pos), 0)
+                h = validate_batch(os.pread(self.fd, LOG_OVERHEAD + length, pos), 0,
+                                   cleaned=True)
             except CorruptRecordError as exc:
                 problem = str(exc)
                 break
@@ -538,6 +543,27 @@ class LogSegment:
                 except OSError:
                     pass
         self.txn_index.close()
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the segment's files to end in ``suffix`` (Kafka's changeFileSuffixes); the
+        open descriptors stay valid. The log file last: while it has the old name, a crash
+        leaves the segment where it was (the indexes are rebuilt when missing)."""
+        moves = [(self.index_path, ".index"), (self.timeindex_path, ".timeindex"),
+                 (self.txn_index.path, ".txnindex"), (self.log_path, ".log")]
+        for path, ext in moves:
+            target = self.directory / segment_name(self.base_offset, ext + suffix)
+            try:
+                os.replace(path, target)
+            except FileNotFoundError:
+                if ext == ".log":
+                    raise
+        self.suffix = suffix
+        self.log_path = self.directory / segment_name(self.base_offset, ".log" + suffix)
+        self.index_path = self.directory / segment_name(self.base_offset, ".index" + suffix)
+        self.timeindex_path = self.directory / segment_name(self.base_offset,
+                                                            ".timeindex" + suffix)
+        self.txn_index.path = self.directory / segment_name(self.base_offset,
+                                                            ".txnindex" + suffix)
 
     def delete(self) -> None:
         self.close()

@@ -30,6 +30,7 @@ from ..records.batch import (
     batch_crc,
     batch_payload,
     check_records,
+    has_keyless_record,
     parse_header,
 )
 from ..records.compression import Compression, compress
@@ -53,6 +54,7 @@ class ValidatorConfig(Protocol):
     compression_gzip_level: int
     compression_lz4_level: int
     compression_zstd_level: int
+    cleanup_policy: frozenset[str]
 
 
 class RecordsError(Exception):
@@ -91,6 +93,11 @@ def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, Bat
                 f"timestamp {bad} is out of range: it must lie within "
                 f"[{now_ms - before}, {now_ms + after}] (message.timestamp.before.max.ms, "
                 f"message.timestamp.after.max.ms)")
+    # Kafka's LogValidator: the cleaner keeps the latest record per key, so each needs one.
+    if "compact" in config.cleanup_policy and any(has_keyless_record(data, pos, h)
+                                                  for pos, h in batches):
+        raise RecordsError("invalid_record", "a compacted topic cannot accept a record without "
+                           "a key")
 
 
 def target_codec(config: ValidatorConfig) -> Compression | None:

@@ -64,6 +64,8 @@ ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+# KIP-534: the log cleaner stamped this batch's delete horizon into its baseTimestamp.
+ATTR_DELETE_HORIZON = 0x40
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_LENGTH = struct.Struct(">qi")
@@ -133,6 +135,12 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & ATTR_CONTROL)
 
     @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: when the cleaner may remove this batch's tombstones (or its marker), once
+        a first cleaning pass has stamped it; None before."""
+        return self.base_timestamp if self.attributes & ATTR_DELETE_HORIZON else None
+
+    @property
     def has_producer_id(self) -> bool:
         return self.producer_id >= 0
 
@@ -162,11 +170,14 @@ def batch_crc(buf, pos: int, size: int) -> int:
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
 
 
-def validate_batch(buf, pos: int = 0) -> BatchHeader:
+def validate_batch(buf, pos: int = 0, *, cleaned: bool = False) -> BatchHeader:
     """Check one batch's framing, magic and CRC; return its header.
 
     Cheap on the record data: only the CRC touches every byte. The record count is
-    checked against lastOffsetDelta (Kafka's broker rule for v2 batches).
+    checked against lastOffsetDelta (Kafka's broker rule for a producer's v2 batches). With
+    ``cleaned`` (a batch already in a log: recovery, a follower's fetch) the log cleaner may
+    have removed records and kept the offset range (records/batch.py ``rebuild_batch``), so
+    the count may be anything from 0 to lastOffsetDelta + 1.
     """
     header = parse_header(buf, pos)
     if header.magic != MAGIC:
@@ -182,7 +193,12 @@ def validate_batch(buf, pos: int = 0) -> BatchHeader:
     if header.attributes & ATTR_COMPRESSION_MASK > Compression.ZSTD:
         raise CorruptRecordError(
             f"unknown compression codec {header.attributes & ATTR_COMPRESSION_MASK}")
-    if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+    if cleaned:
+        if not 0 <= header.records_count <= header.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"record count {header.records_count} outside [0, lastOffsetDelta + 1 = "
+                f"{header.last_offset_delta + 1}]")
+    elif header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
         # Kafka's LogValidator.validateBatch: "Inconsistent batch offset range".
         raise InvalidRecordError(
             f"record count {header.records_count} does not match "
@@ -359,12 +375,45 @@ def decode_batch(buf, pos: int = 0, verify_crc: bool = True, *, limit: int = 0
                  ) -> tuple[BatchHeader, list[Record]]:
     """Decode one complete batch at ``pos``: header plus its records, decompressed (at most
     ``limit`` bytes of them: see ``batch_payload``)."""
-    header = validate_batch(buf, pos) if verify_crc else parse_header(buf, pos)
+    # A stored batch, which a log cleaner may have rebuilt with fewer records.
+    header = validate_batch(buf, pos, cleaned=True) if verify_crc else parse_header(buf, pos)
     data = batch_payload(buf, pos, header, limit)
     lat = header.max_timestamp if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME else None
     records = decode_record_set(data, header.records_count, header.base_offset,
                                 header.base_timestamp, lat)
     return header, records
+
+
+def record_keys(buf, pos: int, header: BatchHeader) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, whether it has a value) of every record of the batch at ``pos``, the
+    rest of each record skipped: what the log cleaner decides on. CorruptRecordError as
+    ``decode_batch``."""
+    data = batch_payload(buf, pos, header)
+    out: list[tuple[int, bytes | None, bool]] = []
+    p = 0
+    n = len(data)
+    try:
+        for _ in range(header.records_count):
+            length, start = decode_varint(data, p)
+            end = start + length
+            if length < 0 or end > n:
+                raise CorruptRecordError("record length overruns batch")
+            _ts, q = decode_varint(data, start + 1)  # after the attributes byte
+            delta, q = decode_varint(data, q)
+            key, q = _read_bytes(data, q)
+            value_length, _q = decode_varint(data, q)
+            out.append((header.base_offset + delta, key, value_length >= 0))
+            p = end
+    except DecodeError as exc:
+        raise CorruptRecordError(str(exc)) from None
+    return out
+
+
+def has_keyless_record(buf, pos: int, header: BatchHeader) -> bool:
+    """Whether a record of the batch at ``pos`` has no key (which a compacted topic refuses,
+    as Kafka's LogValidator). CorruptRecordError as ``decode_batch``."""
+    view = memoryview(buf).toreadonly()
+    return any(r.key is None for r in decode_batch(view, pos, verify_crc=False)[1])
 
 
 def check_records(buf, pos: int, header: BatchHeader, limit: int = 0) -> tuple[int, int]:
@@ -574,6 +623,52 @@ def build_batch(
     )
     out[HEADER_SIZE:] = payload
     _I.pack_into(out, CRC_OFFSET, batch_crc(out, 0, size))
+    return bytes(out)
+
+
+def rebuild_batch(header: BatchHeader, records: Sequence[Record], base_timestamp: int,
+                  attributes: int) -> bytes:
+    """The batch ``header`` with only ``records`` left (Kafka's buildRetainedRecordsInto, the
+    log cleaner's output): the same base offset, lastOffsetDelta (so that the producer's last
+    sequence survives: spec 000, "Discussion on PID Expiration for Compacted Topics"),
+    producer fields, leader epoch and codec; each record keeps its offset; timestamps are
+    re-based on ``base_timestamp`` (the delete horizon once stamped, KIP-534)."""
+    if not records:
+        raise ValueError("a rebuilt batch keeps at least one record (else: empty_batch)")
+    log_append = header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+    body = bytearray()
+    max_ts = NO_TIMESTAMP
+    for r in records:
+        ts = base_timestamp if log_append else r.timestamp
+        max_ts = max(max_ts, ts)
+        body += encode_record(r.offset - header.base_offset, ts - base_timestamp, r.key,
+                              r.value, r.headers)
+    if log_append:
+        max_ts = header.max_timestamp
+    codec = Compression(attributes & ATTR_COMPRESSION_MASK)
+    payload = _compress(codec, bytes(body)) if codec else bytes(body)
+    size = HEADER_SIZE + len(payload)
+    out = bytearray(size)
+    _HEADER.pack_into(
+        out, 0, header.base_offset, size - LOG_OVERHEAD, header.partition_leader_epoch, MAGIC,
+        0, attributes, header.last_offset_delta, base_timestamp, max_ts, header.producer_id,
+        header.producer_epoch, header.base_sequence, len(records))
+    out[HEADER_SIZE:] = payload
+    _I.pack_into(out, CRC_OFFSET, batch_crc(out, 0, size))
+    return bytes(out)
+
+
+def empty_batch(header: BatchHeader) -> bytes:
+    """The header of ``header``'s batch with no records (Kafka's writeEmptyHeader): what the
+    cleaner keeps of a batch that holds a producer's last sequence or epoch once its records
+    are gone, so that the producer state survives a restart."""
+    attributes = header.attributes & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL)
+    out = bytearray(HEADER_SIZE)
+    _HEADER.pack_into(
+        out, 0, header.base_offset, HEADER_SIZE - LOG_OVERHEAD, header.partition_leader_epoch,
+        MAGIC, 0, attributes, header.last_offset_delta, NO_TIMESTAMP, header.max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, 0)
+    _I.pack_into(out, CRC_OFFSET, batch_crc(out, 0, HEADER_SIZE))
     return bytes(out)
 
 

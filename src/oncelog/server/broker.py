@@ -17,6 +17,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from .. import protocol
+from ..log.log_cleaner import LogCleaner
 from ..log.preallocator import Preallocator
 from ..protocol import ApiKey, ProtocolError
 from ..protocol.apis import TRANSACTION_VERSION_FEATURE, supported_versions
@@ -97,6 +98,9 @@ class Broker:
         self.security = Security(self.config, self.data_dir)
         self._maintenance_task: asyncio.Task | None = None
         self._retention_task: asyncio.Task | None = None
+        # Kafka's LogCleaner: compacts the logs whose cleanup.policy has compact, on a thread
+        # of its own (log/log_cleaner.py); None with log.cleaner.enable=false.
+        self.log_cleaner: LogCleaner | None = None
         from .handlers import HANDLERS
 
         self.handlers = HANDLERS
@@ -248,6 +252,14 @@ class Broker:
         self._maintenance_task = asyncio.get_running_loop().create_task(
             self._maintain_forever(interval_s))
         self._retention_task = asyncio.get_running_loop().create_task(self._retain_forever())
+        if self.config.flag("log.cleaner.enable"):
+            self.log_cleaner = LogCleaner(
+                lambda: ((f"{p.topic}-{p.index}", p.log) for p in self.topics.all_partitions()),
+                memory_bytes=self.config.int("log.cleaner.dedupe.buffer.size"),
+                backoff_ms=self.config.int("log.cleaner.backoff.ms"),
+                io_bytes_per_second=self.config.int("log.cleaner.io.max.bytes.per.second"),
+                clock=now_ms)
+            self.log_cleaner.start(asyncio.get_running_loop())
         self.txn_coordinator.start()
         self.group_coordinator.start()
 
@@ -285,6 +297,8 @@ class Broker:
             self._maintenance_task.cancel()
         if self._retention_task is not None:
             self._retention_task.cancel()
+        if self.log_cleaner is not None:
+            self.log_cleaner.stop()  # before the logs close: no swap into a closed log
         self.metadata.close()
         self.replication.close()
         self.txn_verifier.close()

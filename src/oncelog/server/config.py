@@ -51,6 +51,13 @@ def _positive_int(v: str) -> int:
     return n
 
 
+def _positive_long(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise ConfigError(f"must be >= 1: {v!r}")
+    return n
+
+
 def _long(v: str) -> int:
     return int(v)
 
@@ -130,6 +137,19 @@ BROKER_DEFAULTS: dict[str, str] = {
     "transaction.state.log.min.isr": "2",
 }
 
+# The log cleaner's broker settings (Kafka's names and defaults; see the compaction block).
+BROKER_DEFAULTS.update({
+    "log.cleaner.delete.retention.ms": str(24 * 3600 * 1000),
+    "log.cleaner.min.cleanable.ratio": "0.5",
+    "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.max.compaction.lag.ms": str(MAX_LONG),
+    "log.cleaner.enable": "true",
+    "log.cleaner.threads": "1",
+    "log.cleaner.dedupe.buffer.size": str(128 << 20),
+    "log.cleaner.backoff.ms": "15000",
+    "log.cleaner.io.max.bytes.per.second": str(MAX_LONG),
+})
+
 def _transaction_version(v: str) -> int:
     n = int(v)
     if n not in (0, 1, 2):
@@ -176,6 +196,11 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "max.connections.per.ip": _positive_int,
     "socket.request.read.timeout.ms": _positive_int,
     "sasl.server.max.receive.size": _positive_int,
+    "log.cleaner.enable": _bool,
+    "log.cleaner.threads": _positive_int,
+    "log.cleaner.dedupe.buffer.size": _positive_int,
+    "log.cleaner.backoff.ms": _positive_int,
+    "log.cleaner.io.max.bytes.per.second": _positive_long,
 }
 def broker_config_type(key: str) -> int:
     """DescribeConfigs' type of a broker setting."""

@@ -95,6 +95,8 @@ class GroupService:
         now = now_ms()
         for h, records in p.log.iter_records():
             if h.is_control:
+                if not records:
+                    continue  # a marker the log cleaner emptied: its transaction is long done
                 ctype, _epoch = parse_control_record(records[0])
                 groups = [g for g in self.core.groups if coordinator_partition(g, n) == p.index]
                 self.core.complete_txn_offsets(groups, h.producer_id, ctype == CONTROL_COMMIT)

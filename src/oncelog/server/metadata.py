@@ -171,7 +171,7 @@ class Metadata(ABC):
                         prefix, len(live))
             return None
         configs = {"segment.bytes": str(cfg.int(f"{prefix}.segment.bytes")),
-                   "cleanup.policy": "delete"}
+                   "cleanup.policy": "compact"}  # as Kafka: they would grow for ever
         if name == TRANSACTION_STATE:
             configs["min.insync.replicas"] = str(min(cfg.int("transaction.state.log.min.isr"),
                                                      rf))

@@ -60,9 +60,31 @@ def request_samples(broker) -> Iterable[Sample]:
                      (("request", name), ("version", str(version))))
 
 
+def log_cleaner_samples(cleaner) -> list[Sample]:
+    """Kafka's LogCleaner and LogCleanerManager gauges (log/log_cleaner.py)."""
+    worst, uncleanable = cleaner.dirty_and_uncleanable()
+    return [
+        Sample("oncelog_log_cleaner_max_dirty_percent",
+               "the highest dirty ratio of a compacted log, percent", 100.0 * worst),
+        Sample("oncelog_log_cleaner_recopy_percent",
+               "bytes the last cleaning wrote over bytes it read, percent",
+               cleaner.last_recopy_percent),
+        Sample("oncelog_log_cleaner_buffer_utilization_percent",
+               "how full the offset map was in the last cleaning, percent",
+               cleaner.last_buffer_utilization_percent),
+        Sample("oncelog_log_cleaner_clean_time_seconds", "how long the last cleaning took",
+               cleaner.last_clean_secs),
+        Sample("oncelog_log_cleaner_cleanings", "cleanings done", cleaner.cleanings),
+        Sample("oncelog_log_cleaner_uncleanable_partitions",
+               "compacted logs the cleaner gave up on until a restart", uncleanable),
+    ]
+
+
 def collect(broker) -> list[Sample]:
     samples = list(partition_samples(broker))
     samples.extend(request_samples(broker))
+    if getattr(broker, "log_cleaner", None) is not None:
+        samples.extend(log_cleaner_samples(broker.log_cleaner))
     for component in (getattr(broker, "txn_coordinator", None),
                       getattr(broker, "group_coordinator", None),
                       getattr(broker, "txn_verifier", None)):

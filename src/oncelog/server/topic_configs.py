@@ -16,7 +16,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MAX_LONG = 2**63 - 1
+from ..log.log_config import MAX_LONG
+
 MIN_LONG = -(2**63)
 MAX_INT = 2**31 - 1
 MIN_INT = -(2**31)

@@ -53,6 +53,15 @@ def coordinator_partition(key: str, num_partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
+def internal_topic_configs(name: str, configs: dict[str, str]) -> dict[str, str]:
+    """An internal topic's configs as stored, with the compaction Kafka gives them: data dirs
+    (and clusters) made before oncelog compacted logs stored ``cleanup.policy=delete`` for
+    ``__consumer_offsets`` and ``__transaction_state``, which then grew for ever."""
+    if name in INTERNAL_TOPICS and configs.get("cleanup.policy", "delete") == "delete":
+        return {**configs, "cleanup.policy": "compact"}
+    return configs
+
+
 class TopicError(Exception):
     """A topic operation refused; ``error_name`` is the Kafka error code's name."""
 
@@ -137,7 +146,7 @@ class TopicManager:
         for path in sorted(self.meta_dir.glob("*.json")):
             meta = json.loads(path.read_text())
             name = meta["name"]
-            configs = meta.get("configs", {})
+            configs = internal_topic_configs(name, meta.get("configs", {}))
             log_config = self.config.log_config(configs)
             hosted = meta.get("hosted", range(meta["partitions"]))
             parts = [
@@ -232,6 +241,7 @@ class TopicManager:
         if topic is not None and topic.topic_id != topic_id:
             self.delete(name, force=True)
             topic = None
+        configs = internal_topic_configs(name, configs)
         if topic is not None and topic.configs != configs:
             self.update_configs(name, configs)  # AlterConfigs on some broker of the cluster
         have = {p.index for p in topic.partitions} if topic is not None else set()
