@@ -15,13 +15,21 @@ Fetch v12 requests of every partition from offset 0 until each is read (1 MiB pe
 partitions per request). The broker's user+system CPU seconds per phase (from /proc) is the
 figure; it moves far less with the machine's load than wall time does. The summary prints the
 median of the rounds and the ratio this/baseline (below 1.0: this checkout is cheaper).
+
+``--callgrind`` runs each broker under ``valgrind --tool=callgrind`` instead (apt-get install
+valgrind) and counts the instructions of each phase (``callgrind_control`` zeroes the counters
+before the produce phase and dumps them after each): the same figure on every run, whatever else
+the machine does, at about fifty times the time (use ``--requests 300``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,20 +38,40 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from oncelog.harness.broker_process import BrokerProcess
-from oncelog.protocol import ApiKey, encode_request, make, request_module
-from oncelog.records import iter_batches
 from support.raw_wire import (
     BASE_TIMESTAMP,
     RawConnection,
     create_topics_request,
     init_producer_id_request,
 )
-from oncelog.records import build_batch
+
+from oncelog.harness.broker_process import BrokerProcess
+from oncelog.protocol import ApiKey, decode_response, encode_request, make, request_module
+from oncelog.records import build_batch, iter_batches
 
 WINDOW = 5
 FETCH_PARTITIONS_PER_REQUEST = 4
 PARTITION_MAX_BYTES = 1 << 20
+
+
+class CallgrindBroker(BrokerProcess):
+    """A broker run under callgrind, its counters dumped per phase into ``out_prefix.<pid>.N``."""
+
+    def __init__(self, *args, out_prefix: str, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.out_prefix = out_prefix
+
+    def command(self) -> list[str]:
+        return ["valgrind", "--tool=callgrind", "--dump-instr=no",
+                f"--callgrind-out-file={self.out_prefix}.%p", *super().command()]
+
+    def control(self, *flags: str) -> None:
+        subprocess.run(["callgrind_control", *flags, str(self.pid)], check=True,
+                       capture_output=True)
+
+    def instructions(self, part: int) -> int:
+        text = Path(f"{self.out_prefix}.{self.pid}.{part}").read_text()
+        return int(re.search(r"^summary: (\d+)", text, re.MULTILINE).group(1))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -94,7 +122,6 @@ def _read(conn: RawConnection) -> bytes:
 
 def fetch_all(conn: RawConnection, topic: str, args) -> int:
     """Fetch every partition from 0 to its end; return the records read."""
-    from oncelog.protocol import decode_response
     mod = request_module(ApiKey.FETCH, 12)
     end = args.requests * args.records
     positions = {p: 0 for p in range(args.partitions)}
@@ -126,22 +153,38 @@ def fetch_all(conn: RawConnection, topic: str, args) -> int:
 
 
 def one_round(name: str, env: dict | None, tmp: Path, args) -> tuple[float, float]:
+    """(produce, fetch) figures of one broker: CPU seconds, or instructions (--callgrind)."""
     data = tmp / f"{name}-{time.monotonic_ns()}"
-    with BrokerProcess(data, env=env) as broker, RawConnection(broker.bootstrap_servers,
-                                                               timeout=60) as conn:
-        topic = "cpu-bench"
-        response = conn.request(create_topics_request(topic, args.partitions))
-        assert response.topics[0].error_code == 0, response
-        init = conn.request(init_producer_id_request())
-        frames = produce_frames(topic, init.producer_id, init.producer_epoch, args)
-        time.sleep(0.5)  # let start-up work (preallocation, loading) settle
-        c0 = cpu_seconds(broker.pid)
-        pipelined(conn, frames)
-        c1 = cpu_seconds(broker.pid)
-        got = fetch_all(conn, topic, args)
-        c2 = cpu_seconds(broker.pid)
-        assert got == args.requests * args.records * args.partitions, got
-    return c1 - c0, c2 - c1
+    if args.callgrind:
+        broker: BrokerProcess = CallgrindBroker(data, env=env, out_prefix=str(tmp / name))
+        broker.launch()
+        broker.wait_listening(timeout=600)
+    else:
+        broker = BrokerProcess(data, env=env).start()
+    try:
+        with RawConnection(broker.bootstrap_servers, timeout=600) as conn:
+            topic = "cpu-bench"
+            response = conn.request(create_topics_request(topic, args.partitions))
+            assert response.topics[0].error_code == 0, response
+            init = conn.request(init_producer_id_request())
+            frames = produce_frames(topic, init.producer_id, init.producer_epoch, args)
+            time.sleep(3 if args.callgrind else 0.5)  # start-up work (preallocation) settles
+            if isinstance(broker, CallgrindBroker):
+                broker.control("-z")
+            c0 = cpu_seconds(broker.pid)
+            pipelined(conn, frames)
+            c1 = cpu_seconds(broker.pid)
+            if isinstance(broker, CallgrindBroker):
+                broker.control("-d", "produce")
+            got = fetch_all(conn, topic, args)
+            c2 = cpu_seconds(broker.pid)
+            assert got == args.requests * args.records * args.partitions, got
+            if isinstance(broker, CallgrindBroker):
+                broker.control("-d", "fetch")
+                return broker.instructions(1), broker.instructions(2)
+        return c1 - c0, c2 - c1
+    finally:
+        broker.kill()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--records", type=int, default=16)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--callgrind", action="store_true",
+                    help="count instructions under valgrind instead of CPU seconds")
     args = ap.parse_args(argv)
+    if args.callgrind and not shutil.which("callgrind_control"):
+        ap.error("--callgrind needs valgrind (apt-get install valgrind)")
     if not (args.baseline / "src" / "oncelog").is_dir():
         ap.error(f"{args.baseline} is not an oncelog checkout (no src/oncelog)")
     contenders = {"this": None,
@@ -168,12 +215,17 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 produce_cpu, fetch_cpu = one_round(name, contenders[name], Path(tmp), args)
                 figures[name].append((produce_cpu, fetch_cpu))
-                print(f"round {r} {name:8} broker CPU produce {produce_cpu:6.2f} s   "
-                      f"fetch {fetch_cpu:6.2f} s", flush=True)
+                if args.callgrind:
+                    print(f"round {r} {name:8} instructions produce {produce_cpu / 1e6:9.1f} M"
+                          f"   fetch {fetch_cpu / 1e6:9.1f} M", flush=True)
+                else:
+                    print(f"round {r} {name:8} broker CPU produce {produce_cpu:6.2f} s   "
+                          f"fetch {fetch_cpu:6.2f} s", flush=True)
     for phase, i in (("produce", 0), ("fetch", 1)):
         this = statistics.median(f[i] for f in figures["this"])
         base = statistics.median(f[i] for f in figures["baseline"])
-        print(f"median {phase:7} CPU: this {this:.2f} s, baseline {base:.2f} s, "
+        unit = "instructions" if args.callgrind else "CPU seconds"
+        print(f"median {phase:7} {unit}: this {this:.4g}, baseline {base:.4g}, "
               f"this/baseline {this / base:.3f}")
     return 0
 

@@ -182,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                 tmp / "baseline", settings=settings,
                 env={"PYTHONPATH": str(args.baseline.resolve() / "src")}))
         for r in range(args.rounds):
-            for name in names:
+            # Every other round in the reverse order, so that no contender always runs right
+            # after another's writes; and each starts with no dirty pages of the one before
+            # (the kernel throttles a writer while a previous phase's data is written back).
+            for name in (names if r % 2 == 0 else names[::-1]):
+                os.sync()
                 if name in brokers:
                     p_s, c_s = round_oncelog(brokers[name], topics, args.records, value,
                                              cpu[name])
