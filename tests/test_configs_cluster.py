@@ -76,9 +76,11 @@ def test_an_alter_through_one_broker_reaches_every_broker(cluster_and_zookeeper)
     # Every replica stores what the leader recompressed.
     p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
                   "compression.type": "none"})
-    for i in range(50):
-        p.produce(topic, b"value-%d" % i * 10)
-    assert p.flush(30) == 0
+    failed = []
+    for i in range(50):  # keyed: the topic is compacted now, which refuses keyless records
+        p.produce(topic, b"value-%d" % i * 10, key=b"k-%d" % i,
+                  on_delivery=lambda err, _m: err is not None and failed.append(err))
+    assert p.flush(30) == 0 and not failed, failed[:3]
 
     def codecs(node: int) -> set[int]:
         found: set[int] = set()
