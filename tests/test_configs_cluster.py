@@ -65,7 +65,7 @@ def test_an_alter_through_one_broker_reaches_every_broker(cluster_and_zookeeper)
 
     for node, address in cluster.addresses.items():
         wait_until(lambda a=address: topic_configs_at(a, topic)["compression.type"] ==
-                   ("lz4", Source.DYNAMIC_TOPIC_CONFIG), 15, f"broker {node} to see the change")
+                   ("lz4", Source.DYNAMIC_TOPIC_CONFIG), 30, f"broker {node} to see the change")
         got = topic_configs_at(address, topic)
         assert got["cleanup.policy"] == ("compact,delete", Source.DYNAMIC_TOPIC_CONFIG)
         assert got["retention.bytes"] == ("5000000", Source.DYNAMIC_DEFAULT_BROKER_CONFIG)
@@ -89,7 +89,7 @@ def test_an_alter_through_one_broker_reaches_every_broker(cluster_and_zookeeper)
         return found
 
     for node in cluster.addresses:
-        wait_until(lambda n=node: codecs(n) == {3}, 15, f"broker {node}'s replica")
+        wait_until(lambda n=node: codecs(n) == {3}, 30, f"broker {node}'s replica")
 
     # The configs live in ZooKeeper as Kafka keeps them, with change notifications.
     zk = KazooClient(hosts=connect)
