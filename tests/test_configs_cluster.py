@@ -64,11 +64,14 @@ def test_an_alter_through_one_broker_reaches_every_broker(cluster_and_zookeeper)
         admin.alter_configs({Resource.broker_default(): {"log.retention.bytes": "5000000"}})
 
     for node, address in cluster.addresses.items():
-        wait_until(lambda a=address: topic_configs_at(a, topic)["compression.type"] ==
-                   ("lz4", Source.DYNAMIC_TOPIC_CONFIG), 30, f"broker {node} to see the change")
+        # The topic's change and the brokers' default are two notifications: wait for both.
+        wait_until(lambda a=address: (
+            topic_configs_at(a, topic)["compression.type"] == ("lz4", Source.DYNAMIC_TOPIC_CONFIG)
+            and topic_configs_at(a, topic)["retention.bytes"] ==
+            ("5000000", Source.DYNAMIC_DEFAULT_BROKER_CONFIG)), 30,
+            f"broker {node} to see the changes")
         got = topic_configs_at(address, topic)
         assert got["cleanup.policy"] == ("compact,delete", Source.DYNAMIC_TOPIC_CONFIG)
-        assert got["retention.bytes"] == ("5000000", Source.DYNAMIC_DEFAULT_BROKER_CONFIG)
         meta = json.loads(Path(cluster.brokers[node].data_dir, ".topics",
                                f"{topic}.json").read_text())
         assert meta["configs"]["retention.ms"] == "86400000"  # kept by every replica
