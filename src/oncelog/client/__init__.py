@@ -34,9 +34,12 @@ from .scram_admin import (
 )
 from .transaction_manager import IllegalStateError, PreparedTxnState, TransactionError
 from .types import (
+    ConsumerGroupDescription,
     ConsumerGroupListing,
     ConsumerGroupMetadata,
     ConsumerRecord,
+    ListOffsetsResultInfo,
+    MemberDescription,
     NewPartitions,
     NewTopic,
     PartitionInfo,
@@ -55,11 +58,14 @@ __all__ = [
     "ConfigResource",
     "ConfigSource",
     "Consumer",
+    "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "IllegalStateError",
     "KafkaTimeoutError",
+    "ListOffsetsResultInfo",
+    "MemberDescription",
     "NewPartitions",
     "NewTopic",
     "NoOffsetForPartitionError",
