@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from ..security.acls import Operation
-
-if TYPE_CHECKING:  # metadata.py imports this module
-    from .metadata import BrokerNode
 
 
 class TopicPartition(NamedTuple):
@@ -56,6 +53,16 @@ class NewPartitions:
 
     total_count: int
     new_assignments: list[list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class BrokerNode:
+    """A broker: from Metadata, or a group's coordinator (``ConsumerGroupDescription``)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
 
 
 @dataclass(frozen=True)
