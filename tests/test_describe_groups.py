@@ -219,3 +219,22 @@ def test_acls_decide_the_operations_and_a_denied_group_raises(tmp_path):
                   "--password", USERS["alice"])
         assert out.returncode == 1
         assert "GroupAuthorizationFailedError" in out.stderr
+
+
+def test_the_cli_on_a_group_with_offsets_and_no_members(group):
+    b, _ = group
+    c = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "offsets-only"})
+    try:
+        c.commit(offsets=[CkTopicPartition(TOPIC, 0, 2)], asynchronous=False)
+    finally:
+        c.close()
+    with Admin(bootstrap_servers=b.bootstrap_servers) as admin:
+        d = admin.describe_consumer_groups(["offsets-only"])["offsets-only"]
+    assert (d.state, d.members, d.is_simple_consumer_group) == ("Empty", (), True)
+    out = cli(b.bootstrap_servers, "--group", "offsets-only")
+    assert out.returncode == 0, out.stderr
+    assert [line.split() for line in out.stdout.splitlines() if line.strip()][1:] == [
+        ["offsets-only", TOPIC, "0", "2", str(PRODUCED), str(PRODUCED - 2), "-", "-", "-"]]
+    assert "Consumer group 'offsets-only' has no active members." in out.stderr
+    out = cli(b.bootstrap_servers, "--group", "offsets-only", "--members")
+    assert out.stdout.split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]

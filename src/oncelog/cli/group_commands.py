@@ -57,7 +57,7 @@ def run_describe(args, admin) -> int:
     for group_id in sorted(described):
         group = described[group_id]
         if args.members:
-            _print_members(admin, group, args.verbose)
+            _print_members(group, args.verbose)
         elif args.state is not None:
             _print_state(group)
         else:
@@ -116,12 +116,13 @@ def _print_offsets(admin, group) -> None:
         print(_line(row, widths))
 
 
-def _print_members(admin, group, verbose: bool) -> None:
+def _print_members(group, verbose: bool) -> None:
     """GROUP CONSUMER-ID [GROUP-INSTANCE-ID] HOST CLIENT-ID #PARTITIONS [ASSIGNMENT]: the
-    instance id column only when a member has one, as Kafka."""
+    instance id column only when a member has one; the header even for a group without
+    members, as Kafka's printMembers."""
     members = group.members
     if not _should_print(group, len(members)):
-        return
+        members = ()
     with_instance = any(m.group_instance_id for m in members)
     rows = []
     for m in members:
