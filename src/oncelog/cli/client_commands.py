@@ -58,10 +58,10 @@ def connect(args) -> dict:
 
 def _consumer_groups(args) -> int:
     from .. import Admin
-    from .group_commands import run_list
+    from .group_commands import run_describe, run_list
 
     with Admin(**connect(args)) as admin:
-        return run_list(args, admin)
+        return run_describe(args, admin) if args.describe else run_list(args, admin)
 
 
 def _acls(args) -> int:

@@ -17,6 +17,7 @@ Files, one responsibility each (the split of aiokafka and the Java client):
 - admin.py               Admin
 - scram_admin.py         Admin's SCRAM users (KIP-554): the password salted and hashed here
 - admin_configs.py       its config calls: ConfigResource, AlterConfigOp, ConfigEntry
+- admin_groups.py        its consumer-group calls: describe groups, their offsets, ListOffsets
 - types.py               TopicPartition, RecordMetadata, ConsumerRecord, NewTopic, ...
 - errors.py              client-side errors (timeouts); broker errors are oncelog.errors
 """
@@ -34,9 +35,12 @@ from .scram_admin import (
 )
 from .transaction_manager import IllegalStateError, PreparedTxnState, TransactionError
 from .types import (
+    ConsumerGroupDescription,
     ConsumerGroupListing,
     ConsumerGroupMetadata,
     ConsumerRecord,
+    ListOffsetsResultInfo,
+    MemberDescription,
     NewPartitions,
     NewTopic,
     PartitionInfo,
@@ -55,11 +59,14 @@ __all__ = [
     "ConfigResource",
     "ConfigSource",
     "Consumer",
+    "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "IllegalStateError",
     "KafkaTimeoutError",
+    "ListOffsetsResultInfo",
+    "MemberDescription",
     "NewPartitions",
     "NewTopic",
     "NoOffsetForPartitionError",

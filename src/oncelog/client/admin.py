@@ -33,7 +33,7 @@ from ..security.acls import (
     ResourceType,
     operations_from_bit_field,
 )
-from . import admin_configs, coordinator_request, scram_admin
+from . import admin_configs, admin_groups, coordinator_request, scram_admin
 from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 from .config import admin_config
 from .coordinator_request import (
@@ -48,7 +48,9 @@ from .errors import KafkaTimeoutError
 from .metadata import BrokerNode, metadata_request
 from .network import NetworkClient
 from .types import (
+    ConsumerGroupDescription,
     ConsumerGroupListing,
+    ListOffsetsResultInfo,
     NewPartitions,
     NewTopic,
     ProducerState,
@@ -526,6 +528,35 @@ class Admin:
                                             getattr(g, "group_type", "classic"))
                        for g in r.groups if g.protocol_type in ("consumer", ""))
         return sorted(out, key=lambda g: g.group_id)
+
+    def describe_consumer_groups(self, group_ids: Iterable[str],
+                                 include_authorized_operations: bool = False
+                                 ) -> dict[str, ConsumerGroupDescription]:
+        """Kafka's Admin.describeConsumerGroups (DescribeGroups): each group's state, assignor,
+        coordinator and members with their assignments; with ``include_authorized_operations``
+        what the caller may do on it (KIP-430). A group that does not exist is Dead with no
+        members. Raises the first group's error (GroupAuthorizationFailedError ...)."""
+        return admin_groups.describe_consumer_groups(
+            self._net, group_ids, include_authorized_operations, self._deadline())
+
+    def list_consumer_group_offsets(self, group_id: str,
+                                    partitions: Iterable[TopicPartition] | None = None
+                                    ) -> dict[TopicPartition, int | None]:
+        """Kafka's Admin.listConsumerGroupOffsets (OffsetFetch): the group's committed offset
+        of each partition named (None where it has none), or of every partition it committed."""
+        return admin_groups.list_consumer_group_offsets(
+            self._to_coordinator, group_id, None if partitions is None else list(partitions),
+            self._deadline())
+
+    def list_offsets(self, specs: Mapping[TopicPartition, int],
+                     isolation_level: str = "read_uncommitted"
+                     ) -> dict[TopicPartition, ListOffsetsResultInfo]:
+        """Kafka's Admin.listOffsets: per partition, the offset for its spec: -1 latest, -2
+        earliest, -3 the largest timestamp's record (KIP-734), else the first record at or
+        after that timestamp. ``isolation_level`` read_committed: latest is the last stable
+        offset."""
+        return admin_groups.list_offsets(self._net, self._metadata, specs,
+                                         isolation_level == "read_committed", self._deadline())
 
     def _to_coordinator(self, key_type: int, key: str, api_key: ApiKey, values: dict,
                         deadline: float, error_of: Callable[[Any], int], what: str) -> Any:

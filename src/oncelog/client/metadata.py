@@ -11,15 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .types import PartitionInfo, TopicPartition
-
-
-@dataclass(frozen=True)
-class BrokerNode:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
+from .types import BrokerNode, PartitionInfo, TopicPartition
 
 
 @dataclass(frozen=True)

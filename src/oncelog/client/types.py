@@ -56,6 +56,16 @@ class NewPartitions:
 
 
 @dataclass(frozen=True)
+class BrokerNode:
+    """A broker: from Metadata, or a group's coordinator (``ConsumerGroupDescription``)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
 class PartitionInfo:
     partition: int
     leader: int  # node id, -1 when there is none
@@ -128,3 +138,38 @@ class ConsumerGroupListing:
     is_simple_consumer_group: bool  # no members ever joined (offsets committed by assign())
     state: str  # Kafka's names: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
     type: str  # KIP-848's group type: "classic" for every group of the classic protocol
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """A member of a described consumer group (Kafka's MemberDescription)."""
+
+    member_id: str
+    group_instance_id: str | None  # KIP-345's static member id; None for a dynamic member
+    client_id: str
+    host: str
+    assignment: frozenset[TopicPartition]  # decoded with Kafka's ConsumerProtocol
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """``Admin.describe_consumer_groups``: a consumer group (Kafka's
+    ConsumerGroupDescription)."""
+
+    group_id: str
+    is_simple_consumer_group: bool  # no protocol type: offsets committed, nobody joined
+    members: tuple[MemberDescription, ...]
+    partition_assignor: str  # the protocol the group chose (range, cooperative-sticky ...); ""
+    state: str  # Kafka's names: Stable, PreparingRebalance, CompletingRebalance, Empty, Dead
+    coordinator: BrokerNode
+    # KIP-430: what the caller may do on the group (None when not asked)
+    authorized_operations: frozenset[Operation] | None = None
+
+
+class ListOffsetsResultInfo(NamedTuple):
+    """``Admin.list_offsets``: a partition's offset for the spec asked (Kafka's
+    ListOffsetsResultInfo)."""
+
+    offset: int
+    timestamp: int  # -1 unless the spec was a timestamp or the largest one (-3)
+    leader_epoch: int  # -1 when the broker did not say
