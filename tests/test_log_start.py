@@ -77,18 +77,23 @@ def test_retention_past_the_stored_start_moves_it_up(tmp_path):
     assert open_log(d, segment_bytes=300).log_start_offset == segment_bases(d)[0]
 
 
-def test_producers_whose_batches_all_lie_below_it_are_forgotten(tmp_path):
+def test_producers_are_kept_when_the_log_start_passes_their_batches(tmp_path):
+    # Kafka >= 2.5 (KIP-360): DeleteRecords does not make a producer unknown; it carries on
+    # with its next sequence number (librdkafka's 0103 deletes a transactional producer's
+    # records, then sends its next transaction).
     d = tmp_path / "t-0"
     log = open_log(d)
     produce(log, [b"a", b"b"], pid=7, seq=0)  # 0-1
     produce(log, [b"c"], pid=8, seq=0)  # 2
-    produce(log, [b"d"], pid=7, seq=2)  # 3
+    log.update_high_watermark(log.log_end_offset)
     log.increment_log_start_offset(3, 2_000)
-    assert set(log.producer_state.producers) == {7}  # 8's only batch is gone, 7's last is not
-    log.increment_log_start_offset(4, 2_000)
-    assert log.producer_state.producers == {}
+    assert set(log.producer_state.producers) == {7, 8}
     log.close(3_000)
-    assert open_log(d).producer_state.producers == {}  # not brought back by a snapshot
+    log = open_log(d)
+    assert set(log.producer_state.producers) == {7, 8}
+    produce(log, [b"d"], pid=7, seq=2)  # accepted: no OutOfOrderSequence, no UnknownProducerId
+    assert log.log_end_offset == 4
+    log.close(4_000)
 
 
 def test_a_producer_with_an_open_transaction_is_kept(tmp_path):

@@ -61,7 +61,7 @@ def test_every_kafka_topic_config_is_known_with_a_default():
     ("max.compaction.lag.ms", ["1"], ["0"]),
     ("local.retention.ms", ["-2", "1000"], ["-3"]),
     ("leader.replication.throttled.replicas", ["*", "0:1,1:2", ""], ["0-1", "*,0:1"]),
-    ("message.format.version", ["3.0-IV1", "2.8", "0.10.0"], ["three"]),
+    ("message.format.version", ["3.0-IV1", "2.8", "0.10.0", "0.10.0.0"], ["three", "1.2.3.4"]),
     ("remote.storage.enable", ["false"], ["true"]),
     ("remote.log.copy.disable", ["false"], ["true"]),
 ])

@@ -3,8 +3,9 @@
 It starts as the first segment's base offset and moves forward when DeleteRecords asks (on the
 leader; a follower takes its leader's from each Fetch response) or when retention deletes the
 first segments. Below it nothing is read (Fetch answers OFFSET_OUT_OF_RANGE), ListOffsets'
-earliest (-2) answers it, retention deletes the segments wholly below it, and the producers
-whose retained batches all lie below it are forgotten. It is kept in ``log-start-offset``
+earliest (-2) answers it, and retention deletes the segments wholly below it; the producer
+state is kept (Kafka >= 2.5), so that a producer whose records were all deleted carries on with
+its next sequence number. It is kept in ``log-start-offset``
 beside the segments (Kafka keeps one ``log-start-offset-checkpoint`` per log directory; the
 other checkpoints of this log, ``high-watermark`` and ``recovery-point``, are per partition
 too), written before DeleteRecords is answered, so that a restart starts the log there again.
@@ -36,9 +37,10 @@ def load_log_start_offset(plog: Any) -> int:
 def increment_log_start_offset(plog: Any, offset: int, now_ms: int) -> bool:
     """Move the log start forward to ``offset`` (Kafka's maybeIncrementLogStartOffset); False
     when it is there already. The caller has checked ``offset`` against the high watermark
-    (a leader) or clamped it (a follower). The leader-epoch cache is cut to it, the producers
-    whose batches all lie below it are forgotten, and a producer snapshot at the log end
-    records that (older snapshots would bring them back at the next start)."""
+    (a leader) or clamped it (a follower). The leader-epoch cache is cut to it. The producer
+    state is kept, as Kafka keeps it since 2.5 (KIP-360): a producer whose every record was
+    deleted carries on with its next sequence number instead of failing with
+    UNKNOWN_PRODUCER_ID; producers go only when they expire (producer.id.expiration.ms)."""
     if offset <= plog.log_start_offset:
         return False
     plog._log_start_offset = offset
@@ -46,8 +48,6 @@ def increment_log_start_offset(plog: Any, offset: int, now_ms: int) -> bool:
     plog.leader_epoch_cache.truncate_from_start(offset)
     if plog.replicated and plog._high_watermark < offset:
         plog._high_watermark = offset
-    if plog.producer_state.truncate_head(offset):
-        plog.take_snapshot(now_ms)
     return True
 
 

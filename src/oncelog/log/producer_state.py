@@ -320,17 +320,6 @@ class ProducerStateManager:
             else:
                 entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
 
-    def truncate_head(self, log_start_offset: int) -> list[int]:
-        """The log now starts at ``log_start_offset`` (DeleteRecords, retention): forget the
-        producers whose every retained batch lies below it (Kafka's truncateHead: their
-        sequence numbers are gone with the records). A producer with an open transaction is
-        kept: its marker is still to come, and the last stable offset must not pass it."""
-        gone = [pid for pid, e in self.producers.items()
-                if e.current_txn_first_offset < 0 and e.last_offset < log_start_offset]
-        for pid in gone:
-            del self.producers[pid]
-        return gone
-
     # -- snapshots (spec 000, "PID Snapshots") ----------------------------------------------
     #
     # PidSnapshot => Version CRC [PidEntry]; our PidEntry keeps all retained batches so that

@@ -149,7 +149,10 @@ def _throttled_replicas(name: str, value: str) -> str:
                    "format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
 
 
-_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+# Kafka's MetadataVersion.fromVersionString: "3.9", "3.9-IV0", "0.10.0" and the four-part
+# "0.10.0.0" (old versions, a leading 0) are versions; message.format.version is ignored since
+# 3.0 (KIP-724) but still checked.
+_VERSION = re.compile(r"^(\d+\.\d+(\.\d+)?|0\.\d+\.\d+\.\d+)(-IV\d+)?$")
 
 
 def _message_format_version(name: str, value: str) -> str:
