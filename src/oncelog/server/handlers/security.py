@@ -62,11 +62,21 @@ def _binding(c) -> tuple[AclBinding | None, str | None]:
     return AclBinding(rtype, c.resource_name, pattern, c.principal, c.host, op, perm), None
 
 
+# Kafka without an authorizer refuses the ACL requests (SECURITY_DISABLED) rather than store
+# ACLs that nothing would enforce; ours enforces them with SASL only (plaintext connections have
+# no principal to check), so that is when ACLs can be managed.
+_NO_AUTHORIZER = ("security_disabled", ("No Authorizer is configured on the broker: ACLs apply "
+                                        "with security.protocol=SASL_PLAINTEXT"))
+
+
 async def handle_create_acls(broker, ctx, request):
     mod = response_module(ApiKey.CREATE_ACLS, ctx.version)
     allowed = _cluster_allowed(broker, ctx, Operation.ALTER)
     results, good = [], []
     for c in request.creations:
+        if not broker.security.sasl_enabled:
+            results.append(_NO_AUTHORIZER)
+            continue
         if not allowed:
             results.append(("cluster_authorization_failed", None))
             continue
@@ -92,6 +102,10 @@ def _filter(f) -> AclFilter:
 
 async def handle_describe_acls(broker, ctx, request):
     mod = response_module(ApiKey.DESCRIBE_ACLS, ctx.version)
+    if not broker.security.sasl_enabled:
+        return make(mod.DescribeAclsResponse, throttle_time=0,
+                    error_code=error_code(_NO_AUTHORIZER[0]), error_message=_NO_AUTHORIZER[1],
+                    resources=())
     if not _cluster_allowed(broker, ctx, Operation.DESCRIBE):
         return make(mod.DescribeAclsResponse, throttle_time=0,
                     error_code=error_code("cluster_authorization_failed"),
@@ -110,6 +124,11 @@ async def handle_describe_acls(broker, ctx, request):
 
 async def handle_delete_acls(broker, ctx, request):
     mod = response_module(ApiKey.DELETE_ACLS, ctx.version)
+    if not broker.security.sasl_enabled:
+        return make(mod.DeleteAclsResponse, throttle_time=0, filter_results=tuple(
+            make(mod.DeleteAclsFilterResult, error_code=error_code(_NO_AUTHORIZER[0]),
+                 error_message=_NO_AUTHORIZER[1], matching_acls=())
+            for _ in request.filters))
     if not _cluster_allowed(broker, ctx, Operation.ALTER):
         return make(mod.DeleteAclsResponse, throttle_time=0, filter_results=tuple(
             make(mod.DeleteAclsFilterResult, error_code=error_code("cluster_authorization_failed"),
