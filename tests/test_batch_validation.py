@@ -141,7 +141,7 @@ def test_null_header_key_is_refused(broker):
 
 def test_max_timestamp_above_the_records_is_rewritten_not_refused(broker):
     """Kafka's LogValidator sets a CreateTime batch's maxTimestamp from its records
-    (tests/test_produce_max_timestamp.py reads the stored one back)."""
+    (tests/test_produce_leader_validation.py reads the stored one back)."""
     out = bytearray(good_batch())
     struct.pack_into(">q", out, 35, now_ms() + 10)  # maxTimestamp
     struct.pack_into(">I", out, CRC_OFFSET, batch_crc(out, 0, len(out)))

@@ -13,8 +13,8 @@ from oncelog.log.validator import KEYLESS_MESSAGE, RecordsError, validate_record
 from oncelog.records import build_batch
 from oncelog.records.batch import (
     CRC_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
     INT64_MAX,
+    MAX_TIMESTAMP_OFFSET,
     batch_crc,
     decode_batch,
     parse_header,
@@ -60,7 +60,7 @@ def test_a_right_batch_is_left_alone():
 
 def test_librdkafkas_max_timestamp_0_over_records_without_timestamps_becomes_minus_1():
     data = with_max_timestamp(build_batch([(b"k", b"v", [], -1)] * 3), 0)
-    [(pos, h)] = validate(data)
+    [(_pos, h)] = validate(data)
     assert h.max_timestamp == -1 == parse_header(data).max_timestamp
     assert validate_batch(data).crc == h.crc  # the CRC was redone over the new header
 
