@@ -97,9 +97,11 @@ __all__ = [
 class LogAppendError(Exception):
     """An append the log refuses; ``error_name`` is the Kafka error code's name."""
 
-    def __init__(self, error_name: str, message: str) -> None:
+    def __init__(self, error_name: str, message: str,
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error_name = error_name
+        self.record_errors = record_errors  # (batch index, message): KIP-467
 
 
 class UnexpectedAppendOffsetError(LogAppendError):
@@ -304,10 +306,11 @@ class PartitionLog:
                     f"{self.config.max_message_bytes}",
                 )
         try:
-            validate_records(self.config, data, batches, now_ms)
+            batches = validate_records(self.config, data, batches, now_ms,
+                                       self.directory.name)
             converted = convert_compression(self.config, data, batches)
         except RecordsError as exc:
-            raise LogAppendError(exc.error_name, str(exc)) from None
+            raise LogAppendError(exc.error_name, str(exc), exc.record_errors) from None
         if converted is not None:  # the topic's compression.type: sizes change, checked again
             data, batches = converted
             for _pos, h in batches:

@@ -1,7 +1,8 @@
 """Kafka's LogValidator for a producer's batches, before the partition leader appends them.
 
-``validate_records`` checks the records inside each batch and, on a CreateTime topic, their
-timestamps. ``convert_compression`` applies the topic's ``compression.type``: ``producer`` keeps
+``validate_records`` checks the records inside each batch (their keys on a compacted topic, and
+on a CreateTime topic their timestamps, whose largest becomes the batch's maxTimestamp); a
+refusal about single records lists them (KIP-467's record_errors). ``convert_compression`` applies the topic's ``compression.type``: ``producer`` keeps
 every batch as sent; a codec (or ``uncompressed``) rebuilds a batch written with another one, as
 Kafka's buildRecordsAndAssignOffsets does: the same records (keys, values, headers, timestamps,
 consecutive offset deltas), producer id, epoch, base sequence and transactional flag, in a batch
@@ -30,8 +31,9 @@ from ..records.batch import (
     batch_crc,
     batch_payload,
     check_records,
-    has_keyless_record,
+    decode_batch,
     parse_header,
+    set_max_timestamp,
 )
 from ..records.compression import Compression, compress
 
@@ -57,47 +59,93 @@ class ValidatorConfig(Protocol):
     cleanup_policy: frozenset[str]
 
 
-class RecordsError(Exception):
-    """Batches the log refuses; ``error_name`` is the Kafka error code's name."""
+KEYLESS_MESSAGE = "Compacted topic cannot accept message without key in topic partition {}."
 
-    def __init__(self, error_name: str, message: str) -> None:
+# (batch index, message): Kafka's RecordError, the ProduceResponse v8+ record_errors (KIP-467).
+RecordError = tuple[int, str]
+
+
+class RecordsError(Exception):
+    """Batches the log refuses; ``error_name`` is the Kafka error code's name;
+    ``record_errors`` lists the refused records of the failing batch (KIP-467), when the
+    refusal is about single records."""
+
+    def __init__(self, error_name: str, message: str,
+                 record_errors: tuple[RecordError, ...] = ()) -> None:
         super().__init__(message)
         self.error_name = error_name
+        self.record_errors = record_errors
 
 
 def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, BatchHeader]],
-                     now_ms: int) -> None:
+                     now_ms: int, partition: str = "") -> list[tuple[int, BatchHeader]]:
     """The records inside each batch (records/batch.py ``check_records``: count, offset deltas,
-    lengths, a payload that decompresses within records/compression.py's ``inflate_limit``)
-    and, on a CreateTime topic, every record's timestamp within
-    [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms] (KIP-937).
-    A producer may not claim LogAppendTime."""
+    lengths, a payload that decompresses within records/compression.py's ``inflate_limit``);
+    on a CreateTime topic every record's timestamp (but -1, "none") within
+    [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms] (KIP-937);
+    on a compacted topic a key on every record. A producer may not claim LogAppendTime.
+
+    Returns the batches, where a CreateTime batch's maxTimestamp was not its largest record
+    timestamp (or -1 when none is larger) rewritten in ``data`` with a new CRC, as Kafka's
+    LogValidator does (setMaxTimestamp): librdkafka writes maxTimestamp 0 over records without
+    timestamps, and the time index and retention trust the header. Batches already right are
+    left alone. ``partition`` names the topic partition in record errors' messages."""
     create_time = config.message_timestamp_type == "CreateTime"
+    compacted = "compact" in config.cleanup_policy
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
-    for pos, h in batches:
+    out = batches
+    for i, (pos, h) in enumerate(batches):
         if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
             raise RecordsError("invalid_timestamp", "a producer may not set the timestamp type "
                                                     "to LogAppendTime")
         try:
             lo, hi = check_records(data, pos, h)
+            # The smallest and largest timestamps bound every record's: the per-record walk
+            # below runs only for a batch that may hold a refused record.
+            suspect = create_time and (hi - now_ms > after or now_ms - lo > before)
+            if suspect or compacted:
+                _check_each_record(data, pos, h, suspect, compacted,
+                                   now_ms - before, now_ms + after, partition)
         except CorruptRecordError as exc:
             raise RecordsError(exc.error_name, f"batch of {h.records_count} records: {exc}"
                                ) from None
-        if not create_time or hi == NO_TIMESTAMP:
-            continue
-        if hi - now_ms > after or (lo != NO_TIMESTAMP and now_ms - lo > before):
-            bad = hi if hi - now_ms > after else lo
-            raise RecordsError(
-                "invalid_timestamp",
-                f"timestamp {bad} is out of range: it must lie within "
-                f"[{now_ms - before}, {now_ms + after}] (message.timestamp.before.max.ms, "
-                f"message.timestamp.after.max.ms)")
-    # Kafka's LogValidator: the cleaner keeps the latest record per key, so each needs one.
-    if "compact" in config.cleanup_policy and any(has_keyless_record(data, pos, h)
-                                                  for pos, h in batches):
-        raise RecordsError("invalid_record", "a compacted topic cannot accept a record without "
-                           "a key")
+        max_timestamp = max(hi, NO_TIMESTAMP)
+        if create_time and h.max_timestamp != max_timestamp:
+            set_max_timestamp(data, pos, h.size, max_timestamp)
+            if out is batches:
+                out = list(batches)
+            out[i] = (pos, parse_header(data, pos))
+    return out
+
+
+def _check_each_record(data, pos: int, h: BatchHeader, timestamps: bool, keys: bool,
+                       earliest: int, latest: int, partition: str) -> None:
+    """Kafka's LogValidator.validateRecord over every record of one batch: collect a
+    RecordError per keyless record (compacted topics) and per timestamp out of
+    [earliest, latest], and refuse the batch with all of them (processRecordErrors)."""
+    errors: list[RecordError] = []
+    bad_timestamp = False
+    view = memoryview(data).toreadonly()  # the varint reader takes read-only buffers only
+    for index, record in enumerate(decode_batch(view, pos, verify_crc=False)[1]):
+        if keys and record.key is None:
+            errors.append((index, KEYLESS_MESSAGE.format(partition)))
+        ts = record.timestamp
+        if timestamps and ts != NO_TIMESTAMP and not earliest <= ts <= latest:
+            bad_timestamp = True
+            message = (f"Timestamp {ts} of message with offset {record.offset} is out of "
+                       f"range. The timestamp should be within [{earliest}, {latest}] "
+                       "(message.timestamp.before.max.ms, message.timestamp.after.max.ms)")
+            errors.append((index, message))
+    if not errors:
+        return
+    if bad_timestamp:
+        raise RecordsError("invalid_timestamp", "One or more records have been rejected due "
+                           "to invalid timestamp", tuple(errors))
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    raise RecordsError("invalid_record", "One or more records have been rejected due to "
+                       f"{len(errors)} record errors in total, and only showing the first "
+                       f"three errors at most: [{shown}]", tuple(errors))
 
 
 def target_codec(config: ValidatorConfig) -> Compression | None:

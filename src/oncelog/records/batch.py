@@ -257,6 +257,13 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, timest
     _I.pack_into(buf, pos + CRC_OFFSET, batch_crc(buf, pos, size))
 
 
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, size: int, timestamp: int) -> None:
+    """Rewrite a CreateTime batch's maxTimestamp in place and redo its CRC (Kafka's
+    DefaultRecordBatch.setMaxTimestamp)."""
+    _Q.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    _I.pack_into(buf, pos + CRC_OFFSET, batch_crc(buf, pos, size))
+
+
 # --- varints: Kafka's zig-zag varints, from oncelog/primitives.py ----------------------------
 # ``decode_varint`` raises primitives.DecodeError; the record readers below turn it into
 # CorruptRecordError where they catch it, rather than each varint paying for a wrapper call.
@@ -409,21 +416,15 @@ def record_keys(buf, pos: int, header: BatchHeader) -> list[tuple[int, bytes | N
     return out
 
 
-def has_keyless_record(buf, pos: int, header: BatchHeader) -> bool:
-    """Whether a record of the batch at ``pos`` has no key (which a compacted topic refuses,
-    as Kafka's LogValidator). CorruptRecordError as ``decode_batch``."""
-    view = memoryview(buf).toreadonly()
-    return any(r.key is None for r in decode_batch(view, pos, verify_crc=False)[1])
-
-
 def check_records(buf, pos: int, header: BatchHeader, limit: int = 0) -> tuple[int, int]:
     """Validate the records inside a batch whose frame ``validate_batch`` accepted, as Kafka's
     LogValidator and DefaultRecord.readFrom do, and return the (smallest, largest) record
     timestamp. Kafka's checks: the payload decompresses (within ``limit``, see
     ``batch_payload``) and holds exactly ``recordsCount`` records, no more bytes; each record's
     length covers exactly its fields; offset deltas run 0..count-1 (we store batches as sent,
-    so we refuse what Kafka would rewrite); header keys are not null; the batch's maxTimestamp
-    is its largest record timestamp (the time index and retention trust it).
+    so we refuse what Kafka would rewrite); header keys are not null. The batch's maxTimestamp
+    is not checked here: the leader rewrites it from the records (log/validator.py), as Kafka's
+    LogValidator does.
 
     One pass over the varints, no record objects: this runs on every produced batch.
     CorruptRecordError (undecompressable) or InvalidRecordError (the records are wrong).
@@ -432,10 +433,6 @@ def check_records(buf, pos: int, header: BatchHeader, limit: int = 0) -> tuple[i
     count = header.records_count
     lo, hi = _scan_records(data, count)
     base = header.base_timestamp
-    if header.timestamp_type == TIMESTAMP_CREATE_TIME and base + hi != header.max_timestamp:
-        raise InvalidRecordError(
-            f"maxTimestamp {header.max_timestamp} is not the largest record timestamp "
-            f"{base + hi}")
     return base + lo, base + hi
 
 

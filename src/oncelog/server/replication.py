@@ -98,9 +98,11 @@ class ReplicationError(Exception):
 class AppendError(Exception):
     """An append refused or failed; ``error_name`` is the Kafka error code's name."""
 
-    def __init__(self, error_name: str, message: str) -> None:
+    def __init__(self, error_name: str, message: str,
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error_name = error_name
+        self.record_errors = record_errors  # (batch index, message): KIP-467
 
 
 # What an append writes, given the partition's log and the leader epoch to stamp: a
@@ -289,7 +291,7 @@ class ReplicaManager:
         try:
             result = write(r.log, r.leader_epoch)
         except LogAppendError as exc:
-            raise AppendError(exc.error_name, str(exc)) from None
+            raise AppendError(exc.error_name, str(exc), exc.record_errors) from None
         except LogWriteError as exc:
             log.error("append to %s-%d failed: %s", topic, index, exc)
             raise AppendError("kafka_storage_error",

@@ -6,7 +6,9 @@ not write (control batches, internal topics); where a transactional batch would 
 producer's transaction, ask the transaction coordinator first (KIP-890: verify for older
 clients, add the partition for Produce v12+; server/txn_verification.py); then let the log
 check the producer state and append. The batch bytes are stored as received;
-only the base offset (and, for LogAppendTime topics, the timestamp) is rewritten.
+only the base offset (and, for LogAppendTime topics, the timestamp; for CreateTime topics a
+maxTimestamp that is not the records' largest, as Kafka's LogValidator) is rewritten. A batch
+refused for single records names them (KIP-467's record_errors, v8+).
 """
 
 from __future__ import annotations
@@ -164,8 +166,8 @@ async def handle_produce(broker, ctx, request):
     appended = await broker.replication.append_records(writes, required_acks=acks,
                                                        timeout_ms=millis(request.timeout))
     for tp, result in appended.items():
-        results[tp] = (result.error_name, str(result)) if isinstance(result, AppendError) \
-            else result
+        results[tp] = (result.error_name, str(result), result.record_errors) \
+            if isinstance(result, AppendError) else result
     if acks == 0:
         return None  # acks=0: the client expects no response at all
     topics_out = []
@@ -175,12 +177,17 @@ async def handle_produce(broker, ctx, request):
             r = results[(td.name, pd.index)]
             err, msg = (r[0], r[1]) if isinstance(r, tuple) else (None, None)
             ok = not isinstance(r, tuple)
+            # KIP-467: the records of the batch the log refused one by one (v8+).
+            record_errors = tuple(
+                make(mod.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
+                for i, m in (r[2] if isinstance(r, tuple) and len(r) > 2 and ctx.version >= 8
+                             else ()))
             parts_out.append(make(
                 mod.PartitionProduceResponse, index=pd.index, error_code=error_code(err),
                 base_offset=r.base_offset if ok else -1,
                 log_append_time=r.log_append_time if ok else -1,
                 log_start_offset=r.log_start_offset if ok else -1,
-                record_errors=(), error_message=msg,
+                record_errors=record_errors, error_message=msg,
             ))
         topics_out.append(make(mod.TopicProduceResponse, name=td.name,
                                partition_responses=tuple(parts_out)))
