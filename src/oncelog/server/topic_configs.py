@@ -68,26 +68,25 @@ class TopicConfigKey:
         return self.check(self.name, value)
 
 
-def _int(lo: int = MIN_INT, hi: int = MAX_INT) -> Callable[[str, str], int]:
+def _ranged(kind: str, type_lo: int, type_hi: int, lo: int, hi: int
+            ) -> Callable[[str, str], int]:
+    """A Java ``kind`` (int or long) config within [lo, hi], with Kafka's messages."""
     def check(name: str, value: str) -> int:
-        n = _parse_int(name, value, MIN_INT, MAX_INT, "int")
+        n = _parse_int(name, value, type_lo, type_hi, kind)
         if n < lo:
             raise _invalid(name, value, f"Value must be at least {lo}")
         if n > hi:
             raise _invalid(name, value, f"Value must be no more than {hi}")
         return n
     return check
+
+
+def _int(lo: int = MIN_INT, hi: int = MAX_INT) -> Callable[[str, str], int]:
+    return _ranged("int", MIN_INT, MAX_INT, lo, hi)
 
 
 def _long(lo: int = MIN_LONG, hi: int = MAX_LONG) -> Callable[[str, str], int]:
-    def check(name: str, value: str) -> int:
-        n = _parse_int(name, value, MIN_LONG, MAX_LONG, "long")
-        if n < lo:
-            raise _invalid(name, value, f"Value must be at least {lo}")
-        if n > hi:
-            raise _invalid(name, value, f"Value must be no more than {hi}")
-        return n
-    return check
+    return _ranged("long", MIN_LONG, MAX_LONG, lo, hi)
 
 
 def _double(lo: float, hi: float) -> Callable[[str, str], float]:
