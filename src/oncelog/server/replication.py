@@ -283,9 +283,8 @@ class ReplicaManager:
         the leader epoch. (replica, AppendResult); raises AppendError."""
         try:
             r = self.leader_replica(topic, index)
-            if required_acks == -1 and check_min_isr and \
-                    len(r.isr) < r.log.config.min_insync_replicas:
-                self.check_enough_replicas(r)  # raises, saying why
+            if required_acks == -1 and check_min_isr:
+                self.check_enough_replicas(r)
         except ReplicationError as exc:
             raise AppendError(exc.error_name, str(exc)) from None
         try:
@@ -322,8 +321,8 @@ class ReplicaManager:
                 end = result.last_offset + 1
                 if r.log.high_watermark < end:
                     waits[tp] = self.wait_replicated(r, end, timeout_ms)
-                elif len(r.isr) < r.log.config.min_insync_replicas:  # replicated already
-                    errors[tp] = self._isr_error(r)  # (an ISR of one): no waiter task
+                else:  # replicated already (an ISR of one): no waiter task
+                    errors[tp] = self._isr_error(r)
         if waits:
             errors.update(zip(waits, await asyncio.gather(*waits.values()), strict=True))
         for tp, err in errors.items():

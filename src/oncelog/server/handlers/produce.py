@@ -38,8 +38,8 @@ def _prepare(broker, topic: str, index: int, records, acks: int):
     partition's leader appends."""
     try:
         replica = broker.replication.leader_replica(topic, index)
-        if acks == -1 and len(replica.isr) < replica.log.config.min_insync_replicas:
-            broker.replication.check_enough_replicas(replica)  # raises, saying why
+        if acks == -1:
+            broker.replication.check_enough_replicas(replica)
     except ReplicationError as exc:
         if exc.error_name == "unknown_topic_or_partition":
             try:
