@@ -89,9 +89,31 @@ class SinkOptions:
     def admin(self):
         from .. import Admin
 
-        return Admin({"bootstrap.servers": self.bootstrap_servers,
-                      **{k: v for k, v in self.client.items()
-                         if k.startswith(("security.", "sasl."))}})
+        return Admin(self._admin_config())
+
+    def _admin_config(self) -> dict:
+        return {"bootstrap.servers": self.bootstrap_servers,
+                **{k: v for k, v in self.client.items() if k.startswith(("security.", "sasl."))}}
+
+    def shared_admin(self):
+        """This process's Admin for these brokers, kept across tasks and micro-batches (Spark
+        reuses its Python workers): the marker look-ups of every task go over its connections
+        instead of a new client's each time. Not to be closed by the caller."""
+        key = json.dumps(self._admin_config(), sort_keys=True)
+        admin = _SHARED_ADMINS.get(key)
+        if admin is None:
+            admin = _SHARED_ADMINS[key] = self.admin()
+        return admin
+
+    def committed_offset(self, group: str, tp) -> int | None:
+        """The committed offset of ``tp`` in ``group`` (None if none): only what is committed,
+        not pending in an open transaction (OffsetFetch without require_stable)."""
+        return self.shared_admin().list_consumer_group_offsets(group, [tp]).get(tp)
+
+
+_SHARED_ADMINS: dict[str, Any] = {}
+# Brokers (bootstrap lists) on which this process has seen the marker topic exist.
+_MARKER_TOPIC_SEEN: set[str] = set()
 
 
 def _crash_hook(point: str) -> None:
@@ -144,8 +166,11 @@ def _ensure_marker_topic(opts: SinkOptions) -> None:
     from .. import NewTopic
     from ..errors import TopicAlreadyExistsError
 
-    with opts.admin() as admin, contextlib.suppress(TopicAlreadyExistsError):
-        admin.create_topics([NewTopic(MARKER_TOPIC, num_partitions=1)])
+    if opts.bootstrap_servers in _MARKER_TOPIC_SEEN:
+        return  # PySpark makes a writer on the driver for every micro-batch's plan and commit
+    with contextlib.suppress(TopicAlreadyExistsError):
+        opts.shared_admin().create_topics([NewTopic(MARKER_TOPIC, num_partitions=1)])
+    _MARKER_TOPIC_SEEN.add(opts.bootstrap_servers)
 
 
 def _aborted_marker(opts: SinkOptions, write_id: str) -> tuple[str, Any]:
@@ -178,8 +203,7 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
             return False
         for group, tp in (_batch_marker(opts, partition),
                           _legacy_batch_marker(opts, partition)):
-            with opts.consumer(group) as c:
-                done = c.committed([tp]).get(tp)
+            done = opts.committed_offset(group, tp)
             if done is not None:
                 return done > batch_id
         return False
@@ -190,8 +214,7 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
         if write_id is None:
             return False
         group, tp = _aborted_marker(opts, write_id)
-        with opts.consumer(group) as c:
-            return c.committed([tp]).get(tp) is not None
+        return opts.committed_offset(group, tp) is not None
 
     p = opts.producer(txn_id)
     try:
@@ -300,25 +323,38 @@ class _Driver:
         self._abort_others()
 
     def _complete(self, tasks) -> None:
+        """Complete every prepared transaction of the decision. The first alone (the crash
+        tests stop the driver after it: a decision half carried out), then the rest at once,
+        each over a producer of its own: the coordinators work on them in parallel."""
+        if not tasks:
+            return
+        self._complete_one(*tasks[0])
+        _crash_hook("driver:mid-complete")
+        if len(tasks) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(16, len(tasks) - 1),
+                                    thread_name_prefix="oncelog-complete") as pool:
+                for f in [pool.submit(self._complete_one, *t) for t in tasks[1:]]:
+                    f.result()
+
+    def _complete_one(self, txn_id: str, state: str) -> None:
         from .. import PreparedTxnState
 
-        for i, (txn_id, state) in enumerate(tasks):
-            p = self.opts.producer(txn_id)
-            try:
-                p.init_transactions(keep_prepared_txn=True)
-                p.complete_transaction(PreparedTxnState(state))
-            finally:
-                p.close()
-            if i == 0:
-                _crash_hook("driver:mid-complete")
+        p = self.opts.producer(txn_id)
+        try:
+            p.init_transactions(keep_prepared_txn=True)
+            p.complete_transaction(PreparedTxnState(state))
+        finally:
+            p.close()
 
     def _abort_others(self) -> None:
         """Transactions of this sink still open (failed or speculative attempts, undecided
         batches): abort them."""
-        with self.opts.admin() as admin:
-            for t in admin.list_transactions(states=["Ongoing"]):
-                if t.transactional_id.startswith(self.opts.prefix + "-"):
-                    admin.force_terminate_transaction(t.transactional_id)
+        admin = self.opts.shared_admin()
+        for t in admin.list_transactions(states=["Ongoing"]):
+            if t.transactional_id.startswith(self.opts.prefix + "-"):
+                admin.force_terminate_transaction(t.transactional_id)
 
     @staticmethod
     def _finish(f: Path) -> None:
