@@ -23,7 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 MARKER_TOPIC = "__oncelog_spark_batches"
 
@@ -143,6 +147,38 @@ def _row_fields(opts: SinkOptions, d: dict) -> tuple:
     return topic, value, key, d.get("partition"), headers or None
 
 
+def _send_rows(opts: SinkOptions, p, rows) -> list[tuple[str, Any, Any]]:
+    """Queue a task's input with ``p``: ``pyarrow.RecordBatch``es (Spark's Arrow writer path)
+    in bulk, or ``Row``s one by one. Returns (topic, partition, future) of what was sent; a
+    row refused at once (unknown partition, too large, ...) raises SinkError here."""
+    sent: list[tuple[str, Any, Any]] = []
+    for item in rows:
+        if hasattr(item, "asDict"):
+            topic, value, key, part, headers = _row_fields(opts, item.asDict())
+            future = p.send(topic, value, key=key, partition=part, headers=headers)
+            sent.append((topic, part, future))
+        else:
+            from .arrow_io import RowError, send_record_batch
+
+            try:
+                sent.extend(send_record_batch(p, item, opts.topic))
+            except RowError as exc:
+                raise SinkError(str(exc)) from None
+        if sent and sent[-1][2].done():
+            _check_sent(*sent[-1])
+    return sent
+
+
+def _check_sent(topic: str, part: Any, future) -> None:
+    """Never commit a batch without one of its rows (unknown partition, too large, ...): the
+    task fails, Spark retries it and then fails the query."""
+    failed = future.exception() if future.done() else None
+    if failed is not None:
+        where = f"topic {topic!r}" + ("" if part is None else f" partition {part}")
+        raise SinkError(f"a row for {where} cannot be written: "
+                        f"{type(failed).__name__}: {failed}") from failed
+
+
 def _batch_marker(opts: SinkOptions, partition: int) -> tuple[str, Any]:
     """Where a task's transaction records that it wrote micro-batch B for Spark partition P:
     offset B + 1 of the group ``{prefix}-batches-{P}`` on partition 0 of the marker topic.
@@ -227,20 +263,13 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
         _crash_hook(f"task:{partition}:{attempt}:begin")
         p.begin_transaction()
         try:
-            for row in rows:
-                topic, value, key, part, headers = _row_fields(opts, row.asDict())
-                sent = p.send(topic, value, key=key, partition=part, headers=headers)
-                failed = sent.exception() if sent.done() else None
-                if failed is not None:
-                    # Never commit a batch without one of its rows (unknown partition, too
-                    # large, ...): the task fails, Spark retries it and then fails the query.
-                    # (A row that fails later, in the sender, makes prepare raise.)
-                    where = f"topic {topic!r}" + ("" if part is None else f" partition {part}")
-                    raise SinkError(f"a row for {where} cannot be written: "
-                                    f"{type(failed).__name__}: {failed}") from failed
+            sent = _send_rows(opts, p, rows)
             if batch_id is not None:
                 p.send_offsets_to_transaction({marker: batch_id + 1}, marker_group)
             _crash_hook(f"task:{partition}:{attempt}:before-prepare")
+            p.flush()
+            for topic, part, future in sent:
+                _check_sent(topic, part, future)
             state = p.prepare_transaction()
         except Exception:
             # Abort now rather than leave the transaction open (a two-phase one never times
@@ -362,7 +391,10 @@ class _Driver:
         f.unlink(missing_ok=True)
 
 
-class OncelogStreamWriter(DataSourceStreamWriter):
+class OncelogStreamWriter(DataSourceStreamArrowWriter):
+    """The streaming sink. Spark hands ``write`` the task's rows as ``pyarrow.RecordBatch``es;
+    an iterator of ``Row``s is taken too (tests play Spark's part with those)."""
+
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.opts = SinkOptions.parse(options)
         # On the driver, when the query (re)starts and before any task runs: a batch whose
@@ -385,7 +417,7 @@ class OncelogStreamWriter(DataSourceStreamWriter):
         _Driver(self.opts).abort(messages)
 
 
-class OncelogBatchWriter(DataSourceWriter):
+class OncelogBatchWriter(DataSourceArrowWriter):
     """``df.write.format("oncelog")``: one write, transactional across all its tasks. With a
     ``transactionalIdPrefix`` and a ``checkpointLocation`` option, a write whose driver died
     while completing is rolled forward by the next write with the same options; without them
