@@ -134,12 +134,13 @@ def encode_sections(values: Any, keys: Any = None, *, timestamps: Any = None,
     without ``timestamps`` get ``default_timestamp``. Offset deltas run 0..count-1 per
     section, timestamp deltas from its first record, record attributes 0."""
     if stop is None:
-        stop = len(indices) // 4 if indices is not None else _rows(values)
+        stop = len(indices) // 4 if indices is not None else column_rows(values)
     return _encode(values, keys, headers, timestamps, default_timestamp, indices, start, stop,
                    max_bytes)
 
 
-def _rows(column: list | tuple | None) -> int:
+def column_rows(column: list | tuple | None) -> int:
+    """The rows of a column as ``column_arg`` returns it (0 for None)."""
     if column is None:
         return 0
     return len(column) if isinstance(column, list) else int(column[5])
@@ -153,7 +154,7 @@ def encode_records(values: Any, keys: Any = None, timestamps: Any = None,
     sequence or Arrow int64/timestamp array; default: 0). ``headers``: per row None or a
     sequence of (str, bytes | None) pairs."""
     vals = column_arg(values, "values")
-    n = _rows(vals)
+    n = column_rows(vals)
     default = 0
     ts = None
     if isinstance(timestamps, int):
