@@ -26,7 +26,8 @@ fi
 stamp=.venv/.oncelog-installed
 hash=$(cat pyproject.toml setup.py src/oncelog/records/*.c "$0" | sha256sum | cut -d" " -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] \
-    || ! ls src/oncelog/records/_recordwalk*.so >/dev/null 2>&1; then  # the built C walk
+    || ! ls src/oncelog/records/_recordwalk*.so src/oncelog/records/_columnar*.so \
+        >/dev/null 2>&1; then  # the built C extensions
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test,spark,cluster]'
   echo "$hash" > "$stamp"

@@ -21,7 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 from ..records import Compression, build_batch
-from ..records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from ..records.batch import (
+    HEADER_SIZE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    wrap_records,
+)
 from .errors import KafkaTimeoutError
 from .metadata import Cluster
 from .types import RecordMetadata, TopicPartition
@@ -125,6 +131,48 @@ class ProducerBatch:
             future.set_exception(error)
 
 
+class EncodedBatch(ProducerBatch):
+    """A batch whose records section was encoded in bulk (records/columnar.py: the
+    producer's ``send_batch``): closed from the start, one future for all its records, which
+    resolves to (partition, base offset)."""
+
+    def __init__(self, tp: TopicPartition, created: float, section: bytes, count: int,
+                 base_timestamp: int, max_timestamp: int) -> None:
+        super().__init__(tp, created)
+        self.section = section
+        self.count = count
+        self.base_timestamp = base_timestamp
+        self.max_timestamp = max_timestamp
+        self.size = HEADER_SIZE + len(section)
+        self.closed = True
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        self.futures.append(future)
+
+    def __repr__(self) -> str:
+        return (f"<EncodedBatch {self.tp.topic}-{self.tp.partition} n={self.count} "
+                f"seq={self.base_sequence} attempts={self.attempts}>")
+
+    @property
+    def record_count(self) -> int:
+        return self.count
+
+    def encode(self, compression: Compression) -> bytes:
+        if self._encoded is None:
+            self._encoded = wrap_records(
+                self.section, self.count, self.base_timestamp, self.max_timestamp,
+                compression=compression, producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch, base_sequence=self.base_sequence,
+                is_transactional=self.transactional)
+        return self._encoded
+
+    def complete(self, base_offset: int, log_append_time: int | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.futures[0].set_result((self.tp.partition, base_offset))
+
+
 class RecordAccumulator:
     def __init__(self, *, batch_size: int, linger_ms: int, buffer_memory: int,
                  compression: Compression) -> None:
@@ -188,6 +236,29 @@ class RecordAccumulator:
             # be due sooner (linger.ms counts from now), a full one is due now.
             self.wakeup()
         return future
+
+    def append_encoded(self, batches: Sequence[EncodedBatch], deadline: float) -> None:
+        """Queue whole batches (``EncodedBatch``), each behind its partition's queue. Blocks
+        while buffer.memory is used up, until ``deadline`` (then KafkaTimeoutError: the
+        batches queued before stay queued)."""
+        for batch in batches:
+            size = batch.size - HEADER_SIZE
+            with self._lock:
+                while self._used + size > self.buffer_memory and self._used > 0:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise KafkaTimeoutError(
+                            f"buffer.memory ({self.buffer_memory} bytes) still full after "
+                            "max.block.ms")
+                    self._space.wait(remaining)
+                if self.closing:
+                    raise RuntimeError("cannot send: the producer is closing")
+                queue = self._queues.setdefault(batch.tp, deque())
+                batch.created = time.monotonic()
+                queue.append(batch)
+                self._incomplete.add(batch)
+                self._used += size
+        self.wakeup()
 
     def flush_begin(self) -> list[ProducerBatch]:
         """Make every batch ready now; return the incomplete ones to wait for."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any, Self
@@ -24,7 +24,10 @@ from ..errors import (
     RetriableError,
     UnknownTopicOrPartitionError,
 )
-from .accumulator import RecordAccumulator, estimate_record_size
+from ..records.batch import HEADER_SIZE
+from ..records.columnar import column_arg, column_rows, encode_sections, int64_column
+from .accumulator import EncodedBatch, RecordAccumulator, estimate_record_size
+from .bulk_send import Gathered, route_rows
 from .config import producer_config
 from .errors import KafkaTimeoutError
 from .network import NetworkClient
@@ -242,6 +245,114 @@ class Producer:
             return _failed(exc)
         assert future is not None
         return future
+
+    def send_batch(self, topic: str, values: Any, keys: Any = None, *, partition: Any = None,
+                   timestamps: Any = None, headers: Sequence[Any] | None = None
+                   ) -> Future[list[tuple[int, int]]]:
+        """Queue many records at once, encoded column-wise in C (records/columnar.py); the
+        future resolves once every one is acknowledged, to a list of (partition, base offset)
+        of the batches they went in, partition by partition in ascending order and within a
+        partition in the order of ``values``; it fails with the first failure of any.
+
+        ``values``, ``keys``: a list of bytes / str / None, or a pyarrow Binary, LargeBinary,
+        String or LargeString array (a slice, nulls and a ChunkedArray are fine).
+        ``partition``: None (a keyed row goes where ``send`` would put its key, Kafka's
+        murmur2 partitioner; the unkeyed rows all go to one sticky partition), one
+        partition for every row, or one per row (a sequence or an Arrow integer array).
+        ``timestamps``: None (now), one int for every row, or one per row (ms; a sequence or
+        an Arrow int64/timestamp array). ``headers``: None, or per row None or a sequence of
+        (str, bytes | None) pairs.
+
+        The records are encoded into batches of at most batch.size bytes (a record larger
+        than that gets a batch of its own) that the sender sends as it sends ``send``'s:
+        idempotence, transactions, compression, retries and ``flush`` apply alike. Before
+        anything is queued, an unknown topic, a partition the topic does not have or a
+        record larger than max.request.size (with its batch's header) fail the returned
+        future, and nothing of the call is sent. A column of a wrong type or length raises
+        TypeError or ValueError at once. Blocks only as ``send`` does (metadata,
+        buffer.memory); if buffer.memory stays full past max.block.ms, the future fails with
+        KafkaTimeoutError and the batches queued before it are still sent.
+
+        Inside a transaction, a failure fails the transaction, as for ``send``; all the
+        partitions of the call join it in one AddPartitionsToTxn.
+        """
+        if self._closed:
+            raise RuntimeError("cannot send: the producer is closed")
+        txn = self._txn
+        if txn is not None:
+            txn.check_can_send()
+        try:
+            future, batches = self._send_batch(topic, values, keys, partition, timestamps,
+                                               headers)
+        except BaseException as exc:
+            if txn is not None:
+                txn.send_failed(exc)
+            raise
+        if txn is not None:
+            error = future.exception() if future.done() else None
+            if error is not None:
+                txn.send_failed(error)
+            for batch in batches:
+                txn.track(batch.futures[0])
+        return future
+
+    def _send_batch(self, topic: str, values: Any, keys: Any, partition: Any, timestamps: Any,
+                    headers: Sequence[Any] | None
+                    ) -> tuple[Future[list[tuple[int, int]]], list[EncodedBatch]]:
+        if not isinstance(topic, str) or not topic:
+            raise TypeError("topic must be a non-empty str")
+        if values is None:
+            raise TypeError("values: a list or an Arrow array (use [None] * n for tombstones)")
+        value_col = column_arg(values, "values")
+        rows = column_rows(value_col)
+        key_col = column_arg(keys, "keys")
+        if key_col is not None and column_rows(key_col) != rows:
+            raise ValueError(f"keys: {column_rows(key_col)} rows, the values have {rows}")
+        header_rows = None if headers is None else list(headers)
+        if header_rows is not None and len(header_rows) != rows:
+            raise ValueError(f"headers: {len(header_rows)} rows, the values have {rows}")
+        now = int(time.time() * 1000)
+        ts = None
+        if isinstance(timestamps, int):
+            now = timestamps
+        else:
+            ts = int64_column(timestamps, rows, "timestamps")
+        if self._sender.fatal_error is not None:
+            return _failed(self._sender.fatal_error), []
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        batches: list[EncodedBatch] = []
+        try:
+            partitions = self._wait_for_partitions(topic, deadline)
+            groups, sticky = route_rows(topic, partitions, partition, key_col, rows,
+                                        lambda: self._partitioner.partition(topic, partitions))
+            max_bytes = self.config.batch_size - HEADER_SIZE
+            sticky_bytes = 0
+            created = time.monotonic()
+            for p, order, start, stop in groups:
+                chunks, largest = encode_sections(
+                    value_col, key_col, timestamps=ts, default_timestamp=now,
+                    headers=header_rows, indices=order, start=start, stop=stop,
+                    max_bytes=max_bytes)
+                if largest + HEADER_SIZE > self.config.max_request_size:
+                    raise MessageTooLargeError(
+                        f"a record is {largest + HEADER_SIZE} bytes with its batch's header, "
+                        f"more than max.request.size ({self.config.max_request_size})")
+                tp = TopicPartition(topic, p)
+                batches += [EncodedBatch(tp, created, *chunk) for chunk in chunks]
+                if p == sticky:
+                    sticky_bytes += sum(len(c[0]) + HEADER_SIZE for c in chunks)
+            if self._txn is not None:
+                self._txn.add_partitions({b.tp for b in batches}, deadline)
+            self._accumulator.append_encoded(batches, deadline)
+            if sticky is not None and sticky_bytes >= self.config.batch_size:
+                # The sticky partition got a batch's worth: the next unkeyed records go to
+                # another one (KIP-480, as ``send`` moves on when its batch is full).
+                self._partitioner.batch_full(topic, sticky, partitions)
+        except KafkaError as exc:
+            if self._txn is not None and isinstance(exc, FatalError | TransactionError):
+                raise  # the transaction manager's own failure: it is in its error state
+            return _failed(exc), []
+        return Gathered([b.futures[0] for b in batches]).future, batches
 
     def _wait_for_partitions(self, topic: str, deadline: float) -> list[int]:
         sender = self._sender

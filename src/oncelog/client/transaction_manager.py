@@ -52,6 +52,7 @@ from ..errors import (
     FatalError,
     InvalidTxnStateError,
     KafkaError,
+    OperationNotAttemptedError,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -78,6 +79,7 @@ _V1_MAX = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.ADD_PARTITIONS
 # AddPartitionsToTxn v4+ is the brokers' (verification, batched by transactional id).
 _CLIENT_MAX = {ApiKey.ADD_PARTITIONS_TO_TXN: 3}
 _BUSY = (CoordinatorLoadInProgressError.code, ConcurrentTransactionsError.code)
+_OPERATION_NOT_ATTEMPTED = OperationNotAttemptedError.code
 # How long a caller waits past its deadline for the sender to end the request (it checks the
 # deadline at least every second) before giving up on it itself.
 _GRACE_S = 2.0
@@ -409,14 +411,21 @@ class TransactionManager:
 
     def maybe_add_partition(self, tp: TopicPartition, deadline: float) -> _Pending | None:
         """spec 000 step 4.1: a partition joins the transaction before its first batch."""
+        return self.maybe_add_partitions([tp], deadline)
+
+    def maybe_add_partitions(self, tps: Iterable[TopicPartition], deadline: float
+                             ) -> _Pending | None:
+        """Those of ``tps`` not in the transaction yet join it, in one AddPartitionsToTxn
+        (as the Java client adds every new partition of a drain in one request)."""
         with self.lock:
             self._require(T.IN_TRANSACTION)
-            if tp in self.partitions:
+            new = sorted(set(tps) - self.partitions)
+            if not new:
                 return None
             if self.transaction_v2:
-                self.partitions.add(tp)  # the partition leader adds it (Produce v12)
+                self.partitions.update(new)  # the partition leader adds it (Produce v12)
                 return None
-            return self._enqueue(_AddPartitions(self, tp), deadline)
+            return self._enqueue(_AddPartitions(self, new), deadline)
 
     def add_offsets(self, offsets: Mapping[TopicPartition, int] | Iterable[Any],
                     group: ConsumerGroupMetadata | str, deadline: float) -> _Pending:
@@ -470,6 +479,9 @@ class TransactionManager:
 
     def add_partition(self, tp: TopicPartition, deadline: float) -> None:
         self._await(self.maybe_add_partition(tp, deadline), deadline)
+
+    def add_partitions(self, tps: Iterable[TopicPartition], deadline: float) -> None:
+        self._await(self.maybe_add_partitions(tps, deadline), deadline)
 
     def track(self, future: Future) -> None:
         self.futures.append(future)
@@ -654,26 +666,31 @@ class _InitProducerId(TxnRequestHandler):
 class _AddPartitions(TxnRequestHandler):
     api = ApiKey.ADD_PARTITIONS_TO_TXN
 
-    def __init__(self, manager: TransactionManager, tp: TopicPartition) -> None:
+    def __init__(self, manager: TransactionManager, tps: list[TopicPartition]) -> None:
         super().__init__(manager)
-        self.tp = tp
+        self.tps = tps
 
     def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
         m = self.m
+        topics: dict[str, list[int]] = {}
+        for tp in self.tps:
+            topics.setdefault(tp.topic, []).append(tp.partition)
         return {"v3_and_below_transactional_id": m.transactional_id,
                 "v3_and_below_producer_id": m.producer_id,
                 "v3_and_below_producer_epoch": m.producer_epoch,
-                "v3_and_below_topics": [{"name": self.tp.topic,
-                                         "partitions": [self.tp.partition]}]}
+                "v3_and_below_topics": [{"name": t, "partitions": p}
+                                        for t, p in topics.items()]}
 
     def error_code(self, response: Any) -> int:
         return _partition_error(response)
 
     def error(self, code: int) -> KafkaError:
-        return _txn_error(code, f"AddPartitionsToTxn {self.tp}")
+        named = ", ".join(f"{tp.topic}-{tp.partition}" for tp in self.tps[:5])
+        more = f" and {len(self.tps) - 5} more" if len(self.tps) > 5 else ""
+        return _txn_error(code, f"AddPartitionsToTxn {named}{more}")
 
     def done(self, response: Any) -> None:
-        self.m.partitions.add(self.tp)
+        self.m.partitions.update(self.tps)
 
 
 class _AddOffsets(TxnRequestHandler):
@@ -749,11 +766,11 @@ def _txn_error(code: int, what: str) -> KafkaError:
 
 
 def _partition_error(response: Any) -> int:
-    for t in response.results_by_topic_v3_and_below:
-        for p in t.results_by_partition:
-            if int(p.partition_error_code):
-                return int(p.partition_error_code)
-    return 0
+    """The first partition's error; OPERATION_NOT_ATTEMPTED (the partitions the broker skipped
+    because of another's error) only when it is the only one."""
+    codes = [int(p.partition_error_code) for t in response.results_by_topic_v3_and_below
+             for p in t.results_by_partition if int(p.partition_error_code)]
+    return next((c for c in codes if c != _OPERATION_NOT_ATTEMPTED), codes[0] if codes else 0)
 
 
 def _offset_commit_error(response: Any) -> int:

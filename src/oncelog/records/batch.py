@@ -602,8 +602,35 @@ def build_batch(
     for i, (key, value, headers, ts) in enumerate(records):
         max_ts = max(max_ts, ts)
         body += encode_record(i, ts - base_ts, key, value, headers)
+    return wrap_records(body, len(records), base_ts, max_ts, base_offset=base_offset,
+                        compression=compression, producer_id=producer_id,
+                        producer_epoch=producer_epoch, base_sequence=base_sequence,
+                        is_transactional=is_transactional, is_control=is_control,
+                        timestamp_type=timestamp_type,
+                        partition_leader_epoch=partition_leader_epoch)
+
+
+def wrap_records(
+    body: bytes | bytearray | memoryview,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    *,
+    base_offset: int = 0,
+    compression: Compression | int = Compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = TIMESTAMP_CREATE_TIME,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A batch around ``count`` already encoded records (offset deltas 0..count-1, timestamp
+    deltas from ``base_timestamp``): compressed, header, CRC. ``build_batch`` and the column
+    codec (records/columnar.py) both end here."""
     codec = Compression(compression)
-    payload = _compress(codec, bytes(body)) if codec else bytes(body)
+    payload = _compress(codec, bytes(body)) if codec else body
     attrs = int(codec)
     if timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
         attrs |= ATTR_TIMESTAMP_TYPE
@@ -615,8 +642,8 @@ def build_batch(
     out = bytearray(size)
     _HEADER.pack_into(
         out, 0, base_offset, size - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0, attrs,
-        len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
-        len(records),
+        count - 1, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+        count,
     )
     out[HEADER_SIZE:] = payload
     _I.pack_into(out, CRC_OFFSET, batch_crc(out, 0, size))
