@@ -67,7 +67,9 @@ class SinkOptions:
             prefix = f"oncelog-spark-{digest}"
         client = {k[len("kafka."):]: v for k, v in opts.items()
                   if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
-        return cls(bootstrap, opts.get("topic"), prefix, checkpoint, client)
+        # Spark's Kafka sink trims the topic option.
+        topic = opts["topic"].strip() if "topic" in opts else None
+        return cls(bootstrap, topic, prefix, checkpoint, client)
 
     def producer(self, transactional_id: str):
         from .. import Producer
@@ -130,7 +132,7 @@ def _crash_hook(point: str) -> None:
 
 
 def _row_fields(opts: SinkOptions, d: dict) -> tuple:
-    topic = d.get("topic") or opts.topic
+    topic = opts.topic or d.get("topic")  # the option wins over the column, as in Spark
     if not topic:
         raise SinkError("a row has no topic (give a topic column or the topic option)")
     value = d.get("value")
