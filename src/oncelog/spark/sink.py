@@ -25,6 +25,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
+from .write_checks import save_mode_error, validate_query
+
 MARKER_TOPIC = "__oncelog_spark_batches"
 
 
@@ -365,8 +367,12 @@ class _Driver:
 
 
 class OncelogStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], schema=None) -> None:
+        """``schema``: the query's (from ``DataSource.streamWriter``), checked as Spark's Kafka
+        sink checks it. (Complete and update output modes append, as with Spark's Kafka sink.)"""
         self.opts = SinkOptions.parse(options)
+        if schema is not None:
+            validate_query(schema, self.opts.topic)
         # On the driver, when the query (re)starts and before any task runs: a batch whose
         # decision a dead driver left unfinished is completed first, so that its replay finds
         # every partition's marker committed and writes nothing.
@@ -393,8 +399,14 @@ class OncelogBatchWriter(DataSourceWriter):
     while completing is rolled forward by the next write with the same options; without them
     the ids are new for every write."""
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], schema=None, overwrite: bool = False) -> None:
+        """``schema`` and ``overwrite``: the DataFrame's and the save mode's (from
+        ``DataSource.writer``), refused as Spark's Kafka sink refuses them, before any task."""
+        if overwrite:
+            raise save_mode_error("Overwrite")
         self.opts = SinkOptions.parse(options, streaming=False)
+        if schema is not None:
+            validate_query(schema, self.opts.topic)
         # This write's own name (the writer is pickled to its tasks and to its commit or
         # abort): its abort is recorded under it, for tasks still running.
         self.write_id = uuid.uuid4().hex
