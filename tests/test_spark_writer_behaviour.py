@@ -113,19 +113,19 @@ def test_overwrite_and_ignore_are_refused_with_sparks_words(spark, broker, mode)
 
 @pytest.mark.parametrize(("schema", "options", "message"), [
     ("key string", {"topic": "wb-refused"}, "Required attribute 'value' not found"),
-    ("value string", {}, "topic option required when no 'topic' attribute is present. "
-                         "Use the topic option for setting a topic."),
+    ("value string", {}, ("topic option required when no 'topic' attribute is present. "
+                          "Use the topic option for setting a topic.")),
     ("value int", {"topic": "wb-refused"},
      "value attribute unsupported type int. value must be a(n) string or binary"),
     ("value string, key array<string>", {"topic": "wb-refused"},
      "key attribute unsupported type array<string>. key must be a(n) string or binary"),
-    ("value string, topic int", {}, "topic attribute unsupported type int. topic must be a(n) "
-                                    "string"),
+    ("value string, topic int", {},
+     "topic attribute unsupported type int. topic must be a(n) string"),
     ("value string, partition bigint", {"topic": "wb-refused"},
      "partition attribute unsupported type bigint. partition must be a(n) int"),
     ("value string, headers map<string,binary>", {"topic": "wb-refused"},
-     "headers attribute unsupported type map<string,binary>. headers must be a(n) "
-     "array<struct<key:string,value:binary>>"),
+     ("headers attribute unsupported type map<string,binary>. headers must be a(n) "
+      "array<struct<key:string,value:binary>>")),
 ])
 def test_a_dataframe_the_sink_cannot_write_is_refused_before_any_job_runs(
         spark, broker, schema, options, message):
@@ -208,3 +208,22 @@ def test_register_runs_the_data_source_under_the_drivers_python_when_the_workers
     finally:
         sc.pythonExec = sys.executable
         oncelog.spark.register(spark)
+
+
+def test_a_stream_the_sink_cannot_write_fails_before_its_first_micro_batch(spark, broker,
+                                                                           tmp_path):
+    """Spark makes the stream's writer when the query starts: the query fails there."""
+    src = (spark.readStream.format("rate").option("rowsPerSecond", "5").load()
+           .selectExpr("CAST(value AS INT) AS value"))
+    q = (src.writeStream.format("oncelog")
+         .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+         .option("topic", "wb-refused").option("checkpointLocation", str(tmp_path / "cp"))
+         .start())
+    try:
+        with pytest.raises(Exception, match="value attribute unsupported type int. value must "
+                                            r"be a\(n\) string or binary"):
+            q.awaitTermination(60)
+    finally:
+        q.stop()
+    assert q.recentProgress == []  # not one micro-batch
+    assert high_watermark(broker, "wb-refused") == 0
