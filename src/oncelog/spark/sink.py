@@ -29,6 +29,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from .write_checks import save_mode_error, validate_query
+
 MARKER_TOPIC = "__oncelog_spark_batches"
 
 
@@ -51,6 +53,10 @@ class SinkOptions:
     prefix: str
     checkpoint: str | None
     client: dict
+    # The transactional id the driver checks two-phase commit with (check_two_phase_commit):
+    # one of the sink's own, so that ACLs granting its prefix grant it; for batch writes without
+    # a prefix, one fixed id rather than one more per write.
+    check_id: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool = True) -> SinkOptions:
@@ -60,18 +66,23 @@ class SinkOptions:
             raise SinkError("option kafka.bootstrap.servers is required")
         checkpoint = opts.get("checkpointlocation")
         prefix = opts.get("transactionalidprefix")
+        check_id = f"{prefix}-check"
         if prefix is None and not streaming:
             # A batch write has no replay to recognise: ids of its own.
             prefix = f"oncelog-spark-write-{uuid.uuid4().hex[:16]}"
+            check_id = "oncelog-spark-write-check"
         if prefix is None:
             if checkpoint is None:
                 raise SinkError("give the option transactionalIdPrefix (or a checkpointLocation, "
                                 "from which it is derived)")
             digest = hashlib.sha256(os.path.abspath(checkpoint).encode()).hexdigest()[:16]
             prefix = f"oncelog-spark-{digest}"
+            check_id = f"{prefix}-check"
         client = {k[len("kafka."):]: v for k, v in opts.items()
                   if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
-        return cls(bootstrap, opts.get("topic"), prefix, checkpoint, client)
+        # Spark's Kafka sink trims the topic option.
+        topic = opts["topic"].strip() if "topic" in opts else None
+        return cls(bootstrap, topic, prefix, checkpoint, client, check_id)
 
     def producer(self, transactional_id: str):
         from .. import Producer
@@ -134,7 +145,7 @@ def _crash_hook(point: str) -> None:
 
 
 def _row_fields(opts: SinkOptions, d: dict) -> tuple:
-    topic = d.get("topic") or opts.topic
+    topic = opts.topic or d.get("topic")  # the option wins over the column, as in Spark
     if not topic:
         raise SinkError("a row has no topic (give a topic column or the topic option)")
     value = d.get("value")
@@ -207,6 +218,36 @@ def _ensure_marker_topic(opts: SinkOptions) -> None:
     with contextlib.suppress(TopicAlreadyExistsError):
         opts.shared_admin().create_topics([NewTopic(MARKER_TOPIC, num_partitions=1)])
     _MARKER_TOPIC_SEEN.add(opts.bootstrap_servers)
+
+
+# (bootstrap servers, check id) that passed check_two_phase_commit in this process: the driver's
+# Python worker that creates a streaming writer for every commit checks once, not every batch.
+_two_phase_checked: set[tuple[str, str]] = set()
+
+
+def check_two_phase_commit(opts: SinkOptions) -> None:
+    """On the driver, before any task: run the InitProducerId with two-phase commit that every
+    task will run, once, so that a broker without ``transaction.two.phase.commit.enable``
+    fails the write at once with a message that says so (KIP-939: the coordinator answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED), not in every task attempt."""
+    from ..errors import TransactionalIdAuthorizationFailedError
+
+    key = (opts.bootstrap_servers, opts.check_id)
+    if key in _two_phase_checked:
+        return
+    p = opts.producer(opts.check_id)
+    try:
+        p.init_transactions()
+    except TransactionalIdAuthorizationFailedError as exc:
+        raise SinkError(
+            f"the broker ({opts.bootstrap_servers}) refused a two-phase-commit transaction "
+            f"({exc}): the oncelog sink needs brokers running with "
+            "transaction.two.phase.commit.enable=true (oncelog broker --set "
+            "transaction.two.phase.commit.enable=true) and, where ACLs are on, TWO_PHASE_COMMIT "
+            f"allowed on the transactional ids {opts.check_id.rsplit('-', 1)[0]}-*") from exc
+    finally:
+        p.close()
+    _two_phase_checked.add(key)
 
 
 def _aborted_marker(opts: SinkOptions, write_id: str) -> tuple[str, Any]:
@@ -395,8 +436,13 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
     """The streaming sink. Spark hands ``write`` the task's rows as ``pyarrow.RecordBatch``es;
     an iterator of ``Row``s is taken too (tests play Spark's part with those)."""
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], schema=None) -> None:
+        """``schema``: the query's (from ``DataSource.streamWriter``), checked as Spark's Kafka
+        sink checks it. (Complete and update output modes append, as with Spark's Kafka sink.)"""
         self.opts = SinkOptions.parse(options)
+        if schema is not None:
+            validate_query(schema, self.opts.topic)
+        check_two_phase_commit(self.opts)
         # On the driver, when the query (re)starts and before any task runs: a batch whose
         # decision a dead driver left unfinished is completed first, so that its replay finds
         # every partition's marker committed and writes nothing.
@@ -423,8 +469,15 @@ class OncelogBatchWriter(DataSourceArrowWriter):
     while completing is rolled forward by the next write with the same options; without them
     the ids are new for every write."""
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], schema=None, overwrite: bool = False) -> None:
+        """``schema`` and ``overwrite``: the DataFrame's and the save mode's (from
+        ``DataSource.writer``), refused as Spark's Kafka sink refuses them, before any task."""
+        if overwrite:
+            raise save_mode_error("Overwrite")
         self.opts = SinkOptions.parse(options, streaming=False)
+        if schema is not None:
+            validate_query(schema, self.opts.topic)
+        check_two_phase_commit(self.opts)
         # This write's own name (the writer is pickled to its tasks and to its commit or
         # abort): its abort is recorded under it, for tasks still running.
         self.write_id = uuid.uuid4().hex

@@ -161,12 +161,12 @@ class OncelogDataSource(DataSource):
     def writer(self, schema, overwrite: bool):
         from .sink import OncelogBatchWriter
 
-        return OncelogBatchWriter(self.options)
+        return OncelogBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema, overwrite: bool):
         from .sink import OncelogStreamWriter
 
-        return OncelogStreamWriter(self.options)
+        return OncelogStreamWriter(self.options, schema)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         opts = parse(self.options)
