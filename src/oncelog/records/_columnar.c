@@ -778,6 +778,57 @@ fail:
     return NULL;
 }
 
+/* binary_list(validity, offsets, data, start, stop) -> [bytes | None]: rows start..stop of a
+ * decoded binary column (int32 offsets) as Python objects, for the consumers that want one
+ * object per record (Consumer.poll). validity None: no nulls. */
+static PyObject *binary_list(PyObject *self, PyObject *args)
+{
+    PyObject *valid_obj;
+    Py_buffer offs, data, valid = {0};
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTuple(args, "Oy*y*nn", &valid_obj, &offs, &data, &start, &stop))
+        return NULL;
+    PyObject *out = NULL;
+    int has_valid = valid_obj != Py_None;
+    if (has_valid && PyObject_GetBuffer(valid_obj, &valid, PyBUF_SIMPLE) < 0)
+        goto done;
+    if (start < 0 || stop < start || 4 * (stop + 1) > offs.len
+        || (has_valid && (stop + 7) / 8 > valid.len)) {
+        PyErr_SetString(PyExc_ValueError, "binary_list: rows outside the buffers");
+        goto done;
+    }
+    out = PyList_New(stop - start);
+    if (!out)
+        goto done;
+    const int32_t *o = (const int32_t *)offs.buf;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *item;
+        if (has_valid && !((((const uint8_t *)valid.buf)[i >> 3] >> (i & 7)) & 1)) {
+            item = Py_None;
+            Py_INCREF(item);
+        } else {
+            int32_t a = o[i], b = o[i + 1];
+            if (a < 0 || b < a || b > data.len) {
+                PyErr_SetString(PyExc_ValueError, "binary_list: offsets outside the data");
+                Py_CLEAR(out);
+                goto done;
+            }
+            item = PyBytes_FromStringAndSize((const char *)data.buf + a, b - a);
+            if (!item) {
+                Py_CLEAR(out);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(out, i - start, item);
+    }
+done:
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&data);
+    if (has_valid)
+        PyBuffer_Release(&valid);
+    return out;
+}
+
 /* --- partitioning ------------------------------------------------------------------------ */
 
 /* Kafka's Utils.murmur2, as client/partitioner.py has it. */
@@ -920,6 +971,8 @@ static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(data, count, base_offset, base_timestamp, has_lat, lat, timestamp_type, "
      "min_offset, buffers, counters) -> rows appended; ValueError on a malformed section"},
+    {"binary_list", binary_list, METH_VARARGS,
+     "binary_list(validity, offsets, data, start, stop) -> rows as bytes or None"},
     {"partition_keys", partition_keys, METH_VARARGS,
      "partition_keys(keys, num_partitions) -> int32 partition per row (-1: null key)"},
     {"group_rows", group_rows, METH_VARARGS,
