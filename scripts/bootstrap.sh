@@ -24,7 +24,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.oncelog-installed
-hash=$(cat pyproject.toml setup.py src/oncelog/records/*.c "$0" | sha256sum | cut -d" " -f1)
+hash=$(cat pyproject.toml setup.py src/oncelog/records/*.[ch] "$0" | sha256sum | cut -d" " -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] \
     || ! ls src/oncelog/records/_recordwalk*.so src/oncelog/records/_columnar*.so \
         >/dev/null 2>&1; then  # the built C extensions

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any, Self
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Self, TypeVar
 
+from ..records.columnar import RecordColumns
 from .config import consumer_config
 from .fetcher import LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, Fetcher
 from .group_coordinator import Callback, GroupCoordinator
@@ -25,6 +26,7 @@ from .subscription_state import EARLIEST, LATEST, SubscriptionState
 from .types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 
 _client_ids = itertools.count(1)
+_Taken = TypeVar("_Taken", list[ConsumerRecord], dict[TopicPartition, RecordColumns])
 
 
 class Consumer:
@@ -209,6 +211,25 @@ class Consumer:
         when the time is up. Raises OffsetOutOfRangeError if auto.offset.reset is none and a
         position fell out of the log, and the broker's error class for non-retriable errors.
         """
+        max_records = self.config.max_poll_records
+        return self._poll(timeout, lambda: self._fetcher.fetched_records(max_records), [])
+
+    def poll_columns(self, timeout: float = 1.0) -> dict[TopicPartition, RecordColumns]:
+        """``poll`` in bulk: the records decoded column-wise (records/columnar.py), per
+        partition, without one object per record. Each RecordColumns has ``topic``,
+        ``partition``, ``count``, ``to_arrow()`` (offset, timestamp, timestamp_type, key,
+        value, headers: pyarrow arrays sharing its memory) and Python views (``offsets()``,
+        ``keys()``, ...).
+
+        As ``poll``: positions advance past what is returned; control batches are skipped;
+        read_committed leaves out aborted transactions' records; compressed batches are
+        decompressed; CRCs are checked (check.crcs); the same errors. Unlike ``poll``, every
+        buffered record is returned (max.poll.records, a bound on per-record work, does not
+        apply): a fetch's worth per partition, up to max.partition.fetch.bytes of batches.
+        """
+        return self._poll(timeout, self._fetcher.fetched_columns, {})
+
+    def _poll(self, timeout: float, take: Callable[[], _Taken], nothing: _Taken) -> _Taken:
         self._check_open()
         if not self._subs.assigned() and not self._subscribed:
             raise RuntimeError("poll(): no partitions assigned (call assign() or subscribe())")
@@ -220,7 +241,7 @@ class Consumer:
                 if not self._subs.assigned():
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        return []
+                        return nothing
                     self._net.sleep(min(remaining, 0.1))
                     continue
             fetcher.raise_errors()
@@ -235,14 +256,14 @@ class Consumer:
                     fetcher.reset_positions(max(deadline, time.monotonic() + 0.001))
                 except TimeoutError:
                     pass
-            records = fetcher.fetched_records(self.config.max_poll_records)
-            if records:
+            taken = take()
+            if taken:
                 fetcher.send_fetches()  # the next fetch is under way while these are processed
-                return records
+                return taken
             fetcher.send_fetches()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return []
+                return nothing
             for req in self._net.poll(remaining):
                 fetcher.handle(req)
 

@@ -17,9 +17,11 @@ starts where the complete ones ended.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +36,15 @@ from ..errors import (
 from ..protocol import ApiKey
 from ..records import (
     CONTROL_ABORT,
+    BatchHeader,
     CorruptRecordError,
     decode_batch,
     iter_batches,
     parse_control_record,
+    validate_batch,
 )
+from ..records.batch import batch_payload
+from ..records.columnar import RecordColumns
 from .config import ClientConfig
 from .connection import InFlightRequest
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
@@ -56,11 +62,32 @@ FETCH_BY_NAME_MAX_VERSION = 12  # v13+ names topics by id only
 
 @dataclass
 class CompletedFetch:
+    """One partition's decoded fetch, waiting to be returned by ``poll`` (in pieces of
+    max.poll.records) or ``poll_columns`` (whole)."""
+
     tp: TopicPartition
     fetch_offset: int
-    records: list[ConsumerRecord]
+    columns: RecordColumns
     next_offset: int  # where the next fetch starts once these records are returned
+    decode: Callable[[int], RecordColumns]  # the records from an offset on, decoded again
     index: int = 0
+    _records: list[ConsumerRecord] | None = None
+
+    @property
+    def records(self) -> list[ConsumerRecord]:
+        """The records as objects, made once from the columns (the compiled decode and
+        then one object per record is faster than decoding record by record in Python)."""
+        if self._records is None:
+            self._records = consumer_records(self.columns)
+        return self._records
+
+
+def consumer_records(columns: RecordColumns) -> list[ConsumerRecord]:
+    n = columns.count
+    return list(map(ConsumerRecord, [columns.topic] * n, [columns.partition] * n,
+                    columns.offsets().tolist(), columns.timestamps().tolist(),
+                    columns.timestamp_types().tolist(), columns.keys(), columns.values(),
+                    columns.headers()))
 
 
 @dataclass
@@ -68,15 +95,17 @@ class _OffsetRequest:
     partitions: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> timestamp
 
 
-def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
-                   read_committed: bool, aborted: list[tuple[int, int]] | None,
-                   check_crcs: bool) -> tuple[list[ConsumerRecord], int]:
-    """Records at or after ``fetch_offset`` in one partition's fetch data, and the offset after
-    the last complete batch (``fetch_offset`` if there was none).
+def readable_batches(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+                     read_committed: bool, aborted: list[tuple[int, int]] | None,
+                     check_crcs: bool) -> tuple[list[tuple[int, BatchHeader]], int]:
+    """(position, header) of each batch of one partition's fetch data whose records a
+    consumer reads: not wholly below ``fetch_offset``, not a control batch, and with
+    read_committed not of an aborted transaction; and the offset after the last complete
+    batch (``fetch_offset`` if there was none).
 
     ``aborted``: (first offset, producer id) of each aborted transaction the broker listed.
     """
-    out: list[ConsumerRecord] = []
+    out: list[tuple[int, BatchHeader]] = []
     next_offset = fetch_offset
     if not data:
         return out, next_offset
@@ -102,6 +131,20 @@ def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
                 continue
         if header.is_control:
             continue
+        out.append((pos, header))
+    return out, next_offset
+
+
+def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+                   read_committed: bool, aborted: list[tuple[int, int]] | None,
+                   check_crcs: bool) -> tuple[list[ConsumerRecord], int]:
+    """Records at or after ``fetch_offset`` in one partition's fetch data (those of
+    ``readable_batches``), one object each, and the offset after the last complete batch."""
+    batches, next_offset = readable_batches(tp, data, fetch_offset,
+                                            read_committed=read_committed, aborted=aborted,
+                                            check_crcs=check_crcs)
+    out: list[ConsumerRecord] = []
+    for pos, header in batches:
         try:
             _, records = decode_batch(data, pos, verify_crc=check_crcs)
         except CorruptRecordError as exc:
@@ -114,6 +157,31 @@ def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
                 out.append(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, ts_type,
                                           r.key, r.value, r.headers))
     return out, next_offset
+
+
+def decode_columns(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+                   read_committed: bool, aborted: list[tuple[int, int]] | None,
+                   check_crcs: bool) -> tuple[RecordColumns, int]:
+    """``decode_records`` in bulk: the same records, decoded by the compiled codec into one
+    RecordColumns (records/columnar.py) instead of an object each."""
+    batches, next_offset = readable_batches(tp, data, fetch_offset,
+                                            read_committed=read_committed, aborted=aborted,
+                                            check_crcs=check_crcs)
+    columns = RecordColumns(tp.topic, tp.partition)
+    for pos, header in batches:
+        try:
+            if check_crcs:  # a stored batch, which a log cleaner may have rebuilt
+                validate_batch(data, pos, cleaned=True)
+            lat = header.max_timestamp if header.timestamp_type else None
+            columns.append_records(batch_payload(data, pos, header), header.records_count,
+                                   header.base_offset, header.base_timestamp,
+                                   log_append_time=lat, timestamp_type=header.timestamp_type,
+                                   min_offset=fetch_offset)
+        except CorruptRecordError as exc:
+            raise CorruptMessageError(
+                f"{tp.topic}-{tp.partition}: batch at offset {header.base_offset}: {exc}"
+            ) from exc
+    return columns, next_offset
 
 
 class Fetcher:
@@ -230,11 +298,14 @@ class Fetcher:
             if self.read_committed and p.aborted_transactions:
                 aborted = [(int(a.first_offset), int(a.producer_id))
                            for a in p.aborted_transactions]
-            records, next_offset = decode_records(
-                tp, p.records, fetch_offset, read_committed=self.read_committed,
-                aborted=aborted, check_crcs=self.config.check_crcs)
-            if records or next_offset > fetch_offset:
-                self._completed[tp] = CompletedFetch(tp, fetch_offset, records, next_offset)
+            decode = functools.partial(decode_columns, tp, p.records,
+                                       read_committed=self.read_committed, aborted=aborted,
+                                       check_crcs=self.config.check_crcs)
+            columns, next_offset = decode(fetch_offset)
+            if columns.count or next_offset > fetch_offset:
+                self._completed[tp] = CompletedFetch(
+                    tp, fetch_offset, columns, next_offset,
+                    lambda offset: decode(offset)[0])
         elif code == _OFFSET_OUT_OF_RANGE:
             if self.subs.default_reset == "none":
                 self._errors.append(OffsetOutOfRangeError(
@@ -278,6 +349,22 @@ class Fetcher:
                 self.subs.seek(tp, fetch.next_offset)
             elif take:
                 self.subs.seek(tp, take[-1].offset + 1)
+        return out
+
+    def fetched_columns(self) -> dict[TopicPartition, RecordColumns]:
+        """Every buffered record, per partition, advancing positions past them (partitions
+        whose fetch held no record for the consumer advance too, but are left out)."""
+        out: dict[TopicPartition, RecordColumns] = {}
+        for tp in list(self._completed):
+            fetch = self._completed.pop(tp)
+            position = self.subs.position(tp) if self.subs.is_assigned(tp) else None
+            if position is None:
+                continue
+            # poll() took some already: the rest, decoded again (mixing the two is rare)
+            columns = fetch.columns if fetch.index == 0 else fetch.decode(position)
+            if columns.count:
+                out[tp] = columns
+            self.subs.seek(tp, fetch.next_offset)
         return out
 
     def discard(self, tp: TopicPartition) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 try:
+    from ._columnar import binary_list as _binary_list
     from ._columnar import decode as _decode
     from ._columnar import encode as _encode
     from ._columnar import group_rows as _group_rows
@@ -268,15 +269,8 @@ class RecordColumns:
     def _binary(self, valid: int, offs: int, data: int, nulls: int, n: int
                 ) -> list[bytes | None]:
         """A binary column as Python objects (ConsumerRecords need them)."""
-        o = memoryview(self._buffers[offs])[: 4 * (n + 1)].cast("i").tolist()
-        d = bytes(self._buffers[data][: o[-1]]) if n else b""
-        out: list[bytes | None] = [d[o[i] : o[i + 1]] for i in range(n)]
-        if nulls:
-            bits = self._buffers[valid]
-            for i in range(n):
-                if not bits[i >> 3] >> (i & 7) & 1:
-                    out[i] = None
-        return out
+        b = self._buffers
+        return _binary_list(b[valid] if nulls else None, b[offs], b[data], 0, n)
 
     def keys(self) -> list[bytes | None]:
         return self._binary(_KEY_VALID, _KEY_OFFS, _KEY_DATA, self._counter(_KEY_NULLS),
@@ -294,7 +288,7 @@ class RecordColumns:
         lists = memoryview(self._buffers[_HDR_OFFS])[: 4 * (n + 1)].cast("i").tolist()
         total = self._counter(_HEADERS)
         hk = memoryview(self._buffers[_HK_OFFS])[: 4 * (total + 1)].cast("i").tolist()
-        kd = bytes(self._buffers[_HK_DATA][: hk[-1]])
+        kd = self._buffers[_HK_DATA]
         hv = self._binary(_HV_VALID, _HV_OFFS, _HV_DATA, self._counter(_HV_NULLS), total)
         keys = [kd[hk[j] : hk[j + 1]].decode() for j in range(total)]
         return [list(zip(keys[lists[i] : lists[i + 1]], hv[lists[i] : lists[i + 1]],
