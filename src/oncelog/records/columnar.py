@@ -55,6 +55,8 @@ def column_arg(column: Any, what: str) -> list | tuple | None:
     layout (validity or None, offsets, data, offset width 4|8, array offset, length)."""
     if column is None or isinstance(column, list):
         return column
+    if isinstance(column, tuple) and len(column) == 6:
+        return column  # already the Arrow layout (send_batch's columns reach the partitioner so)
     if not _is_arrow(column):
         if isinstance(column, (str, bytes)):
             raise TypeError(f"{what}: a column (list or Arrow array), not a single {what[:-1]}")
