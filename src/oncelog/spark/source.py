@@ -67,7 +67,9 @@ class _Planner:
     def _consumer(self):
         from .. import Consumer
 
-        return Consumer(self.opts.client_config())
+        # Looks offsets up only; with a kafka.group.id it must commit nothing (as Spark's
+        # driver: enable.auto.commit=false).
+        return Consumer({**self.opts.client_config(), "enable.auto.commit": "false"})
 
     def _retrying(self, what, fn):
         """fetchOffset.numRetries attempts, fetchOffset.retryIntervalMs apart (Spark's), each
