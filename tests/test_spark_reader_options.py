@@ -151,10 +151,12 @@ def test_a_missing_topic_or_an_unmatched_pattern_reads_nothing(spark, broker, tm
         q.stop()
 
 
-def test_available_now_splits_the_backlog_by_max_offsets_per_trigger(spark, broker, tmp_path):
+def test_a_stream_starts_by_timestamp_and_available_now_splits_its_backlog(spark, broker,
+                                                                         tmp_path):
     produce(broker, "backlog", 2, [(i % 2, f"v{i}", i) for i in range(20)])
+    # a new stream starts at its records from T + 4 on (v4 on: offset 2 of each partition)
     q = stream(spark, broker, "backlog", tmp_path / "ck", available_now=True,
-               subscribe="backlog", startingOffsets="earliest", maxOffsetsPerTrigger="6",
+               subscribe="backlog", startingTimestamp=str(T + 4), maxOffsetsPerTrigger="6",
                minPartitions="4")
     try:
         assert q.awaitTermination(180)
@@ -162,9 +164,9 @@ def test_available_now_splits_the_backlog_by_max_offsets_per_trigger(spark, brok
         progress = q.recentProgress
     finally:
         q.stop()
-    assert seen(spark, "backlog") == sorted((i % 2, i // 2, f"v{i}") for i in range(20))
+    assert seen(spark, "backlog") == sorted((i % 2, i // 2, f"v{i}") for i in range(4, 20))
     sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
-    assert sum(sizes) == 20 and max(sizes) <= 6 and len(sizes) >= 4
+    assert sum(sizes) == 16 and max(sizes) <= 6 and len(sizes) >= 3
     # the source's latest offset in the progress (reportLatestOffset): what was there
     last = [p for p in progress if p["numInputRows"]][-1]["sources"][0]
     assert json.loads(last["latestOffset"]) == {"backlog": {"0": 10, "1": 10}}
