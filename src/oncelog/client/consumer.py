@@ -23,7 +23,7 @@ from .fetcher import LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, Fetcher
 from .group_coordinator import Callback, GroupCoordinator
 from .network import NetworkClient
 from .subscription_state import EARLIEST, LATEST, SubscriptionState
-from .types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
+from .types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 _client_ids = itertools.count(1)
 _Taken = TypeVar("_Taken", list[ConsumerRecord], dict[TopicPartition, RecordColumns])
@@ -196,6 +196,29 @@ class Consumer:
         tps = [TopicPartition(*tp) for tp in partitions]
         return self._fetcher.list_offsets(dict.fromkeys(tps, LIST_OFFSETS_LATEST),
                                           self._deadline(timeout))
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
+                          timeout: float | None = None
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Kafka's offsetsForTimes: per partition, the first offset whose record's timestamp is
+        at or after the given one (ms), or None when no record is (ListOffsets by timestamp,
+        with this consumer's isolation level)."""
+        from . import admin_groups
+
+        wanted = {TopicPartition(*tp): int(ts) for tp, ts in timestamps.items()}
+        for tp, ts in wanted.items():
+            if ts < 0:  # -1 and -2 would ask for the latest and the earliest offsets
+                raise ValueError(f"the target time for partition {tp.topic}-{tp.partition} is "
+                                 f"{ts}: it cannot be negative")
+        if not wanted:
+            return {}
+        deadline = self._deadline(timeout)
+        found = admin_groups.list_offsets(
+            self._net, lambda topics: self._net.update_metadata(
+                topics, deadline, allow_auto_topic_creation=False),
+            wanted, self._fetcher.read_committed, deadline)
+        return {tp: None if r.offset < 0 else OffsetAndTimestamp(r.offset, r.timestamp)
+                for tp, r in found.items()}
 
     def _deadline(self, timeout: float | None) -> float:
         if timeout is None:

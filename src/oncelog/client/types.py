@@ -173,3 +173,11 @@ class ListOffsetsResultInfo(NamedTuple):
     offset: int
     timestamp: int  # -1 unless the spec was a timestamp or the largest one (-3)
     leader_epoch: int  # -1 when the broker did not say
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """``Consumer.offsets_for_times``: the first offset whose record's timestamp is at or
+    after the one asked, and that record's timestamp (Kafka's OffsetAndTimestamp)."""
+
+    offset: int
+    timestamp: int

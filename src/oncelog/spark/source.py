@@ -10,6 +10,7 @@ returned, so a range is done when the consumer's position reaches its end.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -21,11 +22,21 @@ from pyspark.sql.datasource import (
 )
 
 try:  # Spark 4.2+: admission control for Python streaming sources
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
 except ImportError:  # pragma: no cover - older Spark
-    ReadLimit = ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadLimit = ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 from .options import EARLIEST, LATEST, OptionError, SourceOptions, parse
+from .ranges import split_ranges
+
+log = logging.getLogger("oncelog.spark")
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int")
@@ -53,9 +64,30 @@ class _Planner:
     def _consumer(self):
         from .. import Consumer
 
-        return Consumer(self.opts.client_config())
+        # Looks offsets up only; with a kafka.group.id it must commit nothing (as Spark's
+        # driver: enable.auto.commit=false).
+        return Consumer({**self.opts.client_config(), "enable.auto.commit": "false"})
+
+    def _retrying(self, what, fn):
+        """fetchOffset.numRetries attempts, fetchOffset.retryIntervalMs apart (Spark's), each
+        already retrying retriable errors within the client's own timeout."""
+        for attempt in range(1, self.opts.fetch_offset_retries + 1):
+            try:
+                return fn()
+            except OptionError:
+                raise
+            except Exception:
+                if attempt == self.opts.fetch_offset_retries:
+                    raise
+                log.warning("fetching %s failed (attempt %d of %d)", what, attempt,
+                            self.opts.fetch_offset_retries, exc_info=True)
+                time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000)
+        raise AssertionError("unreachable")
 
     def partitions(self) -> list[tuple[str, int]]:
+        return self._retrying("the partitions", self._partitions)
+
+    def _partitions(self) -> list[tuple[str, int]]:
         from .. import Admin
 
         o = self.opts
@@ -78,6 +110,9 @@ class _Planner:
         read_committed."""
         if not tps:
             return {}, {}
+        return self._retrying("the offsets", lambda: self._offsets(tps))
+
+    def _offsets(self, tps: list[tuple[str, int]]) -> tuple[dict, dict]:
         from .. import TopicPartition
 
         c = self._consumer()
@@ -89,6 +124,28 @@ class _Planner:
             c.close()
         return ({(tp.topic, tp.partition): o for tp, o in earliest.items()},
                 {(tp.topic, tp.partition): o for tp, o in latest.items()})
+
+    def for_times(self, wanted: dict[tuple[str, int], int], latest: dict) -> dict:
+        """The first offset at or after each timestamp; None where no record is (before the
+        end a reader may read: Kafka's ListOffsets answers nothing past it either)."""
+        if not wanted:
+            return {}
+        from .. import TopicPartition
+
+        def ask():
+            c = self._consumer()
+            try:
+                return c.offsets_for_times({TopicPartition(t, p): ts
+                                            for (t, p), ts in wanted.items()})
+            finally:
+                c.close()
+
+        found = self._retrying("offsets by timestamp", ask)
+        out: dict[tuple[str, int], int | None] = {}
+        for tp in wanted:
+            hit = found.get(TopicPartition(*tp))
+            out[tp] = hit.offset if hit is not None and hit.offset < latest[tp] else None
+        return out
 
     def resolve(self, spec, tps, earliest, latest, default: str) -> dict:
         out: dict[str, dict[str, int]] = {}
@@ -104,9 +161,81 @@ class _Planner:
             out.setdefault(t, {})[str(p)] = value
         return out
 
+    def start(self, tps, earliest, latest, default: str) -> dict:
+        """Where a batch query or a new stream starts: startingTimestamp, else
+        startingOffsetsByTimestamp, else startingOffsets (Spark's order of preference)."""
+        o = self.opts
+        if not o.by_timestamp_start:
+            _check_named(o.starting, tps, "startingOffsets")
+            return self.resolve(o.starting or default, tps, earliest, latest, default)
+        wanted = _timestamps_for(o.starting_timestamp, o.starting_by_timestamp, tps,
+                                 "startingOffsetsByTimestamp")
+        found = self.for_times(wanted, latest)
+        out = self.resolve(default, tps, earliest, latest, default)
+        for (t, p), offset in found.items():
+            if offset is None:
+                if o.by_timestamp_strategy == "error":
+                    raise OptionError(
+                        f"No offset matched from request of topic-partition {t}-{p} and "
+                        f"timestamp {wanted[(t, p)]} (set startingOffsetsByTimestampStrategy "
+                        "to latest to start such partitions at the latest offset)")
+                offset = latest[(t, p)]
+            out[t][str(p)] = offset
+        return out
+
+    def end(self, tps, earliest, latest) -> dict:
+        """Where a batch query ends: endingTimestamp, else endingOffsetsByTimestamp, else
+        endingOffsets; a timestamp that matches no record ends at the latest offset."""
+        o = self.opts
+        if not o.by_timestamp_end:
+            _check_named(o.ending, tps, "endingOffsets")
+            return self.resolve(o.ending, tps, earliest, latest, "latest")
+        wanted = _timestamps_for(o.ending_timestamp, o.ending_by_timestamp, tps,
+                                 "endingOffsetsByTimestamp")
+        out = self.resolve("latest", tps, earliest, latest, "latest")
+        for (t, p), offset in self.for_times(wanted, latest).items():
+            out[t][str(p)] = latest[(t, p)] if offset is None else offset
+        return out
+
+
+def _timestamps_for(everywhere: int | None, per_partition: dict | None, tps,
+                    name: str) -> dict[tuple[str, int], int]:
+    if everywhere is not None:
+        return dict.fromkeys(tps, everywhere)
+    assert per_partition is not None
+    _check_named(per_partition, tps, name)
+    # A partition left out takes the default position, as with startingOffsets here (Spark
+    # refuses a JSON that does not name every partition).
+    return {(t, p): per_partition[t][p] for t, p in tps if p in per_partition.get(t, {})}
+
+
+def _check_named(spec, tps, name: str) -> None:
+    """A JSON position may only name partitions the query reads (Spark's rule too)."""
+    if not isinstance(spec, dict):
+        return
+    reading = set(tps)
+    stray = sorted(f"{t}-{p}" for t, parts in spec.items() for p in parts
+                   if (t, p) not in reading)
+    if stray:
+        raise OptionError(f"{name} names partitions this query does not read: "
+                          f"{', '.join(stray)}")
+
 
 def _flat(offsets: dict) -> dict[tuple[str, int], int]:
     return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
+
+
+def _nested(offsets: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (t, p), o in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = o
+    return out
+
+
+def _split(opts: SourceOptions, ranges: list[TopicPartitionRange]) -> list[TopicPartitionRange]:
+    pieces = split_ranges([(r.topic, r.partition, r.start, r.end) for r in ranges],
+                          opts.min_partitions, opts.max_records_per_partition)
+    return [TopicPartitionRange(t, p, s, e) for t, p, s, e in pieces]
 
 
 def read_range(opts: SourceOptions, r: TopicPartitionRange):
@@ -124,14 +253,16 @@ def read_range(opts: SourceOptions, r: TopicPartitionRange):
     try:
         c.assign([tp])
         c.seek(tp, r.start)
-        idle_deadline = time.monotonic() + 60
+        idle = opts.poll_timeout_ms / 1000  # kafkaConsumer.pollTimeoutMs
+        idle_deadline = time.monotonic() + idle
         while c.position(tp) < r.end:
             got = c.poll_columns(0.5)
             if got:
-                idle_deadline = time.monotonic() + 60
+                idle_deadline = time.monotonic() + idle
             elif time.monotonic() > idle_deadline:
                 raise TimeoutError(f"{r.topic}-{r.partition}: no progress towards offset "
-                                   f"{r.end} for 60 s (at {c.position(tp)})")
+                                   f"{r.end} for {idle:g} s (at {c.position(tp)}): "
+                                   "kafkaConsumer.pollTimeoutMs")
             for columns in got.values():
                 batch = spark_batch(schema, r.topic, r.partition, columns.to_arrow(), r.end)
                 if batch is not None:
@@ -169,40 +300,45 @@ class OncelogDataSource(DataSource):
         return OncelogStreamWriter(self.options, schema)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
-        opts = parse(self.options)
-        if "endingoffsets" in {k.lower() for k in self.options}:
-            raise OptionError("endingOffsets is for batch queries only")
-        return OncelogStreamReader(opts)
+        return OncelogStreamReader(parse(self.options, streaming=True))
+
+
+def _read(opts: SourceOptions, partition):
+    # With no partition to read (a topic that does not exist, a pattern that matches
+    # nothing), PySpark still runs one task, on a bare InputPartition: it reads nothing.
+    if not isinstance(partition, TopicPartitionRange):
+        return iter(())
+    return read_range(opts, partition)
 
 
 class OncelogBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        if opts.starting == "latest":
-            raise OptionError("startingOffsets latest makes no sense for a batch query")
-        if opts.starting is None:
-            opts.starting = "earliest"
 
     def partitions(self):
         planner = _Planner(self.opts)
         tps = planner.partitions()
         earliest, latest = planner.offsets(tps)
-        start = _flat(planner.resolve(self.opts.starting, tps, earliest, latest, "earliest"))
-        end = _flat(planner.resolve(self.opts.ending, tps, earliest, latest, "latest"))
+        start = _flat(planner.start(tps, earliest, latest, "earliest"))
+        end = _flat(planner.end(tps, earliest, latest))
         for tp in tps:
             t, p = tp
             if end[tp] > latest[tp]:
                 raise OptionError(f"endingOffsets: {t}-{p} ends at {latest[tp]} (the last "
                                   f"stable offset), not {end[tp]}")
             if start[tp] > end[tp]:
+                if self.opts.by_timestamp_start or self.opts.by_timestamp_end:
+                    raise OptionError(f"{t}-{p}: the start found by timestamp, offset "
+                                      f"{start[tp]}, is past the end, offset {end[tp]}")
                 raise OptionError(f"{t}-{p}: startingOffsets {start[tp]} is past "
                                   f"endingOffsets {end[tp]}")
-        return [TopicPartitionRange(t, p, _checked(self.opts, t, p, start[(t, p)],
-                                                   earliest[(t, p)]), end[(t, p)])
-                for t, p in tps]
+        return _split(self.opts, [
+            TopicPartitionRange(t, p, _checked(self.opts, t, p, start[(t, p)],
+                                               earliest[(t, p)]), end[(t, p)])
+            for t, p in tps])
 
     def read(self, partition):
-        return read_range(self.opts, partition)
+        return _read(self.opts, partition)
 
 
 def _checked(opts: SourceOptions, topic: str, partition: int, start: int, earliest: int) -> int:
@@ -215,39 +351,86 @@ def _checked(opts: SourceOptions, topic: str, partition: int, start: int, earlie
     return start
 
 
-class OncelogStreamReader(DataSourceStreamReader):
+class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.planner = _Planner(opts)
+        # The latest offsets seen by the last latestOffset (reportLatestOffset shows them).
+        self._latest: dict[tuple[str, int], int] = {}
+        # Trigger.AvailableNow: the end pinned when the query started.
+        self._target: dict[tuple[str, int], int] | None = None
+        # minOffsetsPerTrigger: when the last micro-batch was let through (0: never, so the
+        # first one never waits, as in Spark).
+        self._last_trigger = 0.0
 
     def initialOffset(self) -> dict:
         tps = self.planner.partitions()
         earliest, latest = self.planner.offsets(tps)
-        return self.planner.resolve(self.opts.starting or "latest", tps, earliest, latest,
-                                    "latest")
+        return self.planner.start(tps, earliest, latest, "latest")
 
     def getDefaultReadLimit(self):
+        # PySpark has no composite read limit: with both minOffsetsPerTrigger and
+        # maxOffsetsPerTrigger, latestOffset applies the maximum from the options itself.
+        if self.opts.min_offsets_per_trigger is not None and ReadMinRows is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         if self.opts.max_offsets_per_trigger and ReadMaxRows is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable() if ReadAllAvailable is not None else None
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Pin the end: what is there now (the last stable offsets); the query reads up to it
+        in as many micro-batches as the read limit makes, and nothing that comes later."""
+        tps = self.planner.partitions()
+        self._target = self.planner.offsets(tps)[1]
+
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         tps = self.planner.partitions()
         earliest, latest = self.planner.offsets(tps)
+        if self._target is not None:
+            # Partitions that appeared after the pin are left for a later query.
+            latest = {tp: min(o, self._target[tp]) for tp, o in latest.items()
+                      if tp in self._target}
+            tps = [tp for tp in tps if tp in self._target]
         begin = _flat(start or {})
         # Partitions that appeared since (subscribePattern, new partitions): from the earliest.
         for tp in tps:
             begin.setdefault(tp, earliest[tp])
         end = {tp: max(latest[tp], begin[tp]) for tp in tps}
+        self._latest = dict(end)
+        if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
+            return _nested(end)  # the engine's own limit wins over the options
+        if self._delay(begin, end, limit):
+            return start or {}
         cap = getattr(limit, "max_rows", None)
-        if cap is None and limit is None and self.opts.max_offsets_per_trigger:
-            cap = self.opts.max_offsets_per_trigger  # Spark without admission control
+        if cap is None and self.opts.max_offsets_per_trigger and \
+                (limit is None or getattr(limit, "min_rows", None) is not None):
+            # Spark without admission control, or the maximum next to a minimum
+            cap = self.opts.max_offsets_per_trigger
         if cap is not None:
             end = _rate_limit(begin, end, int(cap))
-        out: dict[str, dict[str, int]] = {}
-        for (t, p), o in sorted(end.items()):
-            out.setdefault(t, {})[str(p)] = o
-        return out
+        return _nested(end)
+
+    def _delay(self, begin: dict, end: dict, limit) -> bool:
+        """minOffsetsPerTrigger: skip this trigger while fewer offsets than that are waiting,
+        unless maxTriggerDelay has passed since the last micro-batch (Spark's delayBatch).
+        Never under availableNow: the backlog is all there is, waiting would only stall."""
+        minimum = getattr(limit, "min_rows", None)
+        if minimum is None or self._target is not None:
+            return False
+        now = time.time()
+        if (now - self._last_trigger) * 1000 >= self.opts.max_trigger_delay_ms:
+            self._last_trigger = now
+            return False
+        if sum(end[tp] - begin[tp] for tp in end) < int(minimum):
+            return True
+        self._last_trigger = now
+        return False
+
+    def reportLatestOffset(self) -> dict | None:
+        """The latest offsets the last trigger saw (the query's progress shows them as the
+        source's latestOffset; its endOffset is what was read, so the difference per partition
+        is the offsets behind latest)."""
+        return _nested(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict):
         begin, stop = _flat(start), _flat(end)
@@ -261,10 +444,10 @@ class OncelogStreamReader(DataSourceStreamReader):
                 earliest = self.planner.offsets(sorted(stop))[0]
             out.append(TopicPartitionRange(t, p, _checked(self.opts, t, p, s,
                                                           earliest.get((t, p), 0)), e))
-        return out
+        return _split(self.opts, out)
 
     def read(self, partition):
-        return read_range(self.opts, partition)
+        return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         pass  # offsets live in Spark's checkpoint, as with Spark's Kafka source

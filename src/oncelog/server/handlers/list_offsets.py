@@ -59,6 +59,13 @@ async def handle_list_offsets(broker, ctx, request):
                         # the request gets an error, the connection and the broker go on.
                         log.warning("ListOffsets on %s-%d: %s", t.name, p.partition_index, exc)
                         found, err = None, "corrupt_message"
+                    # As Kafka: a record consumers may not read yet (past the high watermark,
+                    # or the last stable offset for read_committed) is not an answer.
+                    if found is not None and getattr(request, "replica_id", -1) < 0:
+                        fetchable = plog.last_stable_offset if isolation == READ_COMMITTED \
+                            else plog.high_watermark
+                        if found[0] >= fetchable:
+                            found = None
                     if found is not None:
                         offset, ts = found
             parts_out.append(make(mod.ListOffsetsPartitionResponse,
