@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oncelog.client.accumulator import ProducerBatch
 from oncelog.client.partitioner import partition_for_key
-from oncelog.records import CorruptRecordError, build_batch, decode_batch
+from oncelog.client.types import TopicPartition
+from oncelog.records import Compression, CorruptRecordError, build_batch, decode_batch
 from oncelog.records.batch import HEADER_SIZE, decode_record_set, encode_record
 from oncelog.records.columnar import (
     RecordColumns,
@@ -307,3 +309,20 @@ def test_group_rows_names_a_partition_out_of_range():
         group_rows(array("i", [0, 7]).tobytes(), 7)
     with pytest.raises(ValueError, match="partition -1"):
         group_rows(array("i", [-1]).tobytes(), 7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(maybe_bytes, maybe_bytes, st.lists(header, max_size=3),
+                          st.integers(0, 2**41)), min_size=1, max_size=30),
+       st.sampled_from(list(Compression)), st.booleans())
+def test_the_producers_batches_are_build_batchs(rows, codec, transactional):
+    batch = ProducerBatch(TopicPartition("t", 0), 0.0)
+    for key, value, headers, ts in rows:
+        assert batch.try_append(key, value, headers, ts, 1, 2**30) is not None
+    batch.set_producer_state(5, 1, 100, transactional)
+    expected = build_batch(rows, producer_id=5, producer_epoch=1, base_sequence=100,
+                           is_transactional=transactional, compression=codec)
+    if codec == Compression.NONE:
+        assert batch.encode(codec) == expected
+    else:  # compressors need not be deterministic across calls: compare what they hold
+        assert decode_batch(batch.encode(codec)) == decode_batch(expected)
