@@ -101,12 +101,16 @@ def test_arrow_columns_and_a_record_larger_than_batch_size(broker):
     keys = [None if i % 3 else b"k%d" % i for i in range(len(values))]
     arrow_values = pa.array([b"pad", *values], pa.large_binary()).slice(1)
     arrow_keys = pa.array(["pad", *[None if k is None else k.decode() for k in keys]]).slice(1)
+    headers = [None if i % 4 else [("i", b"%d" % i), ("n", None)] for i in range(len(values))]
+    arrow_headers = pa.array(  # Spark's Kafka headers column
+        [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
+        pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
     with Producer(bootstrap_servers=broker.bootstrap_servers, batch_size=1024) as producer:
         result = producer.send_batch(topic, arrow_values, arrow_keys, partition=0,
-                                     timestamps=BASE_TIMESTAMP).result(20)
+                                     timestamps=BASE_TIMESTAMP, headers=arrow_headers).result(20)
     got = consume(broker, topic, 1, len(values))
-    assert [(r.key, r.value, r.timestamp) for r in got] == \
-        [(k, v, BASE_TIMESTAMP) for k, v in zip(keys, values, strict=True)]
+    assert [(r.key, r.value, r.timestamp, list(r.headers)) for r in got] == \
+        [(k, v, BASE_TIMESTAMP, h or []) for k, v, h in zip(keys, values, headers, strict=True)]
     assert [r.offset for r in got] == list(range(len(values)))
     # the 20 kB record is alone in its batch
     bases = [base for _, base in result]

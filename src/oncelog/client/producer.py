@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any, Self
@@ -25,7 +25,13 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..records.batch import HEADER_SIZE
-from ..records.columnar import column_arg, column_rows, encode_sections, int64_column
+from ..records.columnar import (
+    column_arg,
+    column_rows,
+    encode_sections,
+    headers_arg,
+    int64_column,
+)
 from .accumulator import EncodedBatch, RecordAccumulator, estimate_record_size
 from .bulk_send import Gathered, route_rows
 from .config import producer_config
@@ -247,7 +253,7 @@ class Producer:
         return future
 
     def send_batch(self, topic: str, values: Any, keys: Any = None, *, partition: Any = None,
-                   timestamps: Any = None, headers: Sequence[Any] | None = None
+                   timestamps: Any = None, headers: Any = None
                    ) -> Future[list[tuple[int, int]]]:
         """Queue many records at once, encoded column-wise in C (records/columnar.py); the
         future resolves once every one is acknowledged, to a list of (partition, base offset)
@@ -260,8 +266,9 @@ class Producer:
         murmur2 partitioner; the unkeyed rows all go to one sticky partition), one
         partition for every row, or one per row (a sequence or an Arrow integer array).
         ``timestamps``: None (now), one int for every row, or one per row (ms; a sequence or
-        an Arrow int64/timestamp array). ``headers``: None, or per row None or a sequence of
-        (str, bytes | None) pairs.
+        an Arrow int64/timestamp array). ``headers``: None, per row None or a sequence of
+        (str, bytes | None) pairs, or a pyarrow list<struct<key: string, value: binary>> array
+        (Spark's Kafka ``headers`` column).
 
         The records are encoded into batches of at most batch.size bytes (a record larger
         than that gets a batch of its own) that the sender sends as it sends ``send``'s:
@@ -297,8 +304,7 @@ class Producer:
         return future
 
     def _send_batch(self, topic: str, values: Any, keys: Any, partition: Any, timestamps: Any,
-                    headers: Sequence[Any] | None
-                    ) -> tuple[Future[list[tuple[int, int]]], list[EncodedBatch]]:
+                    headers: Any) -> tuple[Future[list[tuple[int, int]]], list[EncodedBatch]]:
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
         if values is None:
@@ -308,9 +314,10 @@ class Producer:
         key_col = column_arg(keys, "keys")
         if key_col is not None and column_rows(key_col) != rows:
             raise ValueError(f"keys: {column_rows(key_col)} rows, the values have {rows}")
-        header_rows = None if headers is None else list(headers)
-        if header_rows is not None and len(header_rows) != rows:
-            raise ValueError(f"headers: {len(header_rows)} rows, the values have {rows}")
+        header_rows = headers_arg(headers)
+        if header_rows is not None and column_rows(header_rows) != rows:
+            raise ValueError(f"headers: {column_rows(header_rows)} rows, the values have "
+                             f"{rows}")
         now = int(time.time() * 1000)
         ts = None
         if isinstance(timestamps, int):

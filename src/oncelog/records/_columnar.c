@@ -10,7 +10,10 @@
  *   largest: the largest single record's encoded size.
  *   A column (values, keys) is None (all null), a list of bytes/str/bytearray/None, or an
  *   Arrow binary layout tuple (validity|None, offsets, data|None, offset_width 4|8,
- *   array offset, length).
+ *   array offset, length). headers: None, a list (per row None or a sequence of (str,
+ *   bytes|None)), or Arrow's list<struct<key, value>> layout ("arrow", validity|None,
+ *   offsets, offset_width, array offset, length, key column, value column), the key and
+ *   value columns as above, indexed by the list's offsets.
  *
  * decode(data, count, base_offset, base_timestamp, log_append_time, timestamp_type,
  *        min_offset, buffers, counters) -> rows appended
@@ -262,6 +265,136 @@ fail:
     return -1;
 }
 
+/* Headers given in Arrow's list<struct<key: string, value: binary>> layout: the list's
+ * validity and offsets (into the struct's entries), and the entries' key and value columns. */
+typedef struct {
+    int on;
+    Py_buffer validity, offsets;
+    int has_validity, wide;
+    Py_ssize_t offset, length;
+    Col keys, values;
+} ArrowHeaders;
+
+static void ah_release(ArrowHeaders *h)
+{
+    if (!h->on)
+        return;
+    if (h->has_validity)
+        PyBuffer_Release(&h->validity);
+    PyBuffer_Release(&h->offsets);
+    col_release(&h->keys);
+    col_release(&h->values);
+    h->on = 0;
+}
+
+/* ("arrow", validity|None, offsets, offset width, array offset, length, keys, values) */
+static int ah_init(ArrowHeaders *h, PyObject *obj, Py_ssize_t rows)
+{
+    memset(h, 0, sizeof(*h));
+    PyObject *v = PyTuple_GET_ITEM(obj, 1), *o = PyTuple_GET_ITEM(obj, 2);
+    h->wide = (int)PyLong_AsLong(PyTuple_GET_ITEM(obj, 3));
+    h->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(obj, 4));
+    h->length = PyLong_AsSsize_t(PyTuple_GET_ITEM(obj, 5));
+    if (PyErr_Occurred())
+        return -1;
+    if ((h->wide != 4 && h->wide != 8) || h->offset < 0 || h->length != rows) {
+        PyErr_Format(PyExc_ValueError, "headers: an Arrow list array of %zd rows", rows);
+        return -1;
+    }
+    if (PyObject_GetBuffer(o, &h->offsets, PyBUF_SIMPLE) < 0)
+        return -1;
+    h->on = 1;
+    if (v != Py_None) {
+        if (PyObject_GetBuffer(v, &h->validity, PyBUF_SIMPLE) < 0)
+            goto fail;
+        h->has_validity = 1;
+    }
+    if ((h->offset + h->length + 1) * h->wide > h->offsets.len
+        || (h->has_validity && (h->offset + h->length + 7) / 8 > h->validity.len)) {
+        PyErr_SetString(PyExc_ValueError, "headers: Arrow buffers shorter than the array");
+        goto fail;
+    }
+    Py_ssize_t entries = -1;
+    if (col_init(&h->keys, PyTuple_GET_ITEM(obj, 6), "header keys", &entries) < 0)
+        goto fail;
+    if (col_init(&h->values, PyTuple_GET_ITEM(obj, 7), "header values", &entries) < 0)
+        goto fail;
+    return 0;
+fail:
+    ah_release(h);
+    return -1;
+}
+
+/* Row ``row``'s entries: [*first, *end) of the key and value columns. */
+static int ah_row(ArrowHeaders *h, Py_ssize_t row, Py_ssize_t *first, Py_ssize_t *end)
+{
+    Py_ssize_t i = h->offset + row;
+    *first = *end = 0;
+    if (h->has_validity && !((((const uint8_t *)h->validity.buf)[i >> 3] >> (i & 7)) & 1))
+        return 0;
+    int64_t a, b;
+    if (h->wide == 4) {
+        int32_t x, y;
+        memcpy(&x, (const char *)h->offsets.buf + 4 * i, 4);
+        memcpy(&y, (const char *)h->offsets.buf + 4 * (i + 1), 4);
+        a = x;
+        b = y;
+    } else {
+        memcpy(&a, (const char *)h->offsets.buf + 8 * i, 8);
+        memcpy(&b, (const char *)h->offsets.buf + 8 * (i + 1), 8);
+    }
+    if (a < 0 || b < a || b > h->keys.length) {
+        PyErr_Format(PyExc_ValueError, "row %zd: header offsets %lld..%lld outside the "
+                     "entries", row, (long long)a, (long long)b);
+        return -1;
+    }
+    *first = (Py_ssize_t)a;
+    *end = (Py_ssize_t)b;
+    return 0;
+}
+
+/* As row_headers, for Arrow headers. */
+static int arrow_row_headers(ArrowHeaders *h, Py_ssize_t row, Py_ssize_t *size, uint8_t **out)
+{
+    Py_ssize_t first, end;
+    if (ah_row(h, row, &first, &end) < 0)
+        return -1;
+    Py_ssize_t total = varint_size(end - first);
+    if (out)
+        *out = put_varint(*out, end - first);
+    for (Py_ssize_t j = first; j < end; j++) {
+        const char *kp = NULL, *vp = NULL;
+        Py_ssize_t kl = 0, vl = 0;
+        int knull = col_get(&h->keys, j, &kp, &kl);
+        if (knull < 0)
+            return -1;
+        if (knull) {
+            PyErr_Format(PyExc_ValueError, "row %zd: a header key is null", row);
+            return -1;
+        }
+        int vnull = col_get(&h->values, j, &vp, &vl);
+        if (vnull < 0)
+            return -1;
+        total += varint_size(kl) + kl + (vnull ? 1 : varint_size(vl) + vl);
+        if (out) {
+            *out = put_varint(*out, kl);
+            if (kl)
+                memcpy(*out, kp, (size_t)kl);
+            *out += kl;
+            if (vnull) {
+                *out = put_varint(*out, -1);
+            } else {
+                *out = put_varint(*out, vl);
+                if (vl)
+                    memcpy(*out, vp, (size_t)vl);
+                *out += vl;
+            }
+        }
+    }
+    *size = total;
+    return 0;
+}
+
 static PyObject *finish_chunk(Out *o, Py_ssize_t count, int64_t base_ts, int64_t max_ts,
                               PyObject *chunks)
 {
@@ -293,7 +426,9 @@ static PyObject *encode(PyObject *self, PyObject *args)
     Out o = {NULL, 0, 0};
     PyObject *chunks = NULL;
     Py_ssize_t largest = 0;
+    ArrowHeaders arrow_headers;
     memset(&keys, 0, sizeof(keys));
+    memset(&arrow_headers, 0, sizeof(arrow_headers));
     if (col_init(&values, values_obj, "values", &n) < 0)
         return NULL;
     if (n < 0) {
@@ -302,7 +437,11 @@ static PyObject *encode(PyObject *self, PyObject *args)
     }
     if (col_init(&keys, keys_obj, "keys", &n) < 0)
         goto done;
-    if (headers != Py_None && (!PyList_Check(headers) || PyList_GET_SIZE(headers) != n)) {
+    if (PyTuple_Check(headers) && PyTuple_GET_SIZE(headers) == 8) {
+        if (ah_init(&arrow_headers, headers, n) < 0)
+            goto done;
+    } else if (headers != Py_None
+               && (!PyList_Check(headers) || PyList_GET_SIZE(headers) != n)) {
         PyErr_Format(PyExc_ValueError, "headers: a list of %zd rows' headers", n);
         goto done;
     }
@@ -350,8 +489,10 @@ static PyObject *encode(PyObject *self, PyObject *args)
         int vnull = col_get(&values, row, &vp, &vl);
         if (vnull < 0)
             goto fail;
-        PyObject *hrow = headers == Py_None ? Py_None : PyList_GET_ITEM(headers, row);
-        if (row_headers(hrow, row, &hsize, NULL) < 0)
+        PyObject *hrow = arrow_headers.on || headers == Py_None ? Py_None
+                                                                : PyList_GET_ITEM(headers, row);
+        if ((arrow_headers.on ? arrow_row_headers(&arrow_headers, row, &hsize, NULL)
+                              : row_headers(hrow, row, &hsize, NULL)) < 0)
             goto fail;
         int64_t t = default_ts;
         if (has_ts)
@@ -397,7 +538,8 @@ static PyObject *encode(PyObject *self, PyObject *args)
                     memcpy(w, vp, (size_t)vl);
                 w += vl;
             }
-            if (row_headers(hrow, row, &hsize, &w) < 0)
+            if ((arrow_headers.on ? arrow_row_headers(&arrow_headers, row, &hsize, &w)
+                                  : row_headers(hrow, row, &hsize, &w)) < 0)
                 goto fail;
             o.len += rec;
             if (t > max_ts)
@@ -414,6 +556,7 @@ fail:
 done:
     col_release(&values);
     col_release(&keys);
+    ah_release(&arrow_headers);
     if (has_ts)
         PyBuffer_Release(&ts);
     if (has_idx)

@@ -82,6 +82,41 @@ def column_arg(column: Any, what: str) -> list | tuple | None:
             len(column))
 
 
+def headers_arg(headers: Any, what: str = "headers") -> list | tuple | None:
+    """Per-row headers as the C codec takes them: None, a list (per row None or a sequence
+    of (str, bytes | None) pairs), or the Arrow layout of a pyarrow list<struct<key: string,
+    value: binary>> array (Spark's Kafka ``headers`` column), encoded without a Python object
+    per header."""
+    if headers is None or isinstance(headers, list):
+        return headers
+    if not _is_arrow(headers):
+        return list(headers)
+    pa = _pyarrow()
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.chunk(0) if headers.num_chunks == 1 else headers.combine_chunks()
+    t = headers.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) \
+            or not pa.types.is_struct(t.value_type) \
+            or t.value_type.get_field_index("key") < 0 \
+            or t.value_type.get_field_index("value") < 0:
+        raise TypeError(f"{what}: a list<struct<key: string, value: binary>> array, not {t}")
+    entries = headers.values  # every row's entries, whatever slice of them ``headers`` is
+    fields = entries.flatten()  # (the entries' own offset and nulls applied)
+    keys = fields[t.value_type.get_field_index("key")]
+    values = fields[t.value_type.get_field_index("value")]
+    validity, offsets = headers.buffers()[:2]
+    return ("arrow", validity if headers.null_count else None, offsets,
+            8 if pa.types.is_large_list(t) else 4, headers.offset, len(headers),
+            _entry_column(keys, "header keys"), _entry_column(values, "header values"))
+
+
+def _entry_column(column: Any, what: str) -> tuple | list:
+    arg = column_arg(column, what)
+    if arg is None:
+        return [None] * len(column)
+    return arg
+
+
 def int64_column(values: Any, n: int, what: str) -> bytes | memoryview | None:
     """Per-row int64s (timestamps in ms) as a buffer of ``n`` native int64s; None stays None."""
     if values is None:
@@ -125,7 +160,7 @@ def int32_column(values: Any, what: str) -> bytes | memoryview:
 
 
 def encode_sections(values: Any, keys: Any = None, *, timestamps: Any = None,
-                    default_timestamp: int = 0, headers: Sequence[Headers] | None = None,
+                    default_timestamp: int = 0, headers: list | tuple | None = None,
                     indices: Any = None, start: int = 0, stop: int | None = None,
                     max_bytes: int = _UNLIMITED) -> tuple[list[tuple[bytes, int, int, int]], int]:
     """Rows ``indices[start:stop]`` (row numbers ``start:stop`` without ``indices``) encoded as
@@ -133,7 +168,8 @@ def encode_sections(values: Any, keys: Any = None, *, timestamps: Any = None,
     count, base timestamp, max timestamp), and the largest single record's size. A record
     larger than ``max_bytes`` gets a section of its own (Kafka gives it a batch of its own).
 
-    Columns are already converted (``column_arg``, ``int64_column``, ``int32_column``); rows
+    Columns are already converted (``column_arg``, ``headers_arg``, ``int64_column``,
+    ``int32_column``); rows
     without ``timestamps`` get ``default_timestamp``. Offset deltas run 0..count-1 per
     section, timestamp deltas from its first record, record attributes 0."""
     if stop is None:
@@ -150,12 +186,13 @@ def column_rows(column: list | tuple | None) -> int:
 
 
 def encode_records(values: Any, keys: Any = None, timestamps: Any = None,
-                   headers: Sequence[Headers] | None = None, indices: Any = None) -> bytes:
+                   headers: Any = None, indices: Any = None) -> bytes:
     """One records section of every row (or of rows ``indices``, an int32 buffer or a
     sequence of ints, in that order): what ``records.batch.build_batch`` puts after the batch
     header, built from columns. ``timestamps``: one int for every row, or per row (a
     sequence or Arrow int64/timestamp array; default: 0). ``headers``: per row None or a
-    sequence of (str, bytes | None) pairs."""
+    sequence of (str, bytes | None) pairs, or a pyarrow list<struct<key: string, value:
+    binary>> array."""
     vals = column_arg(values, "values")
     n = column_rows(vals)
     default = 0
@@ -165,10 +202,9 @@ def encode_records(values: Any, keys: Any = None, timestamps: Any = None,
     else:
         ts = int64_column(timestamps, n, "timestamps")
     idx = None if indices is None else int32_column(indices, "indices")
-    if headers is not None and not isinstance(headers, list):
-        headers = list(headers)
     chunks, _largest = encode_sections(vals, column_arg(keys, "keys"), timestamps=ts,
-                                       default_timestamp=default, headers=headers, indices=idx)
+                                       default_timestamp=default, headers=headers_arg(headers),
+                                       indices=idx)
     return chunks[0][0] if chunks else b""
 
 
