@@ -117,11 +117,14 @@ def test_arrow_columns_and_a_record_larger_than_batch_size(broker):
     assert 50 in bases and 51 in bases
 
 
-def test_keys_go_where_send_puts_them_and_null_keys_stick_together(broker):
+@pytest.mark.parametrize("arrow", [False, True], ids=["list", "arrow"])
+def test_keys_go_where_send_puts_them_and_null_keys_stick_together(broker, arrow):
     topic = new_topic(broker, 5)
     keys = [b"key-%d" % i for i in range(200)] + [None] * 20
     with Producer(bootstrap_servers=broker.bootstrap_servers) as producer:
-        producer.send_batch(topic, [b"bulk"] * len(keys), keys).result(20)
+        # Arrow keys: the Spark sink's case (a key column, no partition column)
+        producer.send_batch(topic, [b"bulk"] * len(keys),
+                            pa.array(keys, pa.binary()) if arrow else keys).result(20)
         for k in keys[:200]:
             producer.send(topic, b"single", key=k)
         producer.flush(20)
