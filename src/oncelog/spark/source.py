@@ -10,9 +10,11 @@ returned, so a range is done when the consumer's position reaches its end.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -60,13 +62,43 @@ class _Planner:
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        # Kept across calls: a stream's planner lives as long as its query and asks for the
+        # partitions and offsets at every trigger (a client's connections and metadata each
+        # time would cost more than the questions).
+        self._clients: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict:
+        # The planner travels with its reader to the executors; its clients stay here.
+        return {"opts": self.opts, "_clients": {}}
 
     def _consumer(self):
-        from .. import Consumer
+        c = self._clients.get("consumer")
+        if c is None:
+            from .. import Consumer
 
-        # Looks offsets up only; with a kafka.group.id it must commit nothing (as Spark's
-        # driver: enable.auto.commit=false).
-        return Consumer({**self.opts.client_config(), "enable.auto.commit": "false"})
+            # Looks offsets up only; with a kafka.group.id it must commit nothing (as Spark's
+            # driver: enable.auto.commit=false).
+            c = self._clients["consumer"] = Consumer(
+                {**self.opts.client_config(), "enable.auto.commit": "false"})
+        return c
+
+    def _admin(self):
+        a = self._clients.get("admin")
+        if a is None:
+            from .. import Admin
+
+            o = self.opts
+            a = self._clients["admin"] = Admin(
+                {"bootstrap.servers": o.bootstrap_servers,
+                 **{k: v for k, v in o.client.items() if k.startswith(("security.", "sasl."))}})
+        return a
+
+    def close(self) -> None:
+        """Close the kept clients (a failed call closes them too: the retry starts afresh)."""
+        for c in self._clients.values():
+            with contextlib.suppress(Exception):
+                c.close()
+        self._clients.clear()
 
     def _retrying(self, what, fn):
         """fetchOffset.numRetries attempts, fetchOffset.retryIntervalMs apart (Spark's), each
@@ -77,6 +109,7 @@ class _Planner:
             except OptionError:
                 raise
             except Exception:
+                self.close()
                 if attempt == self.opts.fetch_offset_retries:
                     raise
                 log.warning("fetching %s failed (attempt %d of %d)", what, attempt,
@@ -88,21 +121,18 @@ class _Planner:
         return self._retrying("the partitions", self._partitions)
 
     def _partitions(self) -> list[tuple[str, int]]:
-        from .. import Admin
 
         o = self.opts
         if o.assign is not None:
             return sorted((t, p) for t, ps in o.assign.items() for p in ps)
-        with Admin({"bootstrap.servers": o.bootstrap_servers,
-                    **{k: v for k, v in o.client.items() if k.startswith(("security.", "sasl."))}
-                    }) as admin:
-            existing = admin.list_topics()
-            if o.subscribe is not None:
-                topics = [t for t in o.subscribe if t in set(existing)]
-            else:
-                assert o.pattern is not None
-                topics = [t for t in existing if o.pattern.fullmatch(t)]
-            found = admin.describe_topics(topics) if topics else {}
+        admin = self._admin()
+        existing = admin.list_topics()
+        if o.subscribe is not None:
+            topics = [t for t in o.subscribe if t in set(existing)]
+        else:
+            assert o.pattern is not None
+            topics = [t for t in existing if o.pattern.fullmatch(t)]
+        found = admin.describe_topics(topics) if topics else {}
         return sorted((t, p.partition) for t, d in found.items() for p in d.partitions)
 
     def offsets(self, tps: list[tuple[str, int]]) -> tuple[dict, dict]:
@@ -116,12 +146,9 @@ class _Planner:
         from .. import TopicPartition
 
         c = self._consumer()
-        try:
-            keys = [TopicPartition(t, p) for t, p in tps]
-            earliest = c.beginning_offsets(keys)
-            latest = c.end_offsets(keys)
-        finally:
-            c.close()
+        keys = [TopicPartition(t, p) for t, p in tps]
+        earliest = c.beginning_offsets(keys)
+        latest = c.end_offsets(keys)
         return ({(tp.topic, tp.partition): o for tp, o in earliest.items()},
                 {(tp.topic, tp.partition): o for tp, o in latest.items()})
 
@@ -133,12 +160,8 @@ class _Planner:
         from .. import TopicPartition
 
         def ask():
-            c = self._consumer()
-            try:
-                return c.offsets_for_times({TopicPartition(t, p): ts
-                                            for (t, p), ts in wanted.items()})
-            finally:
-                c.close()
+            return self._consumer().offsets_for_times({TopicPartition(t, p): ts
+                                                       for (t, p), ts in wanted.items()})
 
         found = self._retrying("offsets by timestamp", ask)
         out: dict[tuple[str, int], int | None] = {}
@@ -317,6 +340,12 @@ class OncelogBatchReader(DataSourceReader):
 
     def partitions(self):
         planner = _Planner(self.opts)
+        try:
+            return self._partitions(planner)
+        finally:
+            planner.close()
+
+    def _partitions(self, planner: _Planner):
         tps = planner.partitions()
         earliest, latest = planner.offsets(tps)
         start = _flat(planner.start(tps, earliest, latest, "earliest"))
@@ -451,6 +480,9 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         pass  # offsets live in Spark's checkpoint, as with Spark's Kafka source
+
+    def stop(self) -> None:
+        self.planner.close()  # the query ends: its clients' connections with it
 
 
 def _rate_limit(begin: dict, end: dict, cap: int) -> dict:
