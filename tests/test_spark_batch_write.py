@@ -84,7 +84,7 @@ def test_a_failed_batch_write_leaves_nothing_visible_and_nothing_open(spark, bro
     other tasks' prepared transactions are aborted by the driver."""
     rows = [(f"v{i}", None if i == 37 else "bad") for i in range(60)]
     df = spark.createDataFrame(rows, "value string, topic string").repartition(3)
-    with pytest.raises(Exception, match="has no topic"):
+    with pytest.raises(Exception, match="null topic present in the data"):
         (df.write.format("oncelog").option("kafka.bootstrap.servers", broker.bootstrap_servers)
          .mode("append").save())
     out, stable = read_committed(broker, "bad", 1)

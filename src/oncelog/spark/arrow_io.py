@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .write_checks import NULL_TOPIC
+
 
 class RowError(RuntimeError):
     """A row the sink cannot write (no topic, a value of the wrong kind)."""
@@ -52,7 +54,7 @@ def send_record_batch(producer: Any, batch: pa.RecordBatch, topic_option: str | 
     else:
         topics = _column(batch, "topic")
         if topics is None or topics.null_count:
-            raise RowError("a row has no topic (give a topic column or the topic option)")
+            raise RowError(NULL_TOPIC)
         distinct = pc.unique(topics)
         if len(distinct) == 1:
             groups = [(distinct[0].as_py(), batch)]

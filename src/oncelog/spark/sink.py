@@ -29,7 +29,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from .write_checks import save_mode_error, validate_query
+from .write_checks import NULL_TOPIC, save_mode_error, validate_query
 
 MARKER_TOPIC = "__oncelog_spark_batches"
 
@@ -153,7 +153,7 @@ def _crash_hook(point: str) -> None:
 def _row_fields(opts: SinkOptions, d: dict) -> tuple:
     topic = opts.topic or d.get("topic")  # the option wins over the column, as in Spark
     if not topic:
-        raise SinkError("a row has no topic (give a topic column or the topic option)")
+        raise SinkError(NULL_TOPIC)
     value = d.get("value")
     if isinstance(value, str):
         value = value.encode()

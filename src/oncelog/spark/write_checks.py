@@ -48,3 +48,8 @@ def save_mode_error(mode: str) -> AnalysisException:
     that either exists or not, so both append); Overwrite and Ignore are refused."""
     return AnalysisException(f"Save mode {mode} not allowed for oncelog. Allowed save modes are "
                              "Append and ErrorIfExists (default).")
+
+
+# Spark's Kafka writer's words for a row whose topic column is null, without a topic option
+NULL_TOPIC = ("null topic present in the data. Use the topic option for setting a default "
+              "topic.")
