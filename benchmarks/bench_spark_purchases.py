@@ -5,7 +5,7 @@ query written at least once through our client (foreachBatch, a plain producer p
 task). One process, one SparkSession (local[2]), a fresh embedded broker (2PC enabled) per run,
 the two sinks alternating their order every round.
 
-    .venv/bin/python benchmarks/bench_spark.py [--purchases 20000] [--rounds 3]
+    .venv/bin/python benchmarks/bench_spark_purchases.py [--purchases 20000] [--rounds 3]
         [--max-offsets-per-trigger 2000] [--trigger-ms 0] [--warm-up 2000]
 
 A warm-up run of each sink comes first (the first micro-batch of a session pays ~15-20 s of
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS",  # no progress bars among the figures
                           "--conf spark.ui.showConsoleProgress=false pyspark-shell")
     t0 = time.perf_counter()
-    spark = job.spark_session(args.master, app="oncelog-bench-spark")
+    spark = job.spark_session(args.master, app="oncelog-bench-spark-purchases")
     print(f"{args.purchases} purchases x {args.rounds} rounds per sink, {PARTITIONS} partitions, "
           f"maxOffsetsPerTrigger {args.max_offsets_per_trigger}, trigger "
           f"{args.trigger_ms} ms, {args.master}; Spark started in "
