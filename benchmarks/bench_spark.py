@@ -370,6 +370,17 @@ def _end_s(p: dict) -> float:
     return start + p["durationMs"]["triggerExecution"] / 1000
 
 
+def _plain(value):
+    """``value`` for JSON: NaN (not JSON) as null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 def pct(values: list[float], q: float) -> float:
     """The q-quantile (nearest rank) of sorted ``values``."""
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
@@ -437,6 +448,9 @@ def table(fig: dict) -> list[tuple]:
         if not math.isnan(f["oncelog_rest"]) and not math.isnan(f["noop_rest"]):
             ratio_row("  without the first micro-batch", "noop", f["oncelog_rest"],
                       f["noop_rest"], None)
+        else:
+            rows.append(("  without the first micro-batch",
+                         f"n/a: {f['micro_batches']} micro-batch(es)", "", "", "", ""))
     if "alo" in fig:
         f = fig["alo"]
         ratio_row("4 exactly-once / at-least-once copy", "at least once", f["oncelog"],
@@ -496,9 +510,16 @@ def plot(fig: dict, path: Path, title: str) -> str:
 
 
 def commit_of_checkout() -> str:
+    """The checkout measured: its commit, and the last one that changed src/ (the connector)."""
+
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *cmd], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
     try:
-        return subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        src_dirty = "-dirty" if git("status", "--porcelain", "--", "src") else ""
+        return (f"{git('describe', '--always', '--dirty')} "
+                f"(src/ {git('log', '-1', '--format=%h', '--', 'src')}{src_dirty})")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -526,6 +547,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="for Parquet files and checkpoints (default: a temporary directory)")
     args = ap.parse_args(argv)
     only = parse_only(args.only)
+    load_before = os.getloadavg()
     t0 = time.perf_counter()
     spark = spark_session(args.master)
     print(f"{args.rows:,} rows of key 10 B + value {VALUE_BYTES} B, best of {args.rounds} "
@@ -605,11 +627,12 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.master}, best of {args.rounds}\n{stamp}, checkout {commit_of_checkout()}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(
+        Path(args.json).write_text(json.dumps(_plain(
             {"when": stamp, "checkout": commit_of_checkout(), "machine": platform.platform(),
-             "cpus": os.cpu_count(), "load_average": os.getloadavg(), "args": vars(args),
-             "figures": fig, "targets": TARGETS, "runs": raw, "problems": problems},
-            indent=1, default=str) + "\n")
+             "cpus": os.cpu_count(), "load_average_before": load_before,
+             "load_average_after": os.getloadavg(), "args": vars(args), "figures": fig,
+             "targets": TARGETS, "runs": raw, "problems": problems}),
+            indent=1, default=str, allow_nan=False) + "\n")
         print(f"figures written to {args.json}")
     if args.png:
         why_not = plot(fig, Path(args.png), title)
