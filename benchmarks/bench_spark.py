@@ -33,8 +33,9 @@ asked for). Figure 6 sends 20 records/s, each with its send time, for ``--latenc
 into a query with a processing-time trigger of 0 (micro-batches back to back); a read_committed
 consumer of the output takes receive time - send time.
 
-The plot (``--png``) needs matplotlib: ``.venv/bin/pip install -e '.[bench]'``; without it
-the figures are still printed and written to ``--json``.
+Needs the ``spark`` and ``bench`` extras (``.venv/bin/pip install -e '.[spark,bench]'``;
+``scripts/bootstrap.sh`` installs all but matplotlib). Without matplotlib there is no plot
+(``--png``), and the figures are still printed and written to ``--json``.
 """
 
 from __future__ import annotations
@@ -525,28 +526,39 @@ def commit_of_checkout() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--rows", type=int, default=300_000)
-    ap.add_argument("--rounds", type=int, default=2)
+    class Formatter(argparse.RawDescriptionHelpFormatter,
+                    argparse.ArgumentDefaultsHelpFormatter):
+        pass
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=Formatter)
+    ap.add_argument("--rows", type=int, default=300_000, help="rows of the DataFrame")
+    ap.add_argument("--rounds", type=int, default=2, help="each figure is the best of this many rounds")
     ap.add_argument("--only", default=None,
                     help="figures to measure, comma-separated: 1-6 or write, read, stream, alo, "
-                         "first, latency (default: all)")
-    ap.add_argument("--png", default=str(REPO / "docs" / "spark_bench.png"))
-    ap.add_argument("--json", default=str(REPO / "docs" / "spark_bench.json"))
-    ap.add_argument("--master", default="local[2]")
+                         "first, latency; None: all")
+    ap.add_argument("--png", default=str(REPO / "docs" / "spark_bench.png"),
+                    help="the plot ('': none)")
+    ap.add_argument("--json", default=str(REPO / "docs" / "spark_bench.json"),
+                    help="the figures and every run's ('': none)")
+    ap.add_argument("--master", default="local[2]", help="Spark's master")
     ap.add_argument("--partitions", type=int, default=2, help="partitions of every topic")
     ap.add_argument("--micro-batches", type=int, default=3,
                     help="streaming copies (3, 4) read maxOffsetsPerTrigger = rows / this "
                          "(1: no limit, one micro-batch)")
-    ap.add_argument("--latency-seconds", type=float, default=20.0)
+    ap.add_argument("--latency-seconds", type=float, default=20.0,
+                    help="how long figure 6 measures")
     ap.add_argument("--latency-rate", type=float, default=20.0, help="records/s for figure 6")
-    ap.add_argument("--query-timeout", type=float, default=600.0)
+    ap.add_argument("--query-timeout", type=float, default=600.0,
+                    help="give up on a streaming query after this many seconds")
     ap.add_argument("--work-dir", default=None,
-                    help="for Parquet files and checkpoints (default: a temporary directory)")
+                    help="where Parquet files and checkpoints go; None: a new temporary directory")
     args = ap.parse_args(argv)
     only = parse_only(args.only)
+    try:
+        import confluent_kafka  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        raise SystemExit(f"{exc.name} is missing: .venv/bin/pip install -e '.[spark,bench]'")
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     spark = spark_session(args.master)
