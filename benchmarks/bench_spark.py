@@ -46,6 +46,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -322,6 +323,8 @@ class Bench:
             consumer.join(5)
             c.close()
             query.stop()
+            p.purge()  # nothing left to retry against a broker about to stop
+            p.flush(1)
         lat = sorted(received[k][0] - sent[k] for k in keys if k in received)
         dup = sum(len(received[k]) - 1 for k in keys if k in received)
         problem = ""
@@ -525,6 +528,79 @@ def commit_of_checkout() -> str:
         return "unknown"
 
 
+def reason(exc: Exception) -> str:
+    """The gist of ``exc``: for Spark's, the Python worker's exception when it names one."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"[\w.]+(Error|Exception): ", line)]
+    return f"{type(exc).__name__}: {(named or lines or [''])[-1 if named else 0][:300]}"
+
+
+def measure(b: Bench, only: set[str], fig: dict, raw: dict, failed: dict[str, str]) -> None:
+    """The figures in ``only`` into ``fig`` (best of rounds) and ``raw`` (every run); a figure
+    that fails is named in ``failed`` with its error, and the others are still measured."""
+    args = b.args
+
+    def attempt(name: str, step) -> None:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 (whatever a figure meets: report, go on)
+            failed[name] = reason(exc)
+            print(f"  {name} FAILED: {failed[name]}", flush=True)
+
+    def first() -> None:
+        # The session's first query, before any other Spark work (figure 5, or a warm-up).
+        a = b.first("a")
+        print(f"5 first query of the session: first micro-batch {a['first_s']:.1f} s "
+              f"after start(), query {a['secs']:.1f} s", flush=True)
+        if "first" in only:
+            later = b.first("b")
+            print(f"5 a later query: first micro-batch {later['first_s']:.1f} s after "
+                  f"start(), query {later['secs']:.1f} s", flush=True)
+            fig["first"] = {"first_query_s": a["first_s"], "later_query_s": later["first_s"],
+                            "rows": SMALL_ROWS}
+            raw["first"] = [a, later]
+
+    def batch(name: str, run) -> None:
+        print(f"{FIGURES[name]} batch {name}", flush=True)
+        raw[name] = rounds(name, run, ("oncelog", "parquet"), args.rounds)
+        fig[name] = {c: best(r) for c, r in raw[name].items()}
+
+    def stream() -> None:
+        sinks = tuple(s for s, f in (("oncelog", {"stream", "alo"}), ("noop", {"stream"}),
+                                     ("alo", {"alo"})) if f & only)
+        print("3, 4 streaming copy", flush=True)
+        raw["stream"] = runs = rounds("copy", b.stream, sinks, args.rounds)
+        if "stream" in only:
+            fig["stream"] = {"oncelog": best(runs["oncelog"]), "noop": best(runs["noop"]),
+                             "oncelog_rest": best(runs["oncelog"], "rest_rate"),
+                             "noop_rest": best(runs["noop"], "rest_rate"),
+                             "micro_batches": runs["oncelog"][0]["batches"]}
+        if "alo" in only:
+            fig["alo"] = {"oncelog": best(runs["oncelog"]), "alo": best(runs["alo"]),
+                          "alo_duplicates": max(r["duplicates"] for r in runs["alo"])}
+        if "first" in fig:
+            fig["first"]["later_queries_s"] = [r["first_s"] for r in runs.get("oncelog", [])]
+
+    def latency() -> None:
+        print(f"6 latency at {args.latency_rate:g} records/s for {args.latency_seconds:g} s",
+              flush=True)
+        lat = b.latency()
+        fig["latency"] = {**lat, "rate": args.latency_rate}
+        print(f"  median {lat['median_s']:.3f} s, p95 {lat['p95_s']:.3f} s, max "
+              f"{lat['max_s']:.3f} s, {lat['received']}/{lat['sent']} records in "
+              f"{lat['micro_batches']} micro-batches (median {lat['batch_median_ms']:.0f} ms "
+              f"each)", flush=True)
+
+    attempt("first" if "first" in only else "warm-up", first)
+    for name in ("write", "read"):
+        if name in only:
+            attempt(name, lambda name=name: batch(name, getattr(b, name)))
+    if only & {"stream", "alo"}:
+        attempt("stream" if "stream" in only else "alo", stream)
+    if "latency" in only:
+        attempt("latency", latency)
+
+
 def main(argv: list[str] | None = None) -> int:
     class Formatter(argparse.RawDescriptionHelpFormatter,
                     argparse.ArgumentDefaultsHelpFormatter):
@@ -568,54 +644,12 @@ def main(argv: list[str] | None = None) -> int:
     fig: dict = {}
     raw: dict = {}
     problems: list[str] = []
+    failed: dict[str, str] = {}
     try:
         with EmbeddedBroker(config={"transaction.two.phase.commit.enable": "true"}) as broker, \
                 tempfile.TemporaryDirectory(prefix="bench-spark-", dir=args.work_dir) as work:
             b = Bench(spark, broker.bootstrap_servers, Path(work), args)
-            # The session's first query, before any other Spark work (figure 5, or warm-up).
-            first = b.first("a")
-            print(f"5 first query of the session: first micro-batch {first['first_s']:.1f} s "
-                  f"after start(), query {first['secs']:.1f} s", flush=True)
-            if "first" in only:
-                later = b.first("b")
-                print(f"5 a later query: first micro-batch {later['first_s']:.1f} s after "
-                      f"start(), query {later['secs']:.1f} s", flush=True)
-                fig["first"] = {"first_query_s": first["first_s"],
-                                "later_query_s": later["first_s"], "rows": SMALL_ROWS}
-                raw["first"] = [first, later]
-            if "write" in only:
-                print("1 batch write", flush=True)
-                raw["write"] = rounds("write", b.write, ("oncelog", "parquet"), args.rounds)
-                fig["write"] = {c: best(r) for c, r in raw["write"].items()}
-            if "read" in only:
-                print("2 batch read", flush=True)
-                raw["read"] = rounds("read", b.read, ("oncelog", "parquet"), args.rounds)
-                fig["read"] = {c: best(r) for c, r in raw["read"].items()}
-            sinks = tuple(s for s, f in (("oncelog", {"stream", "alo"}), ("noop", {"stream"}),
-                                         ("alo", {"alo"})) if f & only)
-            if sinks:
-                print("3, 4 streaming copy", flush=True)
-                raw["stream"] = rounds("copy", b.stream, sinks, args.rounds)
-                runs = raw["stream"]
-                if "stream" in only:
-                    fig["stream"] = {"oncelog": best(runs["oncelog"]), "noop": best(runs["noop"]),
-                                     "oncelog_rest": best(runs["oncelog"], "rest_rate"),
-                                     "noop_rest": best(runs["noop"], "rest_rate"),
-                                     "micro_batches": runs["oncelog"][0]["batches"]}
-                if "alo" in only:
-                    fig["alo"] = {"oncelog": best(runs["oncelog"]), "alo": best(runs["alo"]),
-                                  "alo_duplicates": max(r["duplicates"] for r in runs["alo"])}
-                fig.setdefault("first", {})["later_queries_s"] = [
-                    r["first_s"] for r in runs.get("oncelog", [])]
-            if "latency" in only:
-                print(f"6 latency at {args.latency_rate:g} records/s for "
-                      f"{args.latency_seconds:g} s", flush=True)
-                lat = b.latency()
-                fig["latency"] = {**lat, "rate": args.latency_rate}
-                print(f"  median {lat['median_s']:.3f} s, p95 {lat['p95_s']:.3f} s, max "
-                      f"{lat['max_s']:.3f} s, {lat['received']}/{lat['sent']} records in "
-                      f"{lat['micro_batches']} micro-batches (median "
-                      f"{lat['batch_median_ms']:.0f} ms each)", flush=True)
+            measure(b, only, fig, raw, failed)
             for runs in raw.values():
                 for group in (runs.values() if isinstance(runs, dict) else [runs]):
                     problems += [r["problem"] for r in group if r["problem"]]
@@ -623,9 +657,8 @@ def main(argv: list[str] | None = None) -> int:
                 problems.append(fig["latency"]["problem"])
     finally:
         spark.stop()
-    if fig.get("first") and "first_query_s" not in fig["first"]:
-        del fig["first"]  # only the later queries' figures: no figure 5 asked for
-    rows = table(fig)
+    rows = table(fig) + [(f"{FIGURES.get(name, '')} {name}".strip(), "FAILED", why[:70], "", "",
+                          "NO") for name, why in failed.items()]
     heads = ("figure", "oncelog", "reference", "ratio", "target", "ok?")
     widths = [max(len(str(r[i])) for r in [heads, *rows]) for i in range(len(heads))]
     print()
@@ -633,6 +666,8 @@ def main(argv: list[str] | None = None) -> int:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     print("exactly once: " + ("every check passed" if not problems else
                               "PROBLEMS: " + "; ".join(problems)))
+    for name, why in failed.items():
+        print(f"{name} failed: {why}")
     print(f"total run time {time.perf_counter() - t0:.0f} s")
     stamp = datetime.now().astimezone().isoformat(timespec="seconds")
     title = (f"oncelog Spark connector vs Spark's own IO: {args.rows:,} rows x 110 B, "
@@ -643,13 +678,13 @@ def main(argv: list[str] | None = None) -> int:
             {"when": stamp, "checkout": commit_of_checkout(), "machine": platform.platform(),
              "cpus": os.cpu_count(), "load_average_before": load_before,
              "load_average_after": os.getloadavg(), "args": vars(args), "figures": fig,
-             "targets": TARGETS, "runs": raw, "problems": problems}),
+             "targets": TARGETS, "runs": raw, "problems": problems, "failed": failed}),
             indent=1, default=str, allow_nan=False) + "\n")
         print(f"figures written to {args.json}")
     if args.png:
         why_not = plot(fig, Path(args.png), title)
         print(why_not or f"plot written to {args.png}")
-    return 1 if problems else 0
+    return 1 if problems or failed else 0
 
 
 if __name__ == "__main__":
