@@ -390,12 +390,22 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
-def rounds(label: str, run, contenders: tuple[str, ...], n_rounds: int) -> dict[str, list]:
-    """Every contender once per round, the order reversed every other round; prints each."""
+def rounds(label: str, run, contenders: tuple[str, ...], n_rounds: int,
+           failed: dict[str, str]) -> dict[str, list]:
+    """Every contender once per round, the order reversed every other round; prints each. A
+    contender that fails is named in ``failed`` and left out of the later rounds (its list
+    stays empty): the others are still measured."""
     out: dict[str, list] = {c: [] for c in contenders}
     for rnd in range(n_rounds):
         for c in contenders if rnd % 2 == 0 else contenders[::-1]:
-            r = run(c, rnd)
+            if f"{label} {c}" in failed:
+                continue
+            try:
+                r = run(c, rnd)
+            except Exception as exc:  # noqa: BLE001 (what the connector meets: report, go on)
+                failed[f"{label} {c}"] = reason(exc)
+                print(f"  {label} round {rnd + 1} {c:8s} FAILED: {reason(exc)}", flush=True)
+                continue
             out[c].append(r)
             extra = ""
             if "batches" in r:
@@ -433,9 +443,11 @@ def table(fig: dict) -> list[tuple]:
 
     def ratio_row(label, ref_label, a, b, target):
         ratio = a / b if b else math.nan
-        ok = "" if target is None or math.isnan(ratio) else ("yes" if ratio >= target else "NO")
-        rows.append((label, f"{a:,.0f} rows/s", f"{b:,.0f} rows/s ({ref_label})",
-                     f"{ratio:.2f}", "" if target is None else f">= {target}", ok))
+        ok = "" if target is None else "NO" if math.isnan(ratio) or ratio < target else "yes"
+        rows.append((label, "FAILED" if math.isnan(a) else f"{a:,.0f} rows/s",
+                     "FAILED" if math.isnan(b) else f"{b:,.0f} rows/s ({ref_label})",
+                     "" if math.isnan(ratio) else f"{ratio:.2f}",
+                     "" if target is None else f">= {target}", ok))
 
     if "write" in fig:
         f = fig["write"]
@@ -452,7 +464,7 @@ def table(fig: dict) -> list[tuple]:
         if not math.isnan(f["oncelog_rest"]) and not math.isnan(f["noop_rest"]):
             ratio_row("  without the first micro-batch", "noop", f["oncelog_rest"],
                       f["noop_rest"], None)
-        else:
+        elif f["micro_batches"]:
             rows.append(("  without the first micro-batch",
                          f"n/a: {f['micro_batches']} micro-batch(es)", "", "", "", ""))
     if "alo" in fig:
@@ -562,22 +574,24 @@ def measure(b: Bench, only: set[str], fig: dict, raw: dict, failed: dict[str, st
 
     def batch(name: str, run) -> None:
         print(f"{FIGURES[name]} batch {name}", flush=True)
-        raw[name] = rounds(name, run, ("oncelog", "parquet"), args.rounds)
+        raw[name] = rounds(name, run, ("oncelog", "parquet"), args.rounds, failed)
         fig[name] = {c: best(r) for c, r in raw[name].items()}
 
     def stream() -> None:
         sinks = tuple(s for s, f in (("oncelog", {"stream", "alo"}), ("noop", {"stream"}),
                                      ("alo", {"alo"})) if f & only)
         print("3, 4 streaming copy", flush=True)
-        raw["stream"] = runs = rounds("copy", b.stream, sinks, args.rounds)
+        raw["stream"] = runs = rounds("copy", b.stream, sinks, args.rounds, failed)
         if "stream" in only:
             fig["stream"] = {"oncelog": best(runs["oncelog"]), "noop": best(runs["noop"]),
                              "oncelog_rest": best(runs["oncelog"], "rest_rate"),
                              "noop_rest": best(runs["noop"], "rest_rate"),
-                             "micro_batches": runs["oncelog"][0]["batches"]}
+                             "micro_batches": max((r["batches"] for r in runs["oncelog"]),
+                                                  default=0)}
         if "alo" in only:
             fig["alo"] = {"oncelog": best(runs["oncelog"]), "alo": best(runs["alo"]),
-                          "alo_duplicates": max(r["duplicates"] for r in runs["alo"])}
+                          "alo_duplicates": max((r["duplicates"] for r in runs["alo"]),
+                                                default=0)}
         if "first" in fig:
             fig["first"]["later_queries_s"] = [r["first_s"] for r in runs.get("oncelog", [])]
 
@@ -658,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     rows = table(fig) + [(f"{FIGURES.get(name, '')} {name}".strip(), "FAILED", why[:70], "", "",
-                          "NO") for name, why in failed.items()]
+                          "NO") for name, why in failed.items()
+                          if " " not in name]  # a contender's failure: FAILED in its row
     heads = ("figure", "oncelog", "reference", "ratio", "target", "ok?")
     widths = [max(len(str(r[i])) for r in [heads, *rows]) for i in range(len(heads))]
     print()
