@@ -507,14 +507,19 @@ def plot(fig: dict, path: Path, title: str) -> str:
     for i, (_name, _label, ref, ours, theirs) in enumerate(groups):
         for dx, value, color, text in ((-width / 2, ours, "#d95f02", "oncelog"),
                                        (width / 2, theirs, "#7570b3", ref)):
+            failed = math.isnan(value)  # no bar: the run failed
+            value = 0.0 if failed else value
             ax.bar(i + dx, value, width, color=color)
-            ax.annotate(f"{value / 1000:,.0f}k\n{text}", (i + dx, value), ha="center",
-                        va="bottom", fontsize=8)
-        ax.annotate(f"ratio {ours / theirs:.2f}", (i, 0), xytext=(0, -42),
+            ax.annotate(f"{'FAILED' if failed else f'{value / 1000:,.0f}k'}\n{text}",
+                        (i + dx, value), ha="center", va="bottom", fontsize=8)
+        ratio = ours / theirs
+        ax.annotate("ratio n/a" if math.isnan(ratio) else f"ratio {ratio:.2f}", (i, 0),
+                    xytext=(0, -42),
                     textcoords="offset points", ha="center", fontsize=9, weight="bold")
     ax.set_xticks(range(len(groups)), [g[1] for g in groups])
     ax.set_ylabel("rows/s (best of rounds)")
-    ax.set_ylim(0, max(max(g[3], g[4]) for g in groups) * 1.25)
+    top = max((v for g in groups for v in g[3:] if not math.isnan(v)), default=0.0)
+    ax.set_ylim(0, top * 1.25 or 1.0)
     ax.set_title(title, fontsize=9)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
         lambda v, _p: f"{v / 1e6:.1f}M" if v >= 1e6 else f"{v / 1e3:.0f}k"))
