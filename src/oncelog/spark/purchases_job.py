@@ -12,7 +12,7 @@ committed micro-batch ended.
 
 ``--sink at-least-once`` writes the same rows with plain (idempotent, non-transactional)
 producers of our client from the executors, as Spark's own Kafka sink does: a replayed batch
-is written twice. It is there to compare against (benchmarks/bench_spark.py).
+is written twice. It is there to compare against (benchmarks/bench_spark_purchases.py).
 """
 
 from __future__ import annotations
