@@ -329,6 +329,7 @@ class Bench:
             query.stop()
             p.purge()  # nothing left to retry against a broker about to stop
             p.flush(1)
+        noop_ms = self.noop_batches(src, p) if self.args.latency_noop else math.nan
         lat = sorted(received[k][0] - sent[k] for k in keys if k in received)
         dup = sum(len(received[k]) - 1 for k in keys if k in received)
         problem = ""
@@ -341,7 +342,28 @@ class Bench:
                 "micro_batches": len(progress),
                 "batch_median_ms": statistics.median(
                     q["durationMs"]["triggerExecution"] for q in progress) if progress else 0,
-                "problem": problem}
+                "noop_batch_median_ms": noop_ms, "problem": problem}
+
+    def noop_batches(self, src: str, p) -> float:
+        """The same trickle read by the same source into ``noop`` (no sink at all): the median
+        duration of its micro-batches, what Spark itself takes per micro-batch of a Python
+        source (latency cannot be below about one and a half of these)."""
+        query = (self.spark.readStream.format("oncelog")
+                 .option("kafka.bootstrap.servers", self.bootstrap).option("subscribe", src)
+                 .option("startingOffsets", "latest").load().select("key", "value")
+                 .writeStream.format("noop").trigger(processingTime="0 seconds").start())
+        try:
+            interval, t0, i = 1 / self.args.latency_rate, time.monotonic(), 0
+            while time.monotonic() - t0 < self.args.latency_noop:
+                p.produce(src, b"noop", b"noop-%06d" % i)
+                p.poll(0)
+                i += 1
+                time.sleep(max(0.0, t0 + i * interval - time.monotonic()))
+            progress = [q for q in query.recentProgress if q["numInputRows"]][1:]
+        finally:
+            query.stop()
+        return statistics.median(q["durationMs"]["triggerExecution"]
+                                 for q in progress) if progress else math.nan
 
 
 MEMORY_SOURCE = "bench_memory"
@@ -526,6 +548,9 @@ def table(fig: dict) -> list[tuple]:
         rows.append((f"6 latency at {f['rate']:g} records/s", f"median {f['median_s']:.3f} s",
                      f"p95 {f['p95_s']:.3f} s", "", f"median <= {target}",
                      "yes" if f["median_s"] <= target else "NO"))
+        if not math.isnan(f.get("noop_batch_median_ms", math.nan)):
+            rows.append(("  micro-batch, median", f"{f['batch_median_ms']:.0f} ms",
+                         f"{f['noop_batch_median_ms']:.0f} ms (noop sink)", "", "", ""))
     return rows
 
 
@@ -657,7 +682,8 @@ def measure(b: Bench, only: set[str], fig: dict, raw: dict, failed: dict[str, st
         print(f"  median {lat['median_s']:.3f} s, p95 {lat['p95_s']:.3f} s, max "
               f"{lat['max_s']:.3f} s, {lat['received']}/{lat['sent']} records in "
               f"{lat['micro_batches']} micro-batches (median {lat['batch_median_ms']:.0f} ms "
-              f"each)", flush=True)
+              f"each; the same source into noop: {lat['noop_batch_median_ms']:.0f} ms)",
+              flush=True)
 
     attempt("first" if "first" in only else "warm-up", first)
     for name in ("write", "read"):
@@ -692,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-seconds", type=float, default=20.0,
                     help="how long figure 6 measures")
     ap.add_argument("--latency-rate", type=float, default=20.0, help="records/s for figure 6")
+    ap.add_argument("--latency-noop", type=float, default=10.0,
+                    help="seconds of the same trickle into noop (Spark's own micro-batch "
+                         "time, figure 6's floor); 0: none")
     ap.add_argument("--query-timeout", type=float, default=600.0,
                     help="give up on a streaming query after this many seconds")
     ap.add_argument("--work-dir", default=None,
