@@ -573,15 +573,19 @@ def plot(fig: dict, path: Path, title: str) -> str:
     if not groups:
         return "no write, read or streaming figure to plot"
     fig_, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    width = 0.38
-    for i, (_name, _label, ref, ours, theirs) in enumerate(groups):
-        for dx, value, color, text in ((-width / 2, ours, "#d95f02", "oncelog"),
-                                       (width / 2, theirs, "#7570b3", ref)):
+    width = 0.3
+    for i, (name, _label, ref, ours, theirs) in enumerate(groups):
+        bars = [(ours, "#d95f02", "oncelog"), (theirs, "#7570b3", ref)]
+        if name == "read" and not math.isnan(fig["read"].get("memory", math.nan)):
+            # what any Python data source costs: the same values handed over from memory
+            bars.append((fig["read"]["memory"], "#999999", "Python source\nfrom memory"))
+        for k, (value, color, text) in enumerate(bars):
+            dx = (k - (len(bars) - 1) / 2) * width
             failed = math.isnan(value)  # no bar: the run failed
             value = 0.0 if failed else value
             ax.bar(i + dx, value, width, color=color)
             ax.annotate(f"{'FAILED' if failed else f'{value / 1000:,.0f}k'}\n{text}",
-                        (i + dx, value), ha="center", va="bottom", fontsize=8)
+                        (i + dx, value), ha="center", va="bottom", fontsize=7)
         ratio = ours / theirs
         ax.annotate("ratio n/a" if math.isnan(ratio) else f"ratio {ratio:.2f}", (i, 0),
                     xytext=(0, -42),
@@ -589,6 +593,7 @@ def plot(fig: dict, path: Path, title: str) -> str:
     ax.set_xticks(range(len(groups)), [g[1] for g in groups])
     ax.set_ylabel("rows/s (best of rounds)")
     top = max((v for g in groups for v in g[3:] if not math.isnan(v)), default=0.0)
+    top = max(top, fig.get("read", {}).get("memory", 0.0) or 0.0)
     ax.set_ylim(0, top * 1.25 or 1.0)
     ax.set_title(title, fontsize=9)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
