@@ -23,4 +23,4 @@ cd "$root"
 if [ -n "$fast" ]; then
   exec .venv/bin/python -m pytest -q -n 2 -m "not slow and not spark and not cluster" "$@"
 fi
-exec .venv/bin/python -m pytest -q -n 2 "$@"
+exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"
