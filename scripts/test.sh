@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the tests, installing what they need on first use.
 #   bash scripts/test.sh          the whole suite (slow, Spark and cluster tests included), on
-#                                 two workers (pytest-xdist): CI; about 8 minutes here
+#                                 two workers (pytest-xdist): CI; about 10 minutes here
 #   bash scripts/test.sh --fast   the fast tier: everything not marked slow, spark or cluster,
 #                                 on two workers, in about a minute and a half
 # Any further arguments go to pytest.
