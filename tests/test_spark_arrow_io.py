@@ -13,16 +13,16 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
-from oncelog.server.embedded import EmbeddedBroker  # noqa: E402
-from oncelog.spark.arrow_io import (  # noqa: E402
+from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from oncelog.server.embedded import EmbeddedBroker
+from oncelog.spark.arrow_io import (
     RowError,
     arrow_schema,
     send_record_batch,
     spark_batch,
 )
-from oncelog.spark.options import parse  # noqa: E402
-from oncelog.spark.source import TopicPartitionRange, read_range  # noqa: E402
+from oncelog.spark.options import parse
+from oncelog.spark.source import TopicPartitionRange, read_range
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
