@@ -210,15 +210,7 @@ class RecordAccumulator:
         """
         size = estimate_record_size(key, value, headers)
         with self._lock:
-            while self._used + size > self.buffer_memory and self._used > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise KafkaTimeoutError(
-                        f"buffer.memory ({self.buffer_memory} bytes) still full after "
-                        "max.block.ms")
-                self._space.wait(remaining)
-            if self.closing:
-                raise RuntimeError("cannot send: the producer is closing")
+            self._wait_for_space(size, deadline)
             queue = self._queues.setdefault(tp, deque())
             batch = queue[-1] if queue else None
             future = None
@@ -252,21 +244,26 @@ class RecordAccumulator:
         for batch in batches:
             size = batch.size - HEADER_SIZE
             with self._lock:
-                while self._used + size > self.buffer_memory and self._used > 0:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise KafkaTimeoutError(
-                            f"buffer.memory ({self.buffer_memory} bytes) still full after "
-                            "max.block.ms")
-                    self._space.wait(remaining)
-                if self.closing:
-                    raise RuntimeError("cannot send: the producer is closing")
+                self._wait_for_space(size, deadline)
                 queue = self._queues.setdefault(batch.tp, deque())
                 batch.created = time.monotonic()
                 queue.append(batch)
                 self._incomplete.add(batch)
                 self._used += size
         self.wakeup()
+
+    def _wait_for_space(self, size: int, deadline: float) -> None:
+        """With the lock held: block while buffer.memory has no room for ``size`` more bytes
+        (something is always let in when nothing is queued), until ``deadline``; refuse once
+        the producer is closing."""
+        while self._used + size > self.buffer_memory and self._used > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"buffer.memory ({self.buffer_memory} bytes) still full after max.block.ms")
+            self._space.wait(remaining)
+        if self.closing:
+            raise RuntimeError("cannot send: the producer is closing")
 
     def flush_begin(self) -> list[ProducerBatch]:
         """Make every batch ready now; return the incomplete ones to wait for."""
