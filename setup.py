@@ -6,8 +6,9 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("oncelog.records._recordwalk", ["src/oncelog/records/_recordwalk.c"],
-              extra_compile_args=["-O2"]),
+              depends=["src/oncelog/records/_varint.h"], extra_compile_args=["-O2"]),
     Extension("oncelog.records._columnar", ["src/oncelog/records/_columnar.c",
                                             "src/oncelog/records/_columnar_decode.c"],
-              depends=["src/oncelog/records/_columnar.h"], extra_compile_args=["-O2"]),
+              depends=["src/oncelog/records/_columnar.h", "src/oncelog/records/_varint.h"],
+              extra_compile_args=["-O2"]),
 ])

@@ -1,6 +1,6 @@
 /* What the two files of records/_columnar (the column codec: _columnar.c encodes and
- * partitions, _columnar_decode.c decodes) share: Kafka's zig-zag varints, and the decode
- * functions the module table of _columnar.c names. */
+ * partitions, _columnar_decode.c decodes) share: Kafka's zig-zag varints (_varint.h, with
+ * _recordwalk.c), and the decode functions the module table of _columnar.c names. */
 #ifndef ONCELOG_COLUMNAR_H
 #define ONCELOG_COLUMNAR_H
 
@@ -9,55 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline int varint_size(int64_t v)
-{
-    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    int n = 1;
-    while (u >= 0x80) {
-        u >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static inline uint8_t *put_varint(uint8_t *out, int64_t v)
-{
-    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    while (u >= 0x80) {
-        *out++ = (uint8_t)(u | 0x80);
-        u >>= 7;
-    }
-    *out++ = (uint8_t)u;
-    return out;
-}
-
-enum { OK = 0, TRUNCATED = -1, TOO_LONG = -2 };
-
-static inline int read_varint(const uint8_t *d, Py_ssize_t n, Py_ssize_t *pos, int64_t *out)
-{
-    if (*pos < n && d[*pos] < 0x80) { /* the common one-byte case */
-        uint8_t b = d[(*pos)++];
-        *out = (int64_t)((b >> 1) ^ (0 - (uint64_t)(b & 1)));
-        return OK;
-    }
-    uint64_t result = 0;
-    int shift = 0;
-    for (;;) {
-        if (*pos >= n)
-            return TRUNCATED;
-        uint8_t b = d[(*pos)++];
-        if (shift == 63 && (b & 0x7e))
-            return TOO_LONG;
-        result |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            break;
-        shift += 7;
-        if (shift > 63)
-            return TOO_LONG;
-    }
-    *out = (int64_t)((result >> 1) ^ (0 - (result & 1)));
-    return OK;
-}
+#include "_varint.h"
 
 PyObject *columnar_decode(PyObject *self, PyObject *args);
 PyObject *columnar_binary_list(PyObject *self, PyObject *args);

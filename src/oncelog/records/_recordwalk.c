@@ -13,28 +13,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-enum { OK = 0, TRUNCATED = -1, TOO_LONG = -2 };
-
-static int read_varint(const uint8_t *d, Py_ssize_t n, Py_ssize_t *pos, int64_t *out)
-{
-    uint64_t result = 0;
-    int shift = 0;
-    for (;;) {
-        if (*pos >= n)
-            return TRUNCATED;
-        uint8_t b = d[(*pos)++];
-        if (shift == 63 && (b & 0x7e))
-            return TOO_LONG; /* past 64 bits */
-        result |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            break;
-        shift += 7;
-        if (shift > 63)
-            return TOO_LONG;
-    }
-    *out = (int64_t)((result >> 1) ^ (0 - (result & 1)));
-    return OK;
-}
+#include "_varint.h"
 
 #define FAIL(...) do { PyErr_Format(PyExc_ValueError, __VA_ARGS__); goto fail; } while (0)
 #define VARINT(dst) do { \
