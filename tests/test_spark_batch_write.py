@@ -5,12 +5,11 @@ instead of being dropped."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 import uuid
 
 import pytest
+from support.spark_session import local_spark
 from support.waiting import wait_until
 
 pytest.importorskip("pyspark")
@@ -25,16 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    s = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         # A cancelled task's Python worker lives on (as on a busy cluster), not killed 2 s later.
-         .config("spark.python.task.killTimeout", "60s").getOrCreate())
-    oncelog.spark.register(s)
-    yield s
-    s.stop()
+    # A cancelled task's Python worker lives on (as on a busy cluster), not killed 2 s later.
+    with local_spark(**{"spark.python.task.killTimeout": "60s"}) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,14 @@ transactional ids."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Callable
 
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
+
+from support.spark_session import local_spark
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.server.embedded import EmbeddedBroker
@@ -25,16 +25,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    import oncelog.spark
-
-    s = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    oncelog.spark.register(s)
-    yield s
-    s.stop()
+    with local_spark() as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,13 @@ One SparkSession and one broker for the module; every test has its own topics.""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
+from support.spark_session import local_spark
 from support.waiting import wait_until
 
 from oncelog import Admin, NewTopic, Producer
@@ -29,16 +28,8 @@ T = (int(time.time()) - 3600) * 1000
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    import oncelog.spark
-
-    s = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    oncelog.spark.register(s)
-    yield s
-    s.stop()
+    with local_spark() as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

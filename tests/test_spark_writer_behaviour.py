@@ -7,7 +7,6 @@ cannot import oncelog."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import uuid
@@ -16,6 +15,8 @@ import warnings
 import pytest
 
 pytest.importorskip("pyspark")
+
+from support.spark_session import local_spark
 
 import oncelog.spark
 from oncelog import Admin, Consumer, NewTopic, TopicPartition
@@ -26,14 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    s = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    oncelog.spark.register(s)
-    yield s
-    s.stop()
+    with local_spark() as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
