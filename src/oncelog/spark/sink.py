@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from .options import connection_settings
 from .write_checks import NULL_TOPIC, save_mode_error, validate_query
 
 MARKER_TOPIC = "__oncelog_spark_batches"
@@ -102,25 +103,21 @@ class SinkOptions:
         from .. import Consumer
 
         # Committed offsets only (read_uncommitted: pending ones are undecided, not done).
-        return Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": group,
-                         "isolation.level": "read_uncommitted", "enable.auto.commit": "false",
-                         **{k: v for k, v in self.client.items()
-                            if k.startswith(("security.", "sasl."))}})
+        return Consumer({**connection_settings(self.bootstrap_servers, self.client),
+                         "group.id": group, "isolation.level": "read_uncommitted",
+                         "enable.auto.commit": "false"})
 
     def admin(self):
         from .. import Admin
 
-        return Admin(self._admin_config())
-
-    def _admin_config(self) -> dict:
-        return {"bootstrap.servers": self.bootstrap_servers,
-                **{k: v for k, v in self.client.items() if k.startswith(("security.", "sasl."))}}
+        return Admin(connection_settings(self.bootstrap_servers, self.client))
 
     def shared_admin(self):
         """This process's Admin for these brokers, kept across tasks and micro-batches (Spark
         reuses its Python workers): the marker look-ups of every task go over its connections
         instead of a new client's each time. Not to be closed by the caller."""
-        key = json.dumps(self._admin_config(), sort_keys=True)
+        key = json.dumps(connection_settings(self.bootstrap_servers, self.client),
+                         sort_keys=True)
         admin = _SHARED_ADMINS.get(key)
         if admin is None:
             admin = _SHARED_ADMINS[key] = self.admin()

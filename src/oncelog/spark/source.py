@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - older Spark
     ReadLimit = ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-from .options import EARLIEST, LATEST, OptionError, SourceOptions, parse
+from .options import EARLIEST, LATEST, OptionError, SourceOptions, connection_settings, parse
 from .ranges import split_ranges
 
 log = logging.getLogger("oncelog.spark")
@@ -87,10 +87,8 @@ class _Planner:
         if a is None:
             from .. import Admin
 
-            o = self.opts
             a = self._clients["admin"] = Admin(
-                {"bootstrap.servers": o.bootstrap_servers,
-                 **{k: v for k, v in o.client.items() if k.startswith(("security.", "sasl."))}})
+                connection_settings(self.opts.bootstrap_servers, self.opts.client))
         return a
 
     def close(self) -> None:
