@@ -126,7 +126,8 @@ class _Planner:
         admin = self._admin()
         existing = admin.list_topics()
         if o.subscribe is not None:
-            topics = [t for t in o.subscribe if t in set(existing)]
+            known = set(existing)
+            topics = [t for t in o.subscribe if t in known]
         else:
             assert o.pattern is not None
             topics = [t for t in existing if o.pattern.fullmatch(t)]
@@ -140,15 +141,22 @@ class _Planner:
             return {}, {}
         return self._retrying("the offsets", lambda: self._offsets(tps))
 
+    def earliest(self, tps: list[tuple[str, int]]) -> dict:
+        """The log start offset per partition (all a micro-batch's data-loss check needs)."""
+        if not tps:
+            return {}
+        return self._retrying("the earliest offsets", lambda: self._looked_up("beginning", tps))
+
     def _offsets(self, tps: list[tuple[str, int]]) -> tuple[dict, dict]:
+        return self._looked_up("beginning", tps), self._looked_up("end", tps)
+
+    def _looked_up(self, which: str, tps: list[tuple[str, int]]) -> dict:
         from .. import TopicPartition
 
         c = self._consumer()
-        keys = [TopicPartition(t, p) for t, p in tps]
-        earliest = c.beginning_offsets(keys)
-        latest = c.end_offsets(keys)
-        return ({(tp.topic, tp.partition): o for tp, o in earliest.items()},
-                {(tp.topic, tp.partition): o for tp, o in latest.items()})
+        ask = c.beginning_offsets if which == "beginning" else c.end_offsets
+        found = ask([TopicPartition(t, p) for t, p in tps])
+        return {(tp.topic, tp.partition): o for tp, o in found.items()}
 
     def for_times(self, wanted: dict[tuple[str, int], int], latest: dict) -> dict:
         """The first offset at or after each timestamp; None where no record is (before the
@@ -468,7 +476,7 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if s >= e:
                 continue
             if earliest is None:
-                earliest = self.planner.offsets(sorted(stop))[0]
+                earliest = self.planner.earliest(sorted(stop))
             out.append(TopicPartitionRange(t, p, _checked(self.opts, t, p, s,
                                                           earliest.get((t, p), 0)), e))
         return _split(self.opts, out)
