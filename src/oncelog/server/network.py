@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 from ..protocol.framing import FrameSizeError, Framing
@@ -21,7 +22,12 @@ from .metrics import start_metrics_server
 
 log = logging.getLogger("oncelog.network")
 
-STREAM_CHUNK = 256 * 1024  # record-set bytes read from a segment file at a time
+STREAM_CHUNK = 256 * 1024  # record-set bytes read from a segment file at a time (no sendfile)
+
+
+def _set_once(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -45,11 +51,21 @@ class KafkaConnection(asyncio.Protocol):
         self.session = self.broker.new_session()
         self.last_active = time.monotonic()
         self.partial_since: float | None = None  # when the frame being read began to arrive
+        self.socket_fd = -1  # the connection's descriptor, for sendfile (-1: none to use)
+        self.zero_copy = False
+        self.sendfile_waiter: asyncio.Future | None = None
 
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self.socket_fd = sock.fileno()
+            self.zero_copy = self.socket_fd >= 0
+            # can_write set exactly when the transport holds nothing: a record set sent by
+            # sendfile must not overtake bytes still queued in front of it.
+            transport.set_write_buffer_limits(high=0, low=0)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.ip = peer[0] if peer else "?"
@@ -107,6 +123,8 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = True
         self.server.release(self)
         self.can_write.set()
+        if self.sendfile_waiter is not None:
+            _set_once(self.sendfile_waiter)
         if self.task is not None:
             self.task.cancel()
 
@@ -150,10 +168,12 @@ class KafkaConnection(asyncio.Protocol):
             pass
 
     async def _write(self, parts: list) -> None:
-        """Write a response: bytes parts together (one writev, record sets uncopied), record
-        sets left in segment files (FileRegion) a chunk at a time, each once the client has
-        drained the last, so that a slow reader holds a chunk of the broker's memory, not its
-        whole response."""
+        """Write a response: bytes parts through the transport (one writev, record sets
+        uncopied), record sets left in segment files (FileRegion) straight from the file to
+        the socket with sendfile, as Kafka's FileRecords.writeTo does, so their bytes never
+        enter the broker's memory however large the response or slow its reader. Where the
+        socket is no plain one (no descriptor to send to), a region goes a chunk at a time,
+        each once the client has drained the last."""
         regions = [p for p in parts if type(p) is FileRegion]
         try:
             if not regions:
@@ -167,26 +187,78 @@ class KafkaConnection(asyncio.Protocol):
                     if pending:
                         self.transport.writelines(pending)
                         pending = []
-                    for chunk in part.chunks(STREAM_CHUNK):
-                        if self.closed:
-                            return
-                        self.transport.write(chunk)
-                        if not self.can_write.is_set():
-                            await self.can_write.wait()
+                    if self.closed:
+                        return
+                    if self.zero_copy:
+                        await self._sendfile(part)
+                    else:
+                        await self._write_chunks(part)
                 if pending:
                     self.transport.writelines(pending)
             if not self.can_write.is_set():
                 await self.can_write.wait()
-        except OSError as exc:  # the segment lost bytes under us (truncated): start over
-            log.warning("closing %s: a fetched record set could not be read: %s", self.peer,
-                        exc)
+        except OSError as exc:  # the segment lost bytes under us, or the peer went away
+            if not self.closed:
+                log.warning("closing %s: a fetched record set could not be sent: %s",
+                            self.peer, exc)
             self._close()
         finally:
             for region in regions:
                 region.close()
 
+    async def _write_chunks(self, region: FileRegion) -> None:
+        for chunk in region.chunks(STREAM_CHUNK):
+            if self.closed:
+                return
+            self.transport.write(chunk)
+            if not self.can_write.is_set():
+                await self.can_write.wait()
+
+    async def _sendfile(self, region: FileRegion) -> None:
+        """``region`` from its file to the socket by sendfile(2), after what the transport
+        holds (the write buffer's low and high marks are 0, so ``can_write`` is set exactly
+        when it is empty). The socket is non-blocking: when it is full, wait until it takes
+        more, watching a duplicate of its descriptor (the transport's own is the loop's to
+        watch). The duplicate lives only while this region is sent, so it never keeps a
+        closed connection's socket open."""
+        if not self.can_write.is_set():
+            await self.can_write.wait()
+        if self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        out = os.dup(self.socket_fd)
+        try:
+            position, left = region.position, region.length
+            while left:
+                if self.closed:
+                    return
+                try:
+                    sent = os.sendfile(out, region.fd, position, left)
+                except BlockingIOError:
+                    await self._writable(loop, out)
+                    continue
+                if sent == 0:
+                    raise OSError(f"segment shorter than the region "
+                                  f"({region.length - left} of {region.length})")
+                position += sent
+                left -= sent
+        finally:
+            os.close(out)
+
+    async def _writable(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        ready = loop.create_future()
+        self.sendfile_waiter = ready
+        loop.add_writer(fd, _set_once, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_writer(fd)
+            self.sendfile_waiter = None
+
     def _close(self) -> None:
         self.closed = True
+        if self.sendfile_waiter is not None:
+            _set_once(self.sendfile_waiter)
         if self.transport is not None:
             self.transport.close()
 
