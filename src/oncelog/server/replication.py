@@ -314,7 +314,7 @@ class ReplicaManager:
         ISR has each (the high watermark passed it) or ``timeout_ms`` ran out. Per partition:
         its AppendResult, or the AppendError that stopped it."""
         out: dict[TP, Any] = {}
-        waits: dict[TP, Any] = {}
+        waits: dict[TP, tuple[Replica, asyncio.Future]] = {}
         errors: dict[TP, str | None] = {}
         for tp, write in writes.items():
             try:
@@ -328,11 +328,13 @@ class ReplicaManager:
             if required_acks == -1:
                 end = result.last_offset + 1
                 if r.log.high_watermark < end:
-                    waits[tp] = self.wait_replicated(r, end, timeout_ms)
-                else:  # replicated already (an ISR of one): no waiter task
+                    fut = asyncio.get_running_loop().create_future()
+                    r.waiters.append((end, fut))
+                    waits[tp] = (r, fut)
+                else:  # replicated already (an ISR of one): nothing to wait for
                     errors[tp] = self._isr_error(r)
         if waits:
-            errors.update(zip(waits, await asyncio.gather(*waits.values()), strict=True))
+            errors.update(await self._until_replicated(waits, timeout_ms))
         for tp, err in errors.items():
             if err is not None:
                 out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err}")
@@ -349,10 +351,12 @@ class ReplicaManager:
         return result
 
     def appended(self, r: Replica) -> None:
-        """The leader appended: followers' long polls wake up; with a lone ISR the high
-        watermark moves now (and that wakes them, once)."""
-        if not self._maybe_advance_hw(r):
-            r.partition.notify_append()
+        """The leader appended: followers' long polls wake up (they read to the log end);
+        consumers' when the high watermark moved: at once with a lone ISR, and always for a
+        log of one replica, whose end is its high watermark."""
+        if not self._maybe_advance_hw(r) and not r.log.replicated:
+            r.partition.notify_high_watermark()
+        r.partition.notify_log_end()
 
     async def wait_replicated(self, r: Replica, end_offset: int, timeout_ms: int) -> str | None:
         """acks=all: wait until the high watermark reaches ``end_offset`` (the offset after
@@ -369,6 +373,32 @@ class ReplicaManager:
             if err is not None:
                 return err
         return self._isr_error(r)
+
+    async def _until_replicated(self, waits: dict[TP, tuple[Replica, asyncio.Future]],
+                                timeout_ms: int) -> dict[TP, str | None]:
+        """The answer for each waiter of ``append_records`` once the high watermark passed its
+        batch (``_maybe_advance_hw`` completes it) or ``timeout_ms`` ran out: one timer for
+        the request, no task per partition."""
+        loop = asyncio.get_running_loop()
+
+        def expire() -> None:
+            for _r, fut in waits.values():
+                if not fut.done():
+                    fut.set_result("request_timed_out")
+
+        timer = loop.call_later(max(timeout_ms, 0) / 1000, expire)
+        out: dict[TP, str | None] = {}
+        try:
+            for tp, (r, fut) in waits.items():
+                err = await fut
+                out[tp] = self._isr_error(r) if err is None else err
+        finally:
+            timer.cancel()
+            for r, fut in waits.values():
+                if not fut.done() or fut.result() == "request_timed_out":
+                    fut.cancel()  # (our caller was cancelled)
+                    r.waiters = [(o, f) for o, f in r.waiters if f is not fut]
+        return out
 
     def _isr_error(self, r: Replica) -> str | None:
         """After an acks=all write reached the high watermark: the ISR may have shrunk below
@@ -397,7 +427,7 @@ class ReplicaManager:
         if new_hw <= plog.high_watermark:
             return False
         plog.update_high_watermark(new_hw)
-        r.partition.notify_append()  # consumers long-polling for the high watermark
+        r.partition.notify_high_watermark()  # consumers long-polling for it
         if r.waiters:
             hw = plog.high_watermark
             still = []
