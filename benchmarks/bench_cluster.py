@@ -1,7 +1,8 @@
 """Cluster mode: the cost of replication, and how long a partition is unavailable when its
 leader crashes, on one local 3-broker cluster (oncelog.harness.local_cluster) in one run.
 
-    .venv/bin/python benchmarks/bench_cluster.py [--records 20000] [--size 1024] [--rounds 3]
+    .venv/bin/python benchmarks/bench_cluster.py [--records 20000] [--confluent-records 100000]
+                                                 [--size 1024] [--rounds 3]
                                                  [--trials 5] [--session-timeout-ms 3000]
                                                  [--client both|oncelog|confluent]
                                                  [--baseline CHECKOUT] [--profile DIR]
@@ -22,11 +23,12 @@ Produce and Fetch requests (the followers' and any consumer's) the brokers answe
 come from their metrics pages (metrics.port 0). The summary gives, per producer,
 the medians and the ratio RF 3 / RF 1.
 
-Page cache: each round writes to a topic of its own, deleted after it. On a virtual machine,
-writing into page cache the guest has never used before costs the hypervisor's first touch of
-each page (here ten times the CPU of a page freed and used again: 2.4 s against 0.22 s of
-system time for 1 GB written by dd), and an RF 3 round writes three copies: keeping every round's
-data would measure the machine's memory, not the brokers.
+Page cache: each round writes to a topic of its own, deleted after it. On this virtual machine,
+page cache beyond what was recently freed cost ten times the system CPU per byte written (dd:
+three 1 GB files one after another, 0.22, 0.31 and 2.35 s of system time; 0.22 s each when the
+previous one was deleted first: the host's first touch of guest memory, or reclaim), and an
+RF 3 round writes three copies: keeping every round's data would measure the machine's memory,
+not the brokers.
 
 ``--baseline CHECKOUT`` (say ``git worktree add /tmp/base main``, its C extensions built) runs
 a second cluster of that checkout's brokers beside this one's (same ZooKeeper), and every
@@ -34,7 +36,8 @@ measurement is made on each in turn: before/after figures from one run on a nois
 
 ``--profile DIR`` records each broker with py-spy (on PATH or beside this Python) during the
 first RF 3 round of each producer: DIR/this/<client>-broker-N.txt, collapsed stacks
-(``py-spy record --format raw``), the idle event loop's wait left out.
+(``py-spy record --format raw``, 200 Hz; ``PY_SPY_OPTIONS``, default ``--nonblocking``, adds
+options such as ``--gil`` or ``--native``).
 
 Failover: a warmed-up idempotent acks=all producer; the partition's leader is SIGKILLed and one
 record is sent at once; the time is until its acknowledgement, which comes from the new leader
