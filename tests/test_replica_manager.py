@@ -6,46 +6,14 @@ the high watermark while an ISR change is being written."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from types import SimpleNamespace
 
-from oncelog.cluster.model import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
-from oncelog.records import build_batch, split_batches
+from support.replica_views import TOPIC, HeldStore, append, view
+
 from oncelog.server.clock import now_ms
 from oncelog.server.config import BrokerConfig
 from oncelog.server.replication import ReplicaManager
 from oncelog.server.topics import TopicManager
-
-TOPIC = "t"
-
-
-class HeldStore:
-    """The metadata's alter_partition (the state znode's conditional write in ZooKeeper),
-    answered only once ``release`` is set."""
-
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self.written: list[LeaderAndIsr] = []
-
-    async def alter_partition(self, topic, partition, state, expected_version):
-        self.written.append(state)
-        await asyncio.wait_for(self.release.wait(), 10)
-        return expected_version + 1
-
-
-def view(isr: tuple[int, ...], version: int = 0) -> ClusterView:
-    brokers = {n: BrokerInfo(n, "127.0.0.1", 9090 + n) for n in (1, 2, 3)}
-    topics = {TOPIC: TopicAssignment(TOPIC, uuid.UUID(int=7), {0: (1, 2, 3)},
-                                     {"min.insync.replicas": "1"})}
-    return ClusterView(seq=version, brokers=brokers, topics=topics,
-                       states={(TOPIC, 0): (LeaderAndIsr(1, 0, isr, 1), version)},
-                       controller_id=1)
-
-
-def append(replica, n: int) -> int:
-    data = bytearray(build_batch([(None, b"v", [], 0)] * n))
-    result = replica.log.append(data, split_batches(data), 0, leader_epoch=replica.leader_epoch)
-    return result.last_offset + 1
 
 
 def test_the_high_watermark_counts_a_replica_while_it_is_being_added_to_the_isr(tmp_path):

@@ -168,13 +168,15 @@ class LocalCluster:
                  broker_settings: Mapping[str, Any] | None = None, *,
                  host: str = "127.0.0.1", chroot: str = DEFAULT_CHROOT,
                  die_with_parent: bool = False, zookeeper_fsync: bool = True,
-                 startup_timeout: float = 60.0, relays: bool = False) -> None:
+                 startup_timeout: float = 60.0, relays: bool = False,
+                 env: Mapping[str, str] | None = None) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self.broker_settings = {k: str(v) for k, v in (broker_settings or {}).items()}
         self.die_with_parent = die_with_parent
+        self.env = dict(env or {})  # added to each broker's environment (BrokerProcess's env)
         self.startup_timeout = startup_timeout
         self.zookeeper_fsync = zookeeper_fsync
         self._external_zookeeper = zookeeper
@@ -302,7 +304,7 @@ class LocalCluster:
             # A session of its own: signals go to its process group. Unless it dies with this
             # process, it outlives it (``oncelog cluster up``): not killed at exit either.
             b.process = BrokerProcess(
-                b.data_dir, log_path=b.log_path, node_id=b.node_id, host=b.host,
+                b.data_dir, log_path=b.log_path, node_id=b.node_id, host=b.host, env=self.env,
                 new_session=True, die_with_parent=self.die_with_parent,
                 kill_at_exit=self.die_with_parent)
         b.process.port = b.port

@@ -377,7 +377,8 @@ class PartitionLog:
         """
         if now_ms is None:
             now_ms = int(time.time() * 1000)
-        buf = data if isinstance(data, bytes | bytearray) else bytes(data)
+        # A memoryview (a fetcher's view of the response it received) is read in place.
+        buf = data if isinstance(data, bytes | bytearray) else memoryview(data).cast("B")
         batches: list[tuple[int, BatchHeader]] = []
         expected = self.log_end_offset
         pos, n = 0, len(buf)

@@ -35,15 +35,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ..log import LogAppendError, LogWriteError
-from ..protocol import ApiKey, make, request_module
+from ..protocol import ApiKey, ProtocolError, make, request_module
+from . import replica_fetcher
 from .clock import now_ms
 from .interbroker import ChannelError, InterBrokerClient
 from .topics import Partition
 
 log = logging.getLogger("oncelog.replication")
 
-FETCH_VERSION = 12
 EPOCH_VERSION = 4
 BACKOFF_S = 0.2
 TP = tuple[str, int]
@@ -122,6 +124,10 @@ class ReplicaManager:
         self.replicas: dict[TP, Replica] = {}
         self.client = InterBrokerClient(self.node_id, self._address_of)
         self._fetchers: dict[int, asyncio.Task] = {}
+        # leader -> the fetcher's connection to it and the address it was opened to
+        self._fetch_connections: dict[int, tuple[replica_fetcher.FetcherConnection,
+                                                 tuple[str, int]]] = {}
+        self._correlation_id = 0
         self._wake_fetchers: dict[int, asyncio.Event] = {}
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
@@ -144,6 +150,8 @@ class ReplicaManager:
             t.cancel()
         for r in self.replicas.values():
             self._fail_waiters(r, "not_leader_or_follower")
+        for leader in list(self._fetch_connections):
+            self._close_fetch_connection(leader)
         self.client.close()
 
     def apply(self, view) -> None:
@@ -306,7 +314,7 @@ class ReplicaManager:
         ISR has each (the high watermark passed it) or ``timeout_ms`` ran out. Per partition:
         its AppendResult, or the AppendError that stopped it."""
         out: dict[TP, Any] = {}
-        waits: dict[TP, Any] = {}
+        waits: dict[TP, tuple[Replica, asyncio.Future]] = {}
         errors: dict[TP, str | None] = {}
         for tp, write in writes.items():
             try:
@@ -320,11 +328,13 @@ class ReplicaManager:
             if required_acks == -1:
                 end = result.last_offset + 1
                 if r.log.high_watermark < end:
-                    waits[tp] = self.wait_replicated(r, end, timeout_ms)
-                else:  # replicated already (an ISR of one): no waiter task
+                    fut = asyncio.get_running_loop().create_future()
+                    r.waiters.append((end, fut))
+                    waits[tp] = (r, fut)
+                else:  # replicated already (an ISR of one): nothing to wait for
                     errors[tp] = self._isr_error(r)
         if waits:
-            errors.update(zip(waits, await asyncio.gather(*waits.values()), strict=True))
+            errors.update(await self._until_replicated(waits, timeout_ms))
         for tp, err in errors.items():
             if err is not None:
                 out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err}")
@@ -341,10 +351,12 @@ class ReplicaManager:
         return result
 
     def appended(self, r: Replica) -> None:
-        """The leader appended: followers' long polls wake up; with a lone ISR the high
-        watermark moves now (and that wakes them, once)."""
-        if not self._maybe_advance_hw(r):
-            r.partition.notify_append()
+        """The leader appended: followers' long polls wake up (they read to the log end);
+        consumers' when the high watermark moved: at once with a lone ISR, and always for a
+        log of one replica, whose end is its high watermark."""
+        if not self._maybe_advance_hw(r) and not r.log.replicated:
+            r.partition.notify_high_watermark()
+        r.partition.notify_log_end()
 
     async def wait_replicated(self, r: Replica, end_offset: int, timeout_ms: int) -> str | None:
         """acks=all: wait until the high watermark reaches ``end_offset`` (the offset after
@@ -361,6 +373,32 @@ class ReplicaManager:
             if err is not None:
                 return err
         return self._isr_error(r)
+
+    async def _until_replicated(self, waits: dict[TP, tuple[Replica, asyncio.Future]],
+                                timeout_ms: int) -> dict[TP, str | None]:
+        """The answer for each waiter of ``append_records`` once the high watermark passed its
+        batch (``_maybe_advance_hw`` completes it) or ``timeout_ms`` ran out: one timer for
+        the request, no task per partition."""
+        loop = asyncio.get_running_loop()
+
+        def expire() -> None:
+            for _r, fut in waits.values():
+                if not fut.done():
+                    fut.set_result("request_timed_out")
+
+        timer = loop.call_later(max(timeout_ms, 0) / 1000, expire)
+        out: dict[TP, str | None] = {}
+        try:
+            for tp, (r, fut) in waits.items():
+                err = await fut
+                out[tp] = self._isr_error(r) if err is None else err
+        finally:
+            timer.cancel()
+            for r, fut in waits.values():
+                if not fut.done() or fut.result() == "request_timed_out":
+                    fut.cancel()  # (our caller was cancelled)
+                    r.waiters = [(o, f) for o, f in r.waiters if f is not fut]
+        return out
 
     def _isr_error(self, r: Replica) -> str | None:
         """After an acks=all write reached the high watermark: the ISR may have shrunk below
@@ -389,7 +427,7 @@ class ReplicaManager:
         if new_hw <= plog.high_watermark:
             return False
         plog.update_high_watermark(new_hw)
-        r.partition.notify_append()  # consumers long-polling for the high watermark
+        r.partition.notify_high_watermark()  # consumers long-polling for it
         if r.waiters:
             hw = plog.high_watermark
             still = []
@@ -551,6 +589,7 @@ class ReplicaManager:
             if leader not in leaders:
                 self._fetchers.pop(leader).cancel()
                 self._wake_fetchers.pop(leader, None)
+                self._close_fetch_connection(leader)
         for leader in leaders:
             task = self._fetchers.get(leader)
             if task is None or task.done():
@@ -646,52 +685,85 @@ class ReplicaManager:
                     plog.truncate_to(target)
                 r.needs_truncation = False
 
+    async def _fetch_connection(self, leader: int) -> replica_fetcher.FetcherConnection:
+        """The fetcher's own connection to ``leader`` (replica_fetcher.py), opened on first use
+        and again after it broke or the leader moved."""
+        address = self._address_of(leader)
+        if address is None:
+            raise ChannelError(f"broker {leader} is not registered")
+        found = self._fetch_connections.get(leader)
+        if found is not None:
+            conn, where = found
+            if where == address and not conn.lost and conn.transport is not None \
+                    and not conn.transport.is_closing():
+                return conn
+            conn.close()
+            del self._fetch_connections[leader]
+        conn = await replica_fetcher.connect(*address)
+        self._fetch_connections[leader] = (conn, address)
+        return conn
+
+    def _close_fetch_connection(self, leader: int) -> None:
+        found = self._fetch_connections.pop(leader, None)
+        if found is not None:
+            found[0].close()
+
     async def _fetch(self, leader: int, replicas: list[Replica]) -> None:
-        mod = request_module(ApiKey.FETCH, FETCH_VERSION)
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[replica_fetcher.FetchPartition]] = {}
+        asked: dict[TP, tuple[Replica, int]] = {}
         for r in replicas:
-            by_topic.setdefault(r.partition.topic, []).append(make(
-                mod.FetchPartition, partition=r.partition.index,
-                current_leader_epoch=r.leader_epoch, fetch_offset=r.log.log_end_offset,
-                last_fetched_epoch=-1, log_start_offset=r.log.log_start_offset,
-                partition_max_bytes=self.fetch_max_bytes))
-        request = make(mod.FetchRequest, cluster_id=None, replica_id=self.node_id,
-                       max_wait=self.fetch_wait_ms, min_bytes=1,
-                       max_bytes=self.fetch_max_bytes * 4, isolation_level=0, session_id=0,
-                       session_epoch=-1,
-                       topics=tuple(make(mod.FetchTopic, topic=t, partitions=tuple(ps))
-                                    for t, ps in by_topic.items()),
-                       forgotten_topics_data=(), rack_id="")
+            plog = r.log
+            asked[r.tp] = (r, r.leader_epoch)
+            by_topic.setdefault(r.partition.topic, []).append(replica_fetcher.FetchPartition(
+                r.partition.index, r.leader_epoch, plog.log_end_offset, plog.log_start_offset,
+                self.fetch_max_bytes))
+        self._correlation_id = correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        request = replica_fetcher.encode_fetch_request(
+            correlation_id, f"broker-{self.node_id}-fetcher", self.node_id, self.fetch_wait_ms,
+            1, self.fetch_max_bytes * 4, list(by_topic.items()))
         started = time.monotonic()
-        response = await self.client.request(leader, request,
-                                             timeout_s=self.fetch_wait_ms / 1000 + 30,
-                                             purpose="replication")
-        if response.error_code:
-            log.info("fetch from broker %d: %s", leader, response.error_code.name)
+        conn = await self._fetch_connection(leader)
+        try:
+            frame = await conn.request(request, self.fetch_wait_ms / 1000 + 30)
+            answered, error_code, partitions = replica_fetcher.parse_fetch_response(frame)
+            if answered != correlation_id:
+                raise ChannelError(f"broker {leader} answered correlation id {answered}, not "
+                                   f"{correlation_id}")
+        except ChannelError:
+            self._close_fetch_connection(leader)
+            raise
+        except ProtocolError as exc:
+            self._close_fetch_connection(leader)
+            raise ChannelError(f"broker {leader}: {exc}") from None
+        if error_code:
+            log.info("fetch from broker %d: %s", leader, ErrorCode(error_code).name)
             await self._backoff(leader)
             return
         errors = 0
-        for t in response.responses:
-            for p in t.partitions:
-                fr = self.replicas.get((t.topic, p.partition_index))
-                if fr is None or fr.is_leader or fr.leader != leader:
-                    continue
-                r = fr
-                if p.error_code:
-                    errors += 1
-                    name = p.error_code.name
-                    if name == "offset_out_of_range":
-                        self._out_of_range(r, p.log_start_offset)
-                    log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, name)
-                    continue
-                plog = r.log
-                if p.records:
-                    plog.append_as_follower(p.records)
-                plog.update_high_watermark(min(p.high_watermark, plog.log_end_offset))
-                # Kafka's follower: the leader's log start offset, as its answer says.
-                if p.log_start_offset > plog.log_start_offset:
-                    plog.increment_log_start_offset(
-                        min(p.log_start_offset, plog.high_watermark), now_ms())
+        for p in partitions:
+            fr = self.replicas.get((p.topic, p.partition))
+            # Kafka's fetcher: only for a partition still fetched as the request did (same
+            # replica, still following this leader at the epoch asked, not to be truncated).
+            if fr is None or asked.get(fr.tp) != (fr, fr.leader_epoch) or fr.is_leader \
+                    or fr.leader != leader or fr.needs_truncation:
+                continue
+            r = fr
+            if p.error_code:
+                errors += 1
+                name = ErrorCode(p.error_code).name
+                if name == "offset_out_of_range":
+                    self._out_of_range(r, p.log_start_offset)
+                log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, name)
+                continue
+            plog = r.log
+            if p.records:
+                plog.append_as_follower(p.records)
+            plog.update_high_watermark(min(p.high_watermark, plog.log_end_offset))
+            # Kafka's follower: the leader's log start offset, as its answer says.
+            if p.log_start_offset > plog.log_start_offset:
+                plog.increment_log_start_offset(
+                    min(p.log_start_offset, plog.high_watermark), now_ms())
+        del frame, partitions  # the connection's buffer is reused for the next response
         if errors and time.monotonic() - started < BACKOFF_S:
             await self._backoff(leader)
 

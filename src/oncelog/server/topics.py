@@ -89,14 +89,31 @@ class Partition:
     topic: str
     index: int
     log: PartitionLog
-    # Futures of long-polling fetches, woken when this partition gets new data.
+    # Futures of long-polling fetches, woken when this partition gets new data: consumers'
+    # (which read to the high watermark) and followers' (which read to the log end).
     waiters: set[asyncio.Future] = field(default_factory=set)
+    replica_waiters: set[asyncio.Future] = field(default_factory=set)
 
     def notify_append(self) -> None:
+        """Wake every long poll (new data, a new log start, the partition gone)."""
+        self.notify_high_watermark()
+        self.notify_log_end()
+
+    def notify_high_watermark(self) -> None:
+        """Wake the consumers' long polls: what they may read grew. A follower reads to the
+        log end, so this moves nothing for it (Kafka's delayed follower fetch waits for bytes
+        past its fetch offset, not for the high watermark)."""
         for fut in self.waiters:
             if not fut.done():
                 fut.set_result(None)
         self.waiters.clear()
+
+    def notify_log_end(self) -> None:
+        """Wake the followers' long polls: the log end moved."""
+        for fut in self.replica_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.replica_waiters.clear()
 
 
 @dataclass

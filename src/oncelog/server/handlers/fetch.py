@@ -106,7 +106,7 @@ def _collect(broker, session, full, isolation, max_bytes, replica_id=-1, epochs=
     return results, total
 
 
-def _waiters(broker, session):
+def _waiters(broker, session, follower=False):
     loop = asyncio.get_running_loop()
     futs = []
     names = broker.metadata.view.topic_names if session.uses_topic_ids else {}
@@ -115,7 +115,8 @@ def _waiters(broker, session):
         p = broker.topics.partition(topic, index) if topic is not None else None
         if p is not None:
             fut = loop.create_future()
-            p.waiters.add(fut)
+            # A follower reads to the log end: a moved high watermark does not wake it.
+            (p.replica_waiters if follower else p.waiters).add(fut)
             futs.append((p, fut))
     return futs
 
@@ -193,7 +194,7 @@ async def handle_fetch(broker, ctx, request):
     # Long poll: wait for appends until min_bytes is reached or max_wait runs out.
     while (total < max(request.min_bytes, 1) and not any(r[3] for r in results)
            and loop.time() < deadline):
-        futs = _waiters(broker, session)
+        futs = _waiters(broker, session, follower=replica_id >= 0)
         if not futs:
             break
         try:
@@ -202,6 +203,7 @@ async def handle_fetch(broker, ctx, request):
         finally:
             for p, f in futs:
                 p.waiters.discard(f)
+                p.replica_waiters.discard(f)
                 f.cancel()
         results, total = _collect(broker, session, full, isolation, max_bytes, replica_id, epochs,
                                    starts)
