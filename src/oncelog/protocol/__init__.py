@@ -30,6 +30,7 @@ from ..primitives import DecodeError, encode_string, read_uvarint
 from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
 from .bounds import BoundsError, check_body
+from .fetch_response import FetchResponseWriter
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -260,6 +261,8 @@ class _FrameParts:
 def encode_response_parts(correlation_id: int, response: Any) -> list[Any]:
     """A complete response frame, size prefix included, as parts to write in order: bytes,
     and FileRegions (record sets a Fetch left in their segment files)."""
+    if type(response) is FetchResponseWriter:  # encoded as it was built
+        return response.frame(correlation_id)
     head = _SIZE.pack(correlation_id)
     if response.__header_schema__.__version__ >= 1:
         head += b"\x00"  # no tagged fields in the response header

@@ -20,6 +20,7 @@ import asyncio
 
 from ...log import OffsetOutOfRangeError
 from ...protocol import ApiKey, make, millis, response_module
+from ...protocol.fetch_response import FetchResponseWriter
 from ..fetch_sessions import FetchSessionError
 from ..replication import ReplicationError
 from . import acl
@@ -214,23 +215,35 @@ async def handle_fetch(broker, ctx, request):
         # An unknown id is answered as such before authorization, as Kafka does: it names
         # no topic whose existence could leak.
         if name is not None and not may_read(name):
-            err, data, aborted, hw, lso, start = "topic_authorization_failed", b"", [], -1, -1, -1
+            err, data, aborted, hw, lso, start = "topic_authorization_failed", b"", (), -1, -1, -1
         sp.high_watermark, sp.last_stable_offset, sp.log_start_offset = hw, lso, start
-        leader = {}
+        leader = None
         if ctx.version >= 16 and err in ("not_leader_or_follower", "fenced_leader_epoch"):
-            leader = {"current_leader": _current_leader(broker, mod, name, index,
-                                                        node_endpoints)}
-        by_topic.setdefault(k, []).append(make(
+            leader = _current_leader(broker, mod, name, index, node_endpoints)
+        by_topic.setdefault(k, []).append((index, err, hw, lso, start, data, aborted, leader))
+    if not node_endpoints:  # no tagged field to write: the hand encoder (protocol/fetch_response)
+        writer = FetchResponseWriter(ctx.version, 0, 0, session.session_id, len(by_topic))
+        for k, partitions in by_topic.items():
+            writer.topic(k, len(partitions))
+            for index, err, hw, lso, start, data, aborted, _leader in partitions:
+                writer.partition(
+                    index, error_code(err) if err else 0, hw, lso, start,
+                    [(a.producer_id, a.first_offset) for a in aborted]
+                    if isolation == READ_COMMITTED else None, data)
+            writer.end_topic()
+        return writer
+    responses = tuple(make(
+        mod.FetchableTopicResponse, **topic_field(k), partitions=tuple(make(
             mod.PartitionData, partition_index=index, error_code=error_code(err),
             high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
             aborted_transactions=tuple(
                 make(mod.AbortedTransaction, producer_id=a.producer_id,
                      first_offset=a.first_offset) for a in aborted)
             if isolation == READ_COMMITTED else None,
-            preferred_read_replica=-1, records=data, **leader,
-        ))
-    responses = tuple(make(mod.FetchableTopicResponse, **topic_field(k), partitions=tuple(ps))
-                      for k, ps in by_topic.items())
+            preferred_read_replica=-1, records=data,
+            **({"current_leader": leader} if leader is not None else {}))
+            for index, err, hw, lso, start, data, aborted, leader in partitions))
+        for k, partitions in by_topic.items())
     return make(mod.FetchResponse, throttle_time=0, error_code=0,
                 session_id=session.session_id, responses=responses,
                 node_endpoints=tuple(node_endpoints.values()))
