@@ -310,3 +310,23 @@ def test_append_refuses_a_batch_whose_records_disagree_with_its_header(tmp_path)
         log.append(data, split_batches(data), 1_000)
     assert err.value.error_name == "invalid_record"
     assert (log.log_end_offset, log.size_bytes) == (1, size)
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_the_requests_bytes_are_appended_without_being_rewritten(tmp_path, timestamp_type):
+    """A record set as a request brings it (immutable bytes): the log writes each batch with
+    its header rewritten (base offset, leader epoch; LogAppendTime and its CRC), and the
+    caller's bytes stay as they came."""
+    log = PartitionLog(tmp_path / "t-0", LogConfig(message_timestamp_type=timestamp_type), 0)
+    produce(log, [b"first"])
+    data = b"".join(build_batch([(None, v, [], 900)]) for v in (b"a" * 100, b"b", b"c" * 5000))
+    before = bytes(data)
+    result = log.append(data, split_batches(data), 1_000, leader_epoch=3)
+    assert data == before
+    assert (result.base_offset, result.last_offset) == (1, 3)
+    assert read_all(log) == [(0, b"first"), (1, b"a" * 100), (2, b"b"), (3, b"c" * 5000)]
+    stored = log.read(1, 1 << 20)
+    for expected, (pos, h) in enumerate(split_batches(stored), start=1):  # every CRC checked
+        assert h.base_offset == expected and h.partition_leader_epoch == 3
+        assert h.max_timestamp == (900 if timestamp_type == "CreateTime" else 1_000)
+        decode_batch(stored, pos)

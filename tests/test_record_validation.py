@@ -47,15 +47,29 @@ def with_max_timestamp(batch: bytes, max_timestamp: int) -> bytearray:
 
 
 def validate(data: bytearray, config: Config | None = None, now: int = NOW):
-    return validate_records(config or Config(), data, split_batches(data), now, "t-0")
+    out, batches = validate_records(config or Config(), data, split_batches(data), now, "t-0")
+    assert out is data  # a bytearray is rewritten in place
+    return batches
 
 
 def test_a_right_batch_is_left_alone():
     data = bytearray(build_batch([(b"k", b"v", [], NOW - 5), (b"k", b"v", [], NOW)]))
     before = bytes(data)
     batches = split_batches(data)
-    assert validate_records(Config(), data, batches, NOW) is batches
+    assert validate_records(Config(), data, batches, NOW) == (data, batches)
+    assert validate_records(Config(), data, batches, NOW)[1] is batches
     assert bytes(data) == before
+
+
+def test_the_requests_bytes_are_copied_only_to_be_rewritten():
+    right = build_batch([(b"k", b"v", [], NOW)])
+    batches = split_batches(right)
+    out, same = validate_records(Config(), right, batches, NOW)
+    assert out is right and same is batches  # nothing to rewrite: no copy
+    wrong = bytes(with_max_timestamp(build_batch([(b"k", b"v", [], NOW - 7)]), 0))
+    out, [(_pos, h)] = validate_records(Config(), wrong, split_batches(wrong), NOW)
+    assert type(out) is bytearray and h.max_timestamp == NOW - 7 == parse_header(out).max_timestamp
+    assert parse_header(wrong).max_timestamp == 0  # the request's bytes as they came
 
 
 def test_librdkafkas_max_timestamp_0_over_records_without_timestamps_becomes_minus_1():

@@ -139,6 +139,16 @@ class FollowerAppendResult:
     log_end_offset: int
 
 
+def _contiguous(data, batches: list[tuple[int, BatchHeader]]) -> bool:
+    """Whether the batches cover ``data`` end to end (what a split record set is)."""
+    end = 0
+    for pos, h in batches:
+        if pos != end:
+            return False
+        end = pos + h.size
+    return end == len(data)
+
+
 class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, now_ms: int,
                  preallocator: Preallocator | None = None, *, replicated: bool = False) -> None:
@@ -278,11 +288,13 @@ class PartitionLog:
 
     # -- appending ----------------------------------------------------------------------------
 
-    def append(self, data: bytearray, batches: list[tuple[int, BatchHeader]],
+    def append(self, data: bytes | bytearray, batches: list[tuple[int, BatchHeader]],
                now_ms: int, *, verification: VerificationGuard | None = None,
                require_verification: bool = False, new_client: bool = False,
                leader_epoch: int | None = None) -> AppendResult:
-        """Append validated batches (``data`` is the request's record set, rewritten in place).
+        """Append validated batches (``data`` is the request's record set: a bytearray is
+        rewritten in place, bytes are written as they came with each batch's header rewritten
+        in a copy of its own).
 
         Producer state is checked first: a retried batch that duplicates one of the producer's
         last five is answered with its original offsets and nothing is written.
@@ -306,8 +318,8 @@ class PartitionLog:
                     f"{self.config.max_message_bytes}",
                 )
         try:
-            batches = validate_records(self.config, data, batches, now_ms,
-                                       self.directory.name)
+            data, batches = validate_records(self.config, data, batches, now_ms,
+                                             self.directory.name)
             converted = convert_compression(self.config, data, batches)
         except RecordsError as exc:
             raise LogAppendError(exc.error_name, str(exc), exc.record_errors) from None
@@ -437,7 +449,7 @@ class PartitionLog:
             else:
                 self.roll(now_ms)
             seg = self.active_segment
-            seg.append(memoryview(buf)[start:end], [(pos - start, h) for pos, h in run])
+            seg.append([memoryview(buf)[start:end]], [(pos - start, h) for pos, h in run])
             self._maybe_preallocate(seg, end - start)
             total += end - start
             for pos, h in run:
@@ -514,13 +526,27 @@ class PartitionLog:
         assigned: list[tuple[int, BatchHeader]] = []
         max_timestamp = -1
         records = 0
+        if type(data) is not bytearray and (log_append_time >= 0 or not _contiguous(data,
+                                                                                    batches)):
+            data = bytearray(data)  # rewritten past the header: a copy to rewrite
+        # The request's bytes (immutable) are written as they came, each batch's header
+        # rewritten in a 61-byte copy of its own: a record set is not copied to be appended.
+        pieces: list = [] if type(data) is not bytearray else [data]
+        view = memoryview(data) if not pieces else None
         for pos, h in batches:
-            set_base_offset(data, pos, offset)
+            if view is not None:
+                head = bytearray(view[pos:pos + HEADER_SIZE])
+                pieces.append(head)
+                pieces.append(view[pos + HEADER_SIZE:pos + h.size])
+                buf, at = head, 0
+            else:
+                buf, at = data, pos
+            set_base_offset(buf, at, offset)
             if log_append_time >= 0:
-                set_log_append_time(data, pos, h.size, log_append_time)
+                set_log_append_time(buf, at, h.size, log_append_time)
                 h = h._replace(attributes=h.attributes | 0x08, max_timestamp=log_append_time)
             if leader_epoch is not None:
-                set_partition_leader_epoch(data, pos, leader_epoch)
+                set_partition_leader_epoch(buf, at, leader_epoch)
                 h = h._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
             else:
                 h = h._replace(base_offset=offset)
@@ -534,7 +560,7 @@ class PartitionLog:
             self.leader_epoch_cache.assign(leader_epoch, assigned[0][1].base_offset)
         self._maybe_roll(len(data), max_timestamp, now_ms, assigned[-1][1].last_offset)
         seg = self.active_segment
-        seg.append(data, assigned)
+        seg.append(pieces, assigned)
         self._maybe_preallocate(seg, len(data))
         self.unflushed_messages += records
         if self.unflushed_messages >= self.config.flush_messages:

@@ -243,7 +243,7 @@ def _clean_group(p: CleaningPlan, srcs: list[SourceSegment], offset_map: OffsetM
 
         def write() -> None:
             if out:
-                new.append(out, headers)
+                new.append([out], headers)
                 if throttler is not None:
                     throttler.maybe_throttle(len(out))
                 out.clear()

@@ -344,21 +344,24 @@ class LogSegment:
         self._bytes_since_index += h.size
         return idx, tidx
 
-    def append(self, data, headers: list[tuple[int, BatchHeader]]) -> None:
-        """Append already-offset-assigned batches; ``headers`` gives each one's position in
-        ``data``. On an IO error the file is cut back and LogWriteError raised. Offsets that
-        the 32-bit relative index entries cannot hold are refused before anything is written
-        (the log rolls first: Kafka's canConvertToRelativeOffset)."""
+    def append(self, pieces: list, headers: list[tuple[int, BatchHeader]]) -> None:
+        """Append already-offset-assigned batches, whose bytes are ``pieces`` in order (one
+        writev); ``headers`` gives each batch's position in them. On an IO error the file is
+        cut back and LogWriteError raised. Offsets that the 32-bit relative index entries
+        cannot hold are refused before anything is written (the log rolls first: Kafka's
+        canConvertToRelativeOffset)."""
         if headers and headers[-1][1].last_offset - self.base_offset > INT32_MAX:
             raise ValueError(f"offset {headers[-1][1].last_offset} does not fit segment "
                              f"{self.base_offset}'s index: the log must roll first")
         start = self.size
+        total = sum(len(p) for p in pieces)
         with self.lock:
             try:
-                written = 0
-                with memoryview(data) as view:
-                    while written < len(data):  # a short write: the next one says why
-                        n = os.pwrite(self.fd, view[written:], start + written)
+                written = os.pwritev(self.fd, pieces, start) if pieces else 0
+                if written < total:  # a short write: the rest one piece of bytes at a time
+                    rest = b"".join(pieces)
+                    while written < total:  # the next write says why
+                        n = os.pwrite(self.fd, memoryview(rest)[written:], start + written)
                         if n == 0:
                             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                         written += n
@@ -370,7 +373,7 @@ class LogSegment:
                     pass
                 raise LogWriteError(exc.errno or 0, f"cannot append to {self.log_path}: "
                                     f"{os_error_name(exc)}") from exc
-            self.size = start + len(data)
+            self.size = start + total
             self.allocated = max(self.allocated, self.size)
         idx_parts, tidx_parts = [], []
         for pos, h in headers:

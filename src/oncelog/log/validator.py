@@ -78,15 +78,17 @@ class RecordsError(Exception):
 
 
 def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, BatchHeader]],
-                     now_ms: int, partition: str = "") -> list[tuple[int, BatchHeader]]:
+                     now_ms: int, partition: str = ""
+                     ) -> tuple[bytes | bytearray, list[tuple[int, BatchHeader]]]:
     """The records inside each batch (records/batch.py ``check_records``: count, offset deltas,
     lengths, a payload that decompresses within records/compression.py's ``inflate_limit``);
     on a CreateTime topic every record's timestamp (but -1, "none") within
     [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms] (KIP-937);
     on a compacted topic a key on every record. A producer may not claim LogAppendTime.
 
-    Returns the batches, where a CreateTime batch's maxTimestamp was not its largest record
-    timestamp (or -1 when none is larger) rewritten in ``data`` with a new CRC, as Kafka's
+    Returns the data and its batches, where a CreateTime batch's maxTimestamp was not its largest
+    record timestamp (or -1 when none is larger) rewritten with a new CRC (in ``data`` if it is
+    a bytearray, else in a copy: the request's bytes are not copied otherwise), as Kafka's
     LogValidator does (setMaxTimestamp): librdkafka writes maxTimestamp 0 over records without
     timestamps, and the time index and retention trust the header. Batches already right are
     left alone. ``partition`` names the topic partition in record errors' messages."""
@@ -112,11 +114,13 @@ def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, Bat
                                ) from None
         max_timestamp = max(hi, NO_TIMESTAMP)
         if create_time and h.max_timestamp != max_timestamp:
+            if type(data) is not bytearray:  # the request's bytes: rewritten in a copy
+                data = bytearray(data)
             set_max_timestamp(data, pos, h.size, max_timestamp)
             if out is batches:
                 out = list(batches)
             out[i] = (pos, parse_header(data, pos))
-    return out
+    return data, out
 
 
 def _check_each_record(data, pos: int, h: BatchHeader, timestamps: bool, keys: bool,

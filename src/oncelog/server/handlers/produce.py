@@ -71,7 +71,7 @@ def _writer(records, batches, now: int, *, guard, verify: bool, new_client: bool
     """The append of one partition's record set, as the replica manager runs it on the
     leader (at its leader epoch)."""
     def write(plog, leader_epoch: int):
-        return plog.append(bytearray(records), batches, now, verification=guard,
+        return plog.append(records, batches, now, verification=guard,
                            require_verification=verify, new_client=new_client,
                            leader_epoch=leader_epoch)
     return write
