@@ -512,7 +512,7 @@ class PartitionLog:
         seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
                                         lso))
 
-    def _write(self, data: bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int,
+    def _write(self, data: bytes | bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int,
                leader_epoch: int | None = None) -> tuple[list[tuple[int, BatchHeader]], int]:
         """Assign offsets (and LogAppendTime, and the leader epoch) in ``data``, roll if due,
         write it to the active segment; returns the batches' headers as written and the append
