@@ -540,7 +540,7 @@ class PartitionLog:
                 pieces.append(view[pos + HEADER_SIZE:pos + h.size])
                 buf, at = head, 0
             else:
-                buf, at = data, pos
+                buf, at = data, pos  # type: ignore[assignment]  # a bytearray here
             set_base_offset(buf, at, offset)
             if log_append_time >= 0:
                 set_log_append_time(buf, at, h.size, log_append_time)
