@@ -3,6 +3,8 @@ librdkafka's built-in mock cluster, alternating, in one run.
 
     .venv/bin/python benchmarks/bench_produce.py [--records 100000] [--size 1024] [--rounds 3]
         [--baseline CHECKOUT]
+    .venv/bin/python benchmarks/bench_produce.py --sweep size|partitions [--mb 64] [--rounds 3]
+        [--points 100,1000,...] [--plot PNG] [--json PATH]
 
 Producer: 1 KiB records, enable.idempotence=True, acks=all, librdkafka's defaults otherwise
 (the mock run adds only test.mock.num.brokers=1), records spread round-robin over several topics of
@@ -20,21 +22,51 @@ another oncelog checkout (say ``git worktree add /tmp/before <commit>``), run fr
 checkout's ``src`` with this environment's packages, so that a change is measured against the
 code before it in the same run, on the same machine load; it also prints each broker's CPU
 seconds per phase (from /proc), the steadier figure on a shared machine.
+
+Sweeps (``--sweep``): the same measurement at several points, each point with the same payload
+(``--mb``, default 64 MB of values; records = MB / value size), every contender at every point
+in every round (rounds outermost, contenders alternating their order), after one untimed
+warm-up round each:
+
+- ``--sweep size``: values of 100, 1,000, 10,000 and 100,000 bytes over ``--partitions``
+  partitions (default 32: 8 topics x 4, the layout above);
+- ``--sweep partitions``: 1, 4, 16, 64 and 256 partitions (the first n of topics of 4, the
+  only layout the mock has: 1 is partition 0 of one topic, 256 are 64 topics x 4) of
+  ``--size`` byte values.
+
+Where the payload would put more than 4 MB in a partition (few partitions), a point runs in
+passes: the payload in equal turns, each over topics of its own (created untimed), produced by
+one producer, each consumed by a consumer made just before it; the figure is the point's
+payload over the sum of the passes' times (so 1 partition measures bursts of ~4 MB, each with
+its own final flush and first fetch). Each pass keeps the per-partition warm-up of a single run.
+``--points`` replaces the default points. The run prints every round's figures, then per point
+the median and min-max of the rounds and oncelog/mock; ``--json PATH`` writes every figure
+(and the broker's CPU seconds per phase, the versions, the command), ``--plot PNG`` two panels
+(produce, consume) of MB/s against the swept quantity, both axes logarithmic, one line per
+contender at the median, whiskers from the slowest to the fastest round, each oncelog point
+labelled with oncelog/mock; it needs matplotlib (``.venv/bin/pip install -e '.[bench]'``).
+With the defaults each sweep takes about half a minute on a 2-core machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
+import json
 import math
 import os
+import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
+import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -191,6 +223,185 @@ def run_round(name: str, brokers: dict[str, BrokerProcess], partitions: int, pas
     return round_mock(partitions, passes, records, value)
 
 
+SWEEPS = {"size": (100, 1000, 10_000, 100_000),  # value bytes
+          "partitions": (1, 4, 16, 64, 256)}
+RECORD_OVERHEAD = 70  # bytes a record adds in a batch, at most (for the mock's limit)
+
+
+def sweep_point(sweep: str, x: int, args: argparse.Namespace) -> dict:
+    """One point's layout: value size, partitions, and the passes (each over topics of its
+    own) that keep every partition of the mock under MAX_PARTITION_BYTES."""
+    size, partitions = (x, args.partitions) if sweep == "size" else (args.size, x)
+    total = max(1, round(args.mb * 1e6 / size))
+    passes = max(1, math.ceil(total * (size + RECORD_OVERHEAD)
+                              / (partitions * MAX_PARTITION_BYTES)))
+    records = math.ceil(total / passes)  # per pass
+    return {sweep: x, "size": size, "partitions": partitions, "passes": passes,
+            "records_per_pass": records, "mb": records * passes * size / 1e6}
+
+
+def run_sweep(args: argparse.Namespace, settings: dict[str, str]) -> int:
+    points = [sweep_point(args.sweep, x, args) for x in (args.points or SWEEPS[args.sweep])]
+    names = ["oncelog"] + (["baseline"] if args.baseline else []) + ["mock"]
+    for point in points:
+        point.update({name: {"produce": [], "consume": []} | (
+            {"broker_cpu_produce": [], "broker_cpu_consume": []} if name != "mock" else {})
+            for name in names})
+    fixed = (f"{args.partitions} partitions" if args.sweep == "size"
+             else f"{args.size} B values")
+    print(f"sweep {args.sweep}: {[p[args.sweep] for p in points]}, {fixed}, ~{args.mb:g} MB "
+          f"per point, {args.rounds} rounds; producer {PRODUCER_CONFIG}; "
+          f"oncelog settings {settings or 'default'}"
+          + (f"; baseline {args.baseline}" if args.baseline else ""), flush=True)
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        brokers = start_brokers(stack, settings, args.baseline)
+        # Not counted: a broker's first Fetch took 0.1-0.25 s (imports, first reads), which
+        # the first point (a few MB over 1 partition) would carry alone.
+        for name in names:
+            run_round(name, brokers, MOCK_PARTITIONS, 1, 1000, os.urandom(1000),
+                      {"produce": [], "consume": []})
+        # Rounds outermost: a spell of load on the machine touches every point a little
+        # rather than one point a lot.
+        for r in range(args.rounds):
+            for point in points:
+                value = os.urandom(point["size"])
+                for name in (names if r % 2 == 0 else names[::-1]):
+                    cpu: dict[str, list[float]] = {"produce": [], "consume": []}
+                    p_s, c_s = run_round(name, brokers, point["partitions"], point["passes"],
+                                         point["records_per_pass"], value, cpu)
+                    figures = point[name]
+                    figures["produce"].append(round(point["mb"] / p_s, 1))
+                    figures["consume"].append(round(point["mb"] / c_s, 1))
+                    used = ""
+                    if cpu["produce"]:
+                        figures["broker_cpu_produce"].append(round(cpu["produce"][0], 2))
+                        figures["broker_cpu_consume"].append(round(cpu["consume"][0], 2))
+                        used = (f"   broker CPU {cpu['produce'][0]:5.2f} s + "
+                                f"{cpu['consume'][0]:5.2f} s")
+                    print(f"round {r + 1} {args.sweep} {point[args.sweep]:>6} {name:8s} "
+                          f"produce {point['mb'] / p_s:7.1f} MB/s   consume "
+                          f"{point['mb'] / c_s:7.1f} MB/s{used}", flush=True)
+    seconds = time.perf_counter() - started
+    print(f"\n{args.sweep:>10}  records  passes  phase    oncelog MB/s (min-max)      mock MB/s "
+          "(min-max)   oncelog/mock")
+    for point in points:
+        for phase in ("produce", "consume"):
+            ours, mock = point["oncelog"][phase], point["mock"][phase]
+            base = point["baseline"][phase] if "baseline" in point else None
+            print(f"{point[args.sweep]:>10}  {point['records_per_pass'] * point['passes']:7d}  "
+                  f"{point['passes']:6d}  {phase:7s} {statistics.median(ours):7.1f} "
+                  f"({min(ours):6.1f}-{max(ours):6.1f})   {statistics.median(mock):7.1f} "
+                  f"({min(mock):6.1f}-{max(mock):6.1f})   "
+                  f"{statistics.median(ours) / statistics.median(mock):5.2f}"
+                  + (f"   baseline {statistics.median(base):7.1f}   oncelog/baseline "
+                     f"{statistics.median(ours) / statistics.median(base):5.2f}"
+                     if base is not None else ""))
+    print(f"sweep took {seconds:.0f} s")
+    report = {
+        "benchmark": "benchmarks/bench_produce.py", "command": sys.argv[1:],
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": platform.node(), "cpus": os.cpu_count(), "commit": checkout_commit(),
+        "confluent_kafka": importlib.metadata.version("confluent-kafka"),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "producer": PRODUCER_CONFIG, "oncelog_settings": settings, "sweep": args.sweep,
+        "mb_per_point": args.mb, "rounds": args.rounds, "seconds": round(seconds, 1),
+        "unit": "payload MB (10^6 bytes of values) per second; broker CPU in seconds",
+        "points": [point | {
+            f"{name}_median": {phase: statistics.median(point[name][phase])
+                               for phase in ("produce", "consume")} for name in names}
+            for point in points]}
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"figures written to {args.json}")
+    if args.plot is not None:
+        plot_sweep(report, names, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def checkout_commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "describe",
+                               "--always", "--dirty"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+COLOURS = {"oncelog": "#d95f02", "baseline": "#999999", "mock": "#7570b3"}
+Y_TICKS = (10, 20, 30, 50, 70, 100, 200, 300, 500, 700, 1000, 2000, 3000, 5000)  # MB/s
+
+
+def plot_sweep(report: dict, names: list[str], path: Path) -> None:
+    """Produce and consume MB/s against the swept quantity, one line per contender: the
+    median of the rounds, whiskers from the slowest to the fastest round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sweep, points = report["sweep"], report["points"]
+    xs = [p[sweep] for p in points]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), dpi=100)
+    for ax, phase in zip(axes, ("produce", "consume"), strict=True):
+        for name in names:
+            rounds = [p[name][phase] for p in points]
+            medians = [statistics.median(r) for r in rounds]
+            ax.errorbar(xs, medians, yerr=[[m - min(r) for m, r in zip(medians, rounds)],
+                                           [max(r) - m for m, r in zip(medians, rounds)]],
+                        marker="o", capsize=4, color=COLOURS[name],
+                        label="librdkafka mock" if name == "mock" else name)
+        for x, p in zip(xs, points, strict=True):
+            ratio = (statistics.median(p["oncelog"][phase])
+                     / statistics.median(p["mock"][phase]))
+            ax.annotate(f"{ratio:.2f}", (x, statistics.median(p["oncelog"][phase])),
+                        xytext=(6, -13), textcoords="offset points", ha="left",
+                        fontsize=8, color=COLOURS["oncelog"])
+        ax.set_xscale("log")
+        # log MB/s too: a ratio is the same distance at 50 MB/s as at 1,000
+        ax.set_yscale("log")
+        ax.set_xticks(xs, [tick_label(sweep, p) for p in points])
+        low, high = ax.get_ylim()
+        ax.set_yticks([t for t in Y_TICKS if low <= t <= high], minor=False)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("value size" if sweep == "size" else "partitions")
+        ax.set_ylabel(f"{phase} MB/s (payload)")
+        ax.set_title(phase)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
+    first = points[0]
+    fixed = (f"{first['partitions']} partitions" if sweep == "size"
+             else f"{first['size']} B values")
+    fig.suptitle(
+        f"confluent-kafka {report['confluent_kafka']} (librdkafka {report['librdkafka']}), "
+        f"idempotent, acks=all: oncelog broker beside librdkafka's mock; {fixed}, "
+        f"{report['mb_per_point']:g} MB of values per point\n"
+        f"median of {report['rounds']} rounds, whiskers min-max, labels oncelog/mock; "
+        f"oncelog {report['commit']}, {report['host']} ({report['cpus']} CPUs), "
+        f"{report['date'][:10]}"
+        + ("\npasses: the payload in turns, each over topics of its own, at most 4 MB per "
+           "partition (the mock keeps ~5 MB of a partition); the figure is over all passes"
+           if any(p["passes"] > 1 for p in points) else ""), fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def tick_label(sweep: str, point: dict) -> str:
+    if sweep == "size":
+        x = point["size"]
+        label = f"{x / 1000:g} KB" if x >= 1000 else f"{x} B"
+    else:
+        label = str(point["partitions"])
+    # passes: the mock keeps ~5 MB of a partition, so few partitions take the payload in turns
+    return label + (f"\n{point['passes']} passes" if point["passes"] > 1 else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=100_000)
@@ -203,9 +414,34 @@ def main(argv: list[str] | None = None) -> int:
                     help="a broker setting for oncelog (repeatable)")
     ap.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                     help="another oncelog checkout whose broker runs too, as 'baseline'")
+    ap.add_argument("--sweep", choices=sorted(SWEEPS), default=None,
+                    help="measure every point of a sweep (see above) instead of one layout")
+    ap.add_argument("--points", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                    help="the sweep's points, comma-separated (default: "
+                    + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in SWEEPS.items())
+                    + ")")
+    ap.add_argument("--mb", type=float, default=64.0,
+                    help="sweep: payload MB (10^6 bytes of values) per point and round")
+    ap.add_argument("--partitions", type=int, default=32,
+                    help="sweep size: partitions (default 32: 8 topics x 4)")
+    ap.add_argument("--plot", type=Path, default=None, metavar="PNG",
+                    help="sweep: plot the figures to this PNG (needs matplotlib)")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="sweep: write every figure to this JSON file")
     args = ap.parse_args(argv)
     if args.baseline is not None and not (args.baseline / "src" / "oncelog").is_dir():
         ap.error(f"{args.baseline} is not an oncelog checkout (no src/oncelog)")
+    if args.sweep is None and (args.plot or args.json):
+        ap.error("--plot and --json go with --sweep")
+    if args.sweep is not None:
+        if args.topics is not None:
+            ap.error("--topics is for a single layout; a sweep sets its own (--partitions)")
+        if args.plot is not None:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                ap.error("--plot needs matplotlib: .venv/bin/pip install -e '.[bench]'")
+        return run_sweep(args, dict(s.split("=", 1) for s in args.set))
     value = os.urandom(args.size)
     mb = args.records * args.size / 1e6
     topics = args.topics or max(1, math.ceil(args.records * (args.size + 70)
