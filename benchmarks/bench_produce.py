@@ -4,7 +4,7 @@ librdkafka's built-in mock cluster, alternating, in one run.
     .venv/bin/python benchmarks/bench_produce.py [--records 100000] [--size 1024] [--rounds 3]
         [--baseline CHECKOUT]
     .venv/bin/python benchmarks/bench_produce.py --sweep size|partitions [--mb 64] [--rounds 3]
-        [--points 100,1000,...] [--plot PNG] [--json PATH]
+        [--points 100,1000,...] [--plot PNG] [--json PATH] [--consumer-set KEY=VALUE]
 
 Producer: 1 KiB records, enable.idempotence=True, acks=all, librdkafka's defaults otherwise
 (the mock run adds only test.mock.num.brokers=1), records spread round-robin over several topics of
@@ -46,6 +46,13 @@ the median and min-max of the rounds and oncelog/mock; ``--json PATH`` writes ev
 contender at the median, whiskers from the slowest to the fastest round, each oncelog point
 labelled with oncelog/mock; it needs matplotlib (``.venv/bin/pip install -e '.[bench]'``).
 With the defaults each sweep takes about half a minute on a 2-core machine.
+
+``--consumer-set KEY=VALUE`` gives every contender's consumer a librdkafka setting (none by
+default). With 100 B values (640,000 records a point) the consumer fetches faster than Python
+takes the records; once its local queue is full, librdkafka waits fetch.queue.backoff.ms (1 s)
+before the next Fetch, and those waits were most of the point's time for both contenders
+(against oncelog: 2.4 s with them, 0.6 s without). ``--consumer-set fetch.queue.backoff.ms=10``
+removes them. The single measurement (100,000 records of 1 KiB) never waited so.
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from oncelog.harness.broker_process import BrokerProcess
 
 PRODUCER_CONFIG = {"enable.idempotence": True, "acks": "all"}
+CONSUMER_CONFIG: dict[str, str] = {}  # librdkafka's defaults unless --consumer-set
 MAX_PARTITION_BYTES = 4 * 1000 * 1000  # the mock keeps ~5 MB of each partition's log
 MOCK_PARTITIONS = 4  # the mock auto-creates topics with 4 partitions (it ignores CreateTopics)
 
@@ -115,7 +123,8 @@ def new_consumer(bootstrap: str) -> Consumer:
     # keeps ~5 MB of each) fails the round instead of skipping to the end. (A watermark query
     # per partition afterwards waited behind the consumer's long-polling Fetch: 0.5 s each.)
     return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
-                     "enable.auto.commit": False, "auto.offset.reset": "error"})
+                     "enable.auto.commit": False, "auto.offset.reset": "error",
+                     **CONSUMER_CONFIG})
 
 
 def consume(consumer: Consumer, partitions: Partitions, records: int) -> float:
@@ -252,6 +261,7 @@ def run_sweep(args: argparse.Namespace, settings: dict[str, str]) -> int:
     print(f"sweep {args.sweep}: {[p[args.sweep] for p in points]}, {fixed}, ~{args.mb:g} MB "
           f"per point, {args.rounds} rounds; producer {PRODUCER_CONFIG}; "
           f"oncelog settings {settings or 'default'}"
+          + (f"; consumer {CONSUMER_CONFIG}" if CONSUMER_CONFIG else "")
           + (f"; baseline {args.baseline}" if args.baseline else ""), flush=True)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -304,7 +314,8 @@ def run_sweep(args: argparse.Namespace, settings: dict[str, str]) -> int:
         "host": platform.node(), "cpus": os.cpu_count(), "commit": checkout_commit(),
         "confluent_kafka": importlib.metadata.version("confluent-kafka"),
         "librdkafka": confluent_kafka.libversion()[0],
-        "producer": PRODUCER_CONFIG, "oncelog_settings": settings, "sweep": args.sweep,
+        "producer": PRODUCER_CONFIG, "consumer": CONSUMER_CONFIG,
+        "oncelog_settings": settings, "sweep": args.sweep,
         "mb_per_point": args.mb, "rounds": args.rounds, "seconds": round(seconds, 1),
         "unit": "payload MB (10^6 bytes of values) per second; broker CPU in seconds",
         "points": [point | {
@@ -383,6 +394,9 @@ def plot_sweep(report: dict, names: list[str], path: Path) -> None:
         f"median of {report['rounds']} rounds, whiskers min-max, labels oncelog/mock; "
         f"oncelog {report['commit']}, {report['host']} ({report['cpus']} CPUs), "
         f"{report['date'][:10]}"
+        + "".join(f"; {who} {', '.join(f'{k}={v}' for k, v in config.items())}"
+                  for who, config in (("consumer", report["consumer"]),
+                                      ("oncelog", report["oncelog_settings"])) if config)
         + ("\npasses: the payload in turns, each over topics of its own, at most 4 MB per "
            "partition (the mock keeps ~5 MB of a partition); the figure is over all passes"
            if any(p["passes"] > 1 for p in points) else ""), fontsize=9)
@@ -412,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                     "~4 MB per partition)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting for oncelog (repeatable)")
+    ap.add_argument("--consumer-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a librdkafka setting for every contender's consumer (repeatable)")
     ap.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                     help="another oncelog checkout whose broker runs too, as 'baseline'")
     ap.add_argument("--sweep", choices=sorted(SWEEPS), default=None,
@@ -429,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, metavar="PATH",
                     help="sweep: write every figure to this JSON file")
     args = ap.parse_args(argv)
+    CONSUMER_CONFIG.update(s.split("=", 1) for s in args.consumer_set)
     if args.baseline is not None and not (args.baseline / "src" / "oncelog").is_dir():
         ap.error(f"{args.baseline} is not an oncelog checkout (no src/oncelog)")
     if args.sweep is None and (args.plot or args.json):
@@ -456,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
           f"topics x {MOCK_PARTITIONS} partitions, {args.rounds} rounds; "
           f"producer {PRODUCER_CONFIG}; "
           f"oncelog settings {settings or 'default'}"
+          + (f"; consumer {CONSUMER_CONFIG}" if CONSUMER_CONFIG else "")
           + (f"; baseline {args.baseline}" if args.baseline else ""))
     with contextlib.ExitStack() as stack:
         brokers = start_brokers(stack, settings, args.baseline)
