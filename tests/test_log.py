@@ -246,7 +246,7 @@ def test_preallocated_zeros_are_never_part_of_the_log(tmp_path):
     pre = Preallocator()
     try:
         d = tmp_path / "t-0"
-        cfg = LogConfig(segment_bytes=8 << 20)
+        cfg = LogConfig(segment_bytes=8 << 20, preallocate_ahead_bytes=64 << 20)
         log = PartitionLog(d, cfg, 0, pre)
         big = [b"x" * 100_000] * 2  # 200 KB appends: 16 of them ahead = 3.2 MB
         produce(log, big)

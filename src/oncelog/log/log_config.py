@@ -32,7 +32,7 @@ class LogConfig:
     producer_snapshot_interval_ms: int = 30_000
     # How far ahead of a busy segment's end to preallocate page cache (0: never). The amount
     # follows the append size (16 appends' worth), so idle partitions preallocate nothing.
-    preallocate_ahead_bytes: int = 64 << 20
+    preallocate_ahead_bytes: int = 0  # off, as Kafka's log.preallocate (see server/config.py)
     # Kafka's segment.jitter.ms: each new segment rolls up to this much earlier (at random),
     # so that many partitions created together do not all roll at once.
     segment_jitter_ms: int = 0
