@@ -330,3 +330,22 @@ def test_the_requests_bytes_are_appended_without_being_rewritten(tmp_path, times
         assert h.base_offset == expected and h.partition_leader_epoch == 3
         assert h.max_timestamp == (900 if timestamp_type == "CreateTime" else 1_000)
         decode_batch(stored, pos)
+
+
+def test_periodic_snapshots_skip_a_partition_with_nothing_new(tmp_path):
+    """Each snapshot costs an fsync on the broker's loop: a partition whose log has not moved
+    since its last one is not snapshotted again."""
+    log = PartitionLog(tmp_path / "t-0", LogConfig(producer_snapshot_interval_ms=1_000), 0)
+    produce(log, [b"a"], pid=7, epoch=0, seq=0)
+    log.maintain(2_000)
+    first = sorted(p.name for p in (tmp_path / "t-0").glob("*.snapshot"))
+    assert len(first) == 1
+    snapshot = tmp_path / "t-0" / first[0]
+    stamp = snapshot.stat().st_mtime_ns
+    log.maintain(4_000)
+    log.maintain(6_000)
+    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.snapshot")) == first
+    assert snapshot.stat().st_mtime_ns == stamp  # not rewritten either
+    produce(log, [b"b"], pid=7, epoch=0, seq=1)
+    log.maintain(8_000)
+    assert len(list((tmp_path / "t-0").glob("*.snapshot"))) == 2

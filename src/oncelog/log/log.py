@@ -162,6 +162,7 @@ class PartitionLog:
         self.recovered_bytes = 0
         self.producer_state = ProducerStateManager()
         self.last_snapshot_ms = now_ms
+        self.last_snapshot_offset = -1  # the log end offset of this process's last snapshot
         self._high_watermark_checkpoint_ms = now_ms
         self._recovered_from: int | None = None  # first offset validated after an unclean stop
         self._roll_jitter_ms = 0  # the active segment's share of segment.jitter.ms
@@ -638,6 +639,7 @@ class PartitionLog:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         self.last_snapshot_ms = now_ms
+        self.last_snapshot_offset = offset
         snaps = snapshot_files(self.directory)
         for _off, p in snaps[:-SNAPSHOTS_TO_KEEP]:
             p.unlink(missing_ok=True)
@@ -656,7 +658,10 @@ class PartitionLog:
         if self.unflushed_messages and now_ms - self._flushed_ms >= self.config.flush_ms:
             self.flush()  # Kafka's flush.ms
         if now_ms - self.last_snapshot_ms >= self.config.producer_snapshot_interval_ms:
-            self.take_snapshot(now_ms)
+            if self.log_end_offset != self.last_snapshot_offset:
+                self.take_snapshot(now_ms)  # an fsync each: not for a partition with no news
+            else:
+                self.last_snapshot_ms = now_ms
         if now_ms - self._high_watermark_checkpoint_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:
             self._high_watermark_checkpoint_ms = now_ms
             self._write_high_watermark()
