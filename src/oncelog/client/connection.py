@@ -16,6 +16,7 @@ broker does not answer within request.timeout.ms). Completed requests are handed
 
 from __future__ import annotations
 
+import functools
 import logging
 import select
 import socket
@@ -34,7 +35,8 @@ from ..errors import (
     error_for_code,
     raise_for_code,
 )
-from ..protocol import ApiKey, ProtocolError, decode_response
+from ..primitives import encode_string
+from ..protocol import ApiKey, ProtocolError, decode_response, request_class
 from ..protocol.apis import SUPPORTED_VERSIONS
 from ..protocol.framing import ClientFraming
 from .messages import build_request
@@ -59,7 +61,37 @@ def _software_version() -> str:
         return "0.0.0"
 
 
-RequestValues = Mapping[str, Any] | Callable[[int], Mapping[str, Any]]
+RequestValues = Mapping[str, Any] | Callable[[int], Mapping[str, Any] | bytes]
+
+_REQUEST_HEAD = struct.Struct(">ihhi")
+
+
+@functools.cache
+def _flexible(api_key: int, version: int) -> bool:
+    return bool(request_class(api_key, version).__flexible__)
+
+
+def _request_head(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                  body_size: int) -> bytes:
+    """Size prefix and request header (v1, or v2 with its empty tagged fields for a flexible
+    version) of a request whose body is ``body_size`` bytes: what encode_request writes."""
+    head = encode_string(client_id)
+    if _flexible(api_key, version):
+        head += b"\x00"
+    return _REQUEST_HEAD.pack(8 + len(head) + body_size, api_key, version,
+                              correlation_id) + head
+
+
+def _send_parts(sock: socket.socket, parts: list[bytes]) -> None:
+    """Write ``parts`` in order without joining them (a Produce request's batches are most of
+    its bytes): one sendmsg, then whatever it left with sendall."""
+    sent = sock.sendmsg(parts)
+    for part in parts:
+        if sent >= len(part):
+            sent -= len(part)
+            continue
+        sock.sendall(memoryview(part)[sent:])
+        sent = 0
 
 
 @dataclass(eq=False)
@@ -271,7 +303,8 @@ class BrokerConnection:
             raise NetworkExceptionError(f"node {self.node_id}: not connected")
         version = self.version_for(api_key, max_version)
         body = values(version) if callable(values) else values
-        request = build_request(api_key, version, body)
+        # bytes: a body the caller wrote itself (the Produce request: produce_request.py)
+        request = body if isinstance(body, bytes) else build_request(api_key, version, body)
         return self._write(api_key, version, request, expect_response, context, timeout_ms)
 
     def _write(self, api_key: int, version: int, request: Any, expect_response: bool,
@@ -282,9 +315,16 @@ class BrokerConnection:
         timeout = self.request_timeout if timeout_ms is None else timeout_ms / 1000
         req = InFlightRequest(correlation_id, int(api_key), version, self.node_id, now,
                               now + timeout, expect_response, context)
-        frame = self._framing.send(correlation_id, request, req, expect_response=expect_response)
         try:
-            self._sock.sendall(frame)
+            if isinstance(request, bytes):
+                if expect_response:
+                    self._framing.expect(correlation_id, req)
+                _send_parts(self._sock, [_request_head(
+                    int(api_key), version, correlation_id, self.client_id, len(request)),
+                    request])
+            else:
+                self._sock.sendall(self._framing.send(correlation_id, request, req,
+                                                      expect_response=expect_response))
         except OSError as exc:
             if not expect_response:
                 self._framing.expect(correlation_id, req)  # so that close() ends it too
