@@ -39,13 +39,14 @@ from ..primitives import encode_string
 from ..protocol import ApiKey, ProtocolError, decode_response, request_class
 from ..protocol.apis import SUPPORTED_VERSIONS
 from ..protocol.framing import ClientFraming
+from .frame_reader import FrameReader
 from .messages import build_request
 
 log = logging.getLogger(__name__)
 
 _CORRELATION_AND_ERROR = struct.Struct(">ih")
 _UNSUPPORTED_VERSION = 35
-_RECV_SIZE = 1 << 20
+_MAX_READS = 64  # reads of one receive() (a socket that never runs dry yields now and then)
 
 # KIP-511: ApiVersions v3+ names the client; the broker checks it against this pattern
 # [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?
@@ -131,6 +132,7 @@ class BrokerConnection:
         self._sock: socket.socket | None = None
         # The bytes received and the requests awaiting a response, matched in order.
         self._framing: ClientFraming[InFlightRequest] = ClientFraming(client_id)
+        self._reader = FrameReader()  # the frames received (the requests: _framing)
         self._completed: list[InFlightRequest] = []
 
     def __repr__(self) -> str:
@@ -156,7 +158,7 @@ class BrokerConnection:
         # Writes block at most this long; reads only happen once select says data is there.
         sock.settimeout(self.request_timeout)
         self._sock = sock
-        self._framing.frames.clear()
+        self._reader.clear()
         try:
             self._negotiate_api_versions()
             if self.sasl is not None:
@@ -174,6 +176,7 @@ class BrokerConnection:
             except OSError:
                 pass
             self._sock = None
+        self._reader.clear()
         in_flight = self._framing.clear()
         if in_flight:
             error = error or NetworkExceptionError(
@@ -256,7 +259,7 @@ class BrokerConnection:
                 raise SaslAuthenticationFailedError(f"node {self.node_id}: {exc}") from None
 
     @staticmethod
-    def _fallback_version(sent: int, frame: bytes) -> int:
+    def _fallback_version(sent: int, frame: bytes | memoryview) -> int:
         """The ApiVersions version to retry with after UNSUPPORTED_VERSION to v``sent``.
 
         Kafka answers in the v0 layout and lists its ApiVersions range; take the highest version
@@ -338,48 +341,55 @@ class BrokerConnection:
 
     def receive(self) -> list[InFlightRequest]:
         """Read what the socket has (call when it is readable) and return finished requests."""
-        if self._sock is not None:
+        for _ in range(_MAX_READS):  # what the socket has, without blocking
+            if self._sock is None:
+                break
+            buffer = self._reader.buffer()
             try:
-                data = self._sock.recv(_RECV_SIZE)
+                n = self._sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
-                data = None
+                break
             except OSError as exc:
                 self.close(NetworkExceptionError(f"node {self.node_id}: receive failed: {exc}"))
-                data = None
-            else:
-                if not data:
-                    self.close(NetworkExceptionError(
-                        f"node {self.node_id} at {self.host}:{self.port} closed the connection"))
-            if data:
-                self._framing.receive_data(data)
-                self._parse_frames()
+                break
+            if not n:
+                self.close(NetworkExceptionError(
+                    f"node {self.node_id} at {self.host}:{self.port} closed the connection"))
+                break
+            try:
+                frames = self._reader.received(n)
+            except ProtocolError as exc:  # a size prefix out of bounds
+                self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
+                break
+            for frame in frames:
+                self._handle_frame(frame)
+            if n < len(buffer):
+                break  # nothing more there now
         return self.take_completed()
 
     def take_completed(self) -> list[InFlightRequest]:
         done, self._completed = self._completed, []
         return done
 
-    def _parse_frames(self) -> None:
-        while True:
-            try:
-                event = self._framing.next_event()
-            except ProtocolError as exc:  # a mismatched correlation id among them
-                self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
-                return
-            if not isinstance(event, tuple):  # NEED_DATA
-                return
-            req, frame = event
-            try:
-                _, response = decode_response(req.api_key, req.api_version, frame)
-            except ProtocolError as exc:
-                req.error = NetworkExceptionError(f"node {self.node_id}: {exc}")
-                req.done = True
-                self._completed.append(req)
-                self.close(req.error)
-                return
-            req.response = response
+    def _handle_frame(self, frame: bytes | memoryview) -> None:
+        if self._sock is None:
+            return  # closed by an earlier frame of the same read
+        try:
+            req = self._framing.match(frame)
+        except ProtocolError as exc:  # a mismatched correlation id
+            self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
+            return
+        try:
+            _, response = decode_response(req.api_key, req.api_version, frame)
+        except ProtocolError as exc:
+            req.error = NetworkExceptionError(f"node {self.node_id}: {exc}")
             req.done = True
             self._completed.append(req)
+            self.close(req.error)
+            return
+        req.response = response
+        req.done = True
+        self._completed.append(req)
 
     def expire(self, now: float) -> None:
         """Close the connection if its oldest request is past its deadline.
@@ -421,7 +431,7 @@ class BrokerConnection:
         self.connect()
         return self.wait(self.send(api_key, values, timeout_ms=timeout_ms))
 
-    def _read_frame_blocking(self, req: InFlightRequest) -> bytes:
+    def _read_frame_blocking(self, req: InFlightRequest) -> bytes | memoryview:
         """During the handshake: read exactly one frame, nothing else is in flight."""
         if req.done:  # the write failed, and closed the connection
             raise req.error or NetworkExceptionError(f"node {self.node_id}: send failed")
@@ -429,18 +439,12 @@ class BrokerConnection:
             raise NetworkExceptionError(f"node {self.node_id}: connection closed")
         deadline = req.deadline
         while True:
-            try:
-                event = self._framing.next_event()
-            except ProtocolError as exc:
-                raise NetworkExceptionError(f"node {self.node_id}: {exc}") from None
-            if isinstance(event, tuple):
-                return event[1]  # the response to ``req``, the only request in flight
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimedOutError(f"node {self.node_id}: no ApiVersions response")
             self._sock.settimeout(remaining)
             try:
-                data = self._sock.recv(_RECV_SIZE)
+                n = self._sock.recv_into(self._reader.buffer())
             except TimeoutError:
                 raise RequestTimedOutError(
                     f"node {self.node_id}: no ApiVersions response") from None
@@ -449,7 +453,13 @@ class BrokerConnection:
             finally:
                 if self._sock is not None:
                     self._sock.settimeout(self.request_timeout)
-            if not data:
+            if not n:
                 raise NetworkExceptionError(
                     f"node {self.node_id} closed the connection during ApiVersions")
-            self._framing.receive_data(data)
+            try:
+                frames = self._reader.received(n)
+                if frames:  # the response to ``req``, the only request in flight
+                    self._framing.match(frames[0])
+                    return frames[0]
+            except ProtocolError as exc:
+                raise NetworkExceptionError(f"node {self.node_id}: {exc}") from None
