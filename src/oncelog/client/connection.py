@@ -63,6 +63,7 @@ def _software_version() -> str:
 
 
 RequestValues = Mapping[str, Any] | Callable[[int], Mapping[str, Any] | bytes]
+Decoder = Callable[[int, Any], tuple[int, Any]]
 
 _REQUEST_HEAD = struct.Struct(">ihhi")
 
@@ -108,6 +109,9 @@ class InFlightRequest:
     response: Any = None
     error: KafkaError | None = None
     done: bool = False
+    # (version, frame) -> (correlation id, response): how the response is read, when not by
+    # kio (protocol.decode_response); the Fetch response's: fetch_response.py
+    decoder: Decoder | None = None
 
     def result(self) -> Any:
         """The response, or raise the error the request ended with."""
@@ -294,7 +298,8 @@ class BrokerConnection:
 
     def send(self, api_key: int, values: RequestValues, *, expect_response: bool = True,
              context: Any = None, timeout_ms: int | None = None,
-             max_version: int | None = None) -> InFlightRequest:
+             max_version: int | None = None, decoder: Decoder | None = None
+             ) -> InFlightRequest:
         """Write a request; its outcome arrives later through ``receive``/``take_completed``.
 
         ``values`` describes the request body independently of the version (see messages.py),
@@ -308,16 +313,18 @@ class BrokerConnection:
         body = values(version) if callable(values) else values
         # bytes: a body the caller wrote itself (the Produce request: produce_request.py)
         request = body if isinstance(body, bytes) else build_request(api_key, version, body)
-        return self._write(api_key, version, request, expect_response, context, timeout_ms)
+        return self._write(api_key, version, request, expect_response, context, timeout_ms,
+                           decoder)
 
     def _write(self, api_key: int, version: int, request: Any, expect_response: bool,
-               context: Any, timeout_ms: int | None = None) -> InFlightRequest:
+               context: Any, timeout_ms: int | None = None,
+               decoder: Decoder | None = None) -> InFlightRequest:
         assert self._sock is not None
         correlation_id = self._framing.new_correlation_id()
         now = time.monotonic()
         timeout = self.request_timeout if timeout_ms is None else timeout_ms / 1000
         req = InFlightRequest(correlation_id, int(api_key), version, self.node_id, now,
-                              now + timeout, expect_response, context)
+                              now + timeout, expect_response, context, decoder=decoder)
         try:
             if isinstance(request, bytes):
                 if expect_response:
@@ -380,7 +387,10 @@ class BrokerConnection:
             self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
             return
         try:
-            _, response = decode_response(req.api_key, req.api_version, frame)
+            if req.decoder is not None:
+                _, response = req.decoder(req.api_version, frame)
+            else:
+                _, response = decode_response(req.api_key, req.api_version, frame)
         except ProtocolError as exc:
             req.error = NetworkExceptionError(f"node {self.node_id}: {exc}")
             req.done = True

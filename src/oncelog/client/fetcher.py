@@ -55,6 +55,7 @@ from ..records.columnar import RecordColumns
 from .config import ClientConfig
 from .connection import InFlightRequest
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
+from .fetch_response import FetchedPartition, decode_fetch_response
 from .network import NetworkClient
 from .subscription_state import EARLIEST, LATEST, SubscriptionState
 from .types import ConsumerRecord, TopicPartition
@@ -106,7 +107,7 @@ class _OffsetRequest:
     partitions: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> timestamp
 
 
-def readable_batches(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+def readable_batches(tp: TopicPartition, data: bytes | memoryview | None, fetch_offset: int, *,
                      read_committed: bool, aborted: list[tuple[int, int]] | None,
                      check_crcs: bool) -> tuple[list[tuple[int, BatchHeader]], int]:
     """(position, header) of each batch of one partition's fetch data whose records a
@@ -146,7 +147,7 @@ def readable_batches(tp: TopicPartition, data: bytes | None, fetch_offset: int, 
     return out, next_offset
 
 
-def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+def decode_records(tp: TopicPartition, data: bytes | memoryview | None, fetch_offset: int, *,
                    read_committed: bool, aborted: list[tuple[int, int]] | None,
                    check_crcs: bool) -> tuple[list[ConsumerRecord], int]:
     """Records at or after ``fetch_offset`` in one partition's fetch data (those of
@@ -170,7 +171,7 @@ def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
     return out, next_offset
 
 
-def decode_columns(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+def decode_columns(tp: TopicPartition, data: bytes | memoryview | None, fetch_offset: int, *,
                    read_committed: bool, aborted: list[tuple[int, int]] | None,
                    check_crcs: bool) -> tuple[RecordColumns, int]:
     """``decode_records`` in bulk: the same records, decoded by the compiled codec into one
@@ -265,7 +266,8 @@ class Fetcher:
                                     context=(positions, {i: t for t, i in ids.items()}),
                                     timeout_ms=self.config.request_timeout_ms
                                     + self.config.fetch_max_wait_ms,
-                                    max_version=None if by_id else FETCH_BY_NAME_MAX_VERSION)
+                                    max_version=None if by_id else FETCH_BY_NAME_MAX_VERSION,
+                                    decoder=decode_fetch_response)
             except KafkaError as exc:
                 if not isinstance(exc, RetriableError):
                     raise
@@ -306,12 +308,12 @@ class Fetcher:
         response = req.response
         positions: dict[TopicPartition, int]
         positions, names = req.context
-        top_error = int(getattr(response, "error_code", 0))
+        top_error = response.error_code
         if top_error:
             log.info("fetch from node %d: %s", req.node_id, error_for_code(top_error).__name__)
             return True
         for topic in response.responses:
-            name = getattr(topic, "topic", None) or names.get(getattr(topic, "topic_id", None))
+            name = topic.topic or names.get(topic.topic_id)
             if name is None:
                 continue  # an id we did not ask for
             for p in topic.partitions:
@@ -323,16 +325,14 @@ class Fetcher:
                 self._handle_partition(tp, fetch_offset, p)
         return True
 
-    def _handle_partition(self, tp: TopicPartition, fetch_offset: int, p: Any) -> None:
+    def _handle_partition(self, tp: TopicPartition, fetch_offset: int,
+                          p: FetchedPartition) -> None:
         code = int(p.error_code)
         state = self.subs.state(tp)
         if code == 0:
             state.high_watermark = int(p.high_watermark)
-            state.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
-            aborted = None
-            if self.read_committed and p.aborted_transactions:
-                aborted = [(int(a.first_offset), int(a.producer_id))
-                           for a in p.aborted_transactions]
+            state.last_stable_offset = p.last_stable_offset
+            aborted = p.aborted_transactions if self.read_committed else None
             decode = functools.partial(decode_columns, tp, p.records,
                                        read_committed=self.read_committed, aborted=aborted,
                                        check_crcs=self.config.check_crcs)
