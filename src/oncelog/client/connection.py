@@ -348,12 +348,17 @@ class BrokerConnection:
 
     def receive(self) -> list[InFlightRequest]:
         """Read what the socket has (call when it is readable) and return finished requests."""
-        for _ in range(_MAX_READS):  # what the socket has, without blocking
-            if self._sock is None:
+        for i in range(_MAX_READS):  # what the socket has, without blocking
+            sock = self._sock
+            if sock is None:
+                break
+            # The caller's select said readable for the first read only. (A socket with a
+            # timeout waits for data before a read, whatever its flags: ask first.)
+            if i and not select.select([sock], [], [], 0)[0]:
                 break
             buffer = self._reader.buffer()
             try:
-                n = self._sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
+                n = sock.recv_into(buffer)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
