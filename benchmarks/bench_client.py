@@ -60,6 +60,7 @@ from oncelog import Consumer, Producer, TopicPartition
 from oncelog.harness.broker_process import BrokerProcess
 
 PRODUCER_CONFIG = {"enable.idempotence": True, "acks": "all"}
+OURS: dict[str, str] = {}  # --ours: settings of our Producer beyond its defaults
 MAX_PARTITION_BYTES = 4 * 1000 * 1000  # bench_produce.py's layout (a limit of the mock there)
 PARTITIONS = 4
 PRODUCERS = ("confluent", "send_batch", "send")
@@ -114,7 +115,7 @@ def produce_confluent(bootstrap: str, partitions: Partitions, records: int, valu
 
 
 def _our_producer(bootstrap: str, partitions: Partitions) -> Producer:
-    producer = Producer(bootstrap_servers=bootstrap)
+    producer = Producer(OURS, bootstrap_servers=bootstrap)
     warm = [producer.send(topic, b"warm-up", partition=p) for topic, p in partitions]
     producer.flush(30)
     for f in warm:
@@ -355,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"consume contenders, of {','.join(CONSUMERS)}")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting (repeatable)")
+    ap.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of our Producer (repeatable), e.g. batch.size=1000000 "
+                    "(librdkafka's default; ours is Kafka's, 16384)")
     ap.add_argument("--plot", type=Path, default=None, metavar="PATH",
                     help="PNG of MB/s against value size (and PATH.json with the figures)")
     args = ap.parse_args(argv)
@@ -371,9 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [args.size]
     volume = args.records * args.size
     settings = dict(s.split("=", 1) for s in args.set)
+    OURS.update(s.split("=", 1) for s in args.ours)
     results: dict[int, dict[str, Figures]] = {}
     header = (f"{args.rounds} rounds; producer {PRODUCER_CONFIG}; send_batch {args.chunk} "
-              f"records a call; broker settings {settings or 'default'}; "
+              f"records a call; our producer {OURS or 'default'}; broker settings "
+              f"{settings or 'default'}; "
               f"confluent-kafka {confluent_kafka.__version__} "
               f"(librdkafka {confluent_kafka.libversion()[0]})")
     print(header)
