@@ -164,13 +164,26 @@ class EncodedBatch(ProducerBatch):
     def __init__(self, tp: TopicPartition, created: float, section: bytes, count: int,
                  base_timestamp: int, max_timestamp: int, group: BatchGroup,
                  index: int) -> None:
-        super().__init__(tp, created)
+        # ProducerBatch's state, without its record columns (a batch per 16 KB, at Kafka's
+        # batch.size, of a call that sends many: they are made by the thousand)
+        self.tp = tp
+        self.created = created
+        self.number = -1  # given as it is queued
+        self.futures = []
+        self.size = HEADER_SIZE + len(section)
+        self.closed = True
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+        self.transactional = False
+        self._encoded = None
+        self.done = False
         self.section = section
         self.count = count
         self.base_timestamp = base_timestamp
         self.max_timestamp = max_timestamp
-        self.size = HEADER_SIZE + len(section)
-        self.closed = True
         self.group = group
         self.index = index
 
@@ -278,11 +291,14 @@ class RecordAccumulator:
         """Queue whole batches (``EncodedBatch``), each behind its partition's queue. Blocks
         while buffer.memory is used up, until ``deadline`` (then KafkaTimeoutError: the
         batches queued before stay queued)."""
-        for batch in batches:
-            size = batch.size - HEADER_SIZE
-            with self._lock:
+        queues = self._queues
+        with self._lock:  # (released while waiting for space)
+            for batch in batches:
+                size = batch.size - HEADER_SIZE
                 self._wait_for_space(size, deadline)
-                queue = self._queues.setdefault(batch.tp, deque())
+                queue = queues.get(batch.tp)
+                if queue is None:
+                    queue = queues[batch.tp] = deque()
                 # Numbered as it is queued: batches of one partition that threads encoded side
                 # by side are in number order in their queue (a retry is put back by number).
                 batch.number = next(_batch_numbers)
@@ -290,11 +306,9 @@ class RecordAccumulator:
                 queue.append(batch)
                 self._incomplete.add(batch)
                 self._used += size
-                wake = now < self._looks_by  # a closed batch: due now
-                if wake:
+                if now < self._looks_by:  # a closed batch: due now
                     self._looks_by = now
-            if wake:
-                self.wakeup()
+                    self.wakeup()  # (takes no lock of ours)
 
     def _wait_for_space(self, size: int, deadline: float) -> None:
         """With the lock held: block while buffer.memory has no room for ``size`` more bytes
