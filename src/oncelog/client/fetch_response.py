@@ -8,7 +8,7 @@ whose ``records`` are memoryviews of the frame, so that a consumer's bytes are c
 from the frame into its columns. Every length is checked against the frame before it is
 used: a broker's lie is a ProtocolError, as from kio. Tagged fields (diverging epoch, current
 leader, snapshot id, node endpoints) are skipped: the fetcher uses none of them.
-``tests/test_fetch_response.py`` checks it against kio's reading, version by version.
+``tests/test_client_fetch_response.py`` checks it against kio's reading, version by version.
 """
 
 from __future__ import annotations
