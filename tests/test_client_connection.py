@@ -130,3 +130,19 @@ def test_a_connection_reset_before_the_handshake_is_a_network_error(monkeypatch)
         with pytest.raises(NetworkExceptionError, match="send failed"):
             conn.connect()
         assert not conn.connected
+
+
+def test_responses_larger_than_the_read_buffer_leave_the_connection_open(fake_broker):
+    """A frame past the 64 KB scratch buffer is received in place (client/frame_reader.py);
+    once it is complete, receive() must not wait on the socket for more (a socket with a
+    timeout waits before every read: it used to sit out request.timeout.ms, then close)."""
+    broker = fake_broker({"big": 6000, "small": 1})  # ~150 KB of partitions in Metadata
+    conn = connect(broker, request_timeout_ms=5000)
+    reqs = [conn.send(ApiKey.METADATA, metadata_request([name]))
+            for name in ("big", "small", "big")]
+    responses = [conn.wait(r) for r in reqs]
+    assert [len(r.topics[0].partitions) for r in responses] == [6000, 1, 6000]
+    assert conn.connected
+    assert len(conn.request(ApiKey.METADATA, metadata_request(["big"])).topics[0].partitions) \
+        == 6000
+    assert conn.connected

@@ -20,6 +20,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from typing import Protocol
 
 from ..records import Compression
 from ..records.batch import (
@@ -32,6 +33,7 @@ from ..records.batch import (
 from ..records.columnar import encode_sections
 from .errors import KafkaTimeoutError
 from .metadata import Cluster
+from .record_future import RecordFuture
 from .types import RecordMetadata, TopicPartition
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -60,7 +62,11 @@ class ProducerBatch:
         # Creation order. Within a partition it is also sequence order (sequences are handed
         # out as batches leave the queue front), and it survives a producer id reset.
         self.number = next(_batch_numbers)
-        self.records: list[tuple[bytes | None, bytes | None, Headers, int]] = []
+        # The records, column by column (no object per record: a producer may hold many)
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[Headers | None] = []
+        self.timestamps = array("q")
         self.futures: list[Future] = []
         self.size = HEADER_SIZE
         self.closed = False  # no more appends: full, or drained
@@ -74,25 +80,27 @@ class ProducerBatch:
         self.done = False
 
     def __repr__(self) -> str:
-        return (f"<ProducerBatch {self.tp.topic}-{self.tp.partition} n={len(self.records)} "
+        return (f"<ProducerBatch {self.tp.topic}-{self.tp.partition} n={self.record_count} "
                 f"seq={self.base_sequence} attempts={self.attempts}>")
 
     @property
     def record_count(self) -> int:
-        return len(self.records)
+        return len(self.values)
 
     @property
     def has_sequence(self) -> bool:
         return self.base_sequence != NO_SEQUENCE
 
-    def try_append(self, key: bytes | None, value: bytes | None, headers: Headers,
+    def try_append(self, key: bytes | None, value: bytes | None, headers: Headers | None,
                    timestamp: int, record_size: int, batch_size: int) -> Future | None:
-        if self.closed or (self.records and self.size + record_size > batch_size):
+        if self.closed or (self.values and self.size + record_size > batch_size):
             return None
-        self.records.append((key, value, headers, timestamp))
+        self.keys.append(key)
+        self.values.append(value)
+        self.headers.append(headers or None)
+        self.timestamps.append(timestamp)
         self.size += record_size
-        future: Future = Future()
-        future.set_running_or_notify_cancel()  # a record cannot be taken back once queued
+        future = RecordFuture()
         self.futures.append(future)
         if self.size >= batch_size:
             self.closed = True
@@ -111,10 +119,9 @@ class ProducerBatch:
         The records are encoded column-wise by the compiled codec (records/columnar.py),
         byte for byte what records/batch.py's build_batch makes, in a tenth of the time."""
         if self._encoded is None:
-            keys, values, headers, timestamps = zip(*self.records, strict=True)
+            headers = self.headers if any(self.headers) else None
             (section, count, base_ts, max_ts), = encode_sections(
-                list(values), list(keys), timestamps=array("q", timestamps),
-                headers=[h or None for h in headers])[0]
+                self.values, self.keys, timestamps=self.timestamps, headers=headers)[0]
             self._encoded = wrap_records(
                 section, count, base_ts, max_ts, compression=compression,
                 producer_id=self.producer_id, producer_epoch=self.producer_epoch,
@@ -126,9 +133,10 @@ class ProducerBatch:
             return
         self.done = True
         topic, partition = self.tp
-        for i, (future, record) in enumerate(zip(self.futures, self.records)):
+        timestamps = self.timestamps if log_append_time is None \
+            else [log_append_time] * len(self.futures)
+        for i, (future, ts) in enumerate(zip(self.futures, timestamps)):
             offset = base_offset + i if base_offset >= 0 else -1
-            ts = log_append_time if log_append_time is not None else record[3]
             future.set_result(RecordMetadata(topic, partition, offset, ts))
 
     def fail(self, error: BaseException) -> None:
@@ -139,23 +147,45 @@ class ProducerBatch:
             future.set_exception(error)
 
 
+class BatchGroup(Protocol):
+    """Where the batches of one ``send_batch`` call report (bulk_send.BatchGroup)."""
+
+    def batch_done(self, index: int, result: tuple[int, int]) -> None: ...
+
+    def batch_failed(self, error: BaseException) -> None: ...
+
+
 class EncodedBatch(ProducerBatch):
     """A batch whose records section was encoded in bulk (records/columnar.py: the
-    producer's ``send_batch``): closed from the start, one future for all its records, which
-    resolves to (partition, base offset)."""
+    producer's ``send_batch``): closed from the start, no future per record; it reports
+    (partition, base offset), or its failure, to the ``group`` of its call as batch number
+    ``index`` of the call."""
 
     def __init__(self, tp: TopicPartition, created: float, section: bytes, count: int,
-                 base_timestamp: int, max_timestamp: int) -> None:
-        super().__init__(tp, created)
+                 base_timestamp: int, max_timestamp: int, group: BatchGroup,
+                 index: int) -> None:
+        # ProducerBatch's state, without its record columns (a batch per 16 KB, at Kafka's
+        # batch.size, of a call that sends many: they are made by the thousand)
+        self.tp = tp
+        self.created = created
+        self.number = -1  # given as it is queued
+        self.futures = []
+        self.size = HEADER_SIZE + len(section)
+        self.closed = True
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+        self.transactional = False
+        self._encoded = None
+        self.done = False
         self.section = section
         self.count = count
         self.base_timestamp = base_timestamp
         self.max_timestamp = max_timestamp
-        self.size = HEADER_SIZE + len(section)
-        self.closed = True
-        future: Future = Future()
-        future.set_running_or_notify_cancel()
-        self.futures.append(future)
+        self.group = group
+        self.index = index
 
     def __repr__(self) -> str:
         return (f"<EncodedBatch {self.tp.topic}-{self.tp.partition} n={self.count} "
@@ -178,7 +208,13 @@ class EncodedBatch(ProducerBatch):
         if self.done:
             return
         self.done = True
-        self.futures[0].set_result((self.tp.partition, base_offset))
+        self.group.batch_done(self.index, (self.tp.partition, base_offset))
+
+    def fail(self, error: BaseException) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.group.batch_failed(error)
 
 
 class RecordAccumulator:
@@ -190,25 +226,33 @@ class RecordAccumulator:
         self.compression = compression
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)  # waited on when buffer.memory is used up
+        self._settled = threading.Condition(self._lock)  # waited on by flush
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._incomplete: set[ProducerBatch] = set()
         self._used = 0
         self._flushes = 0
         self.closing = False
         self.wakeup: Callable[[], None] = lambda: None
+        # By when the sender looks at the queues again on its own (``ready`` sets it: it
+        # sleeps no longer than the next batch it knows of needs): a new or full batch wakes
+        # it only if it is due before then. A wakeup costs the caller's thread a system call
+        # and the GIL (the sender takes it), for every 16 KB batch at Kafka's batch.size.
+        self._looks_by = float("inf")
 
     # --- caller's thread --------------------------------------------------------------------
 
     def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None,
                headers: Headers, timestamp: int, deadline: float,
-               abort_on_new_batch: bool = False) -> Future | None:
+               abort_on_new_batch: bool = False, size: int | None = None) -> Future | None:
         """Queue one record and return its future.
 
         With ``abort_on_new_batch``, return None instead of starting a new batch (the sticky
         partitioner then moves on and appends elsewhere: KIP-480). Blocks while buffer.memory
-        is used up, until ``deadline`` (then KafkaTimeoutError).
+        is used up, until ``deadline`` (then KafkaTimeoutError). ``size``: the record's
+        ``estimate_record_size``, if the caller has it.
         """
-        size = estimate_record_size(key, value, headers)
+        if size is None:
+            size = estimate_record_size(key, value, headers)
         with self._lock:
             self._wait_for_space(size, deadline)
             queue = self._queues.setdefault(tp, deque())
@@ -230,10 +274,16 @@ class RecordAccumulator:
                 created = True
             assert batch is not None
             self._used += size
-            full = batch.closed
-        if full or created:
-            # The sender sleeps until the next batch it knows of gets ready: a new batch may
-            # be due sooner (linger.ms counts from now), a full one is due now.
+            wake = False
+            if batch.closed or created:
+                # A full batch (this one, or the one before a new one) is due now; a new
+                # batch alone in its queue when linger.ms has passed.
+                now = time.monotonic()
+                due = batch.created + self.linger if created and len(queue) == 1 else now
+                if due < self._looks_by:
+                    self._looks_by = due
+                    wake = True
+        if wake:
             self.wakeup()
         return future
 
@@ -241,16 +291,24 @@ class RecordAccumulator:
         """Queue whole batches (``EncodedBatch``), each behind its partition's queue. Blocks
         while buffer.memory is used up, until ``deadline`` (then KafkaTimeoutError: the
         batches queued before stay queued)."""
-        for batch in batches:
-            size = batch.size - HEADER_SIZE
-            with self._lock:
+        queues = self._queues
+        with self._lock:  # (released while waiting for space)
+            for batch in batches:
+                size = batch.size - HEADER_SIZE
                 self._wait_for_space(size, deadline)
-                queue = self._queues.setdefault(batch.tp, deque())
-                batch.created = time.monotonic()
+                queue = queues.get(batch.tp)
+                if queue is None:
+                    queue = queues[batch.tp] = deque()
+                # Numbered as it is queued: batches of one partition that threads encoded side
+                # by side are in number order in their queue (a retry is put back by number).
+                batch.number = next(_batch_numbers)
+                batch.created = now = time.monotonic()
                 queue.append(batch)
                 self._incomplete.add(batch)
                 self._used += size
-        self.wakeup()
+                if now < self._looks_by:  # a closed batch: due now
+                    self._looks_by = now
+                    self.wakeup()  # (takes no lock of ours)
 
     def _wait_for_space(self, size: int, deadline: float) -> None:
         """With the lock held: block while buffer.memory has no room for ``size`` more bytes
@@ -272,6 +330,20 @@ class RecordAccumulator:
             pending = list(self._incomplete)
         self.wakeup()
         return pending
+
+    def await_settled(self, batches: Sequence[ProducerBatch], deadline: float | None) -> int:
+        """Wait until every one of ``batches`` is settled (acknowledged or failed, its
+        futures done: the sender releases a batch after completing it), or ``deadline``
+        passes; the records of those still unsettled then (0: all settled)."""
+        with self._lock:
+            for i, batch in enumerate(batches):
+                while batch in self._incomplete:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return sum(b.record_count for b in batches[i:]
+                                   if b in self._incomplete)
+                    self._settled.wait(remaining)
+        return 0
 
     def flush_end(self) -> None:
         with self._lock:
@@ -306,7 +378,9 @@ class RecordAccumulator:
                         nodes.add(leader)
                 else:
                     next_check = min(next_check, due - now)
-        return nodes, max(0.0, next_check), unknown
+            next_check = max(0.0, next_check)
+            self._looks_by = now + next_check
+        return nodes, next_check, unknown
 
     def drain(self, cluster: Cluster, nodes: Iterable[int], max_request_size: int, now: float,
               may_send: Callable[[TopicPartition, ProducerBatch], bool],
@@ -350,21 +424,23 @@ class RecordAccumulator:
         out = []
         with self._lock:
             for queue in self._queues.values():
+                # A queue is in creation order (``number`` and ``created`` are both set under
+                # the lock when a batch is queued, and a retry goes back in number order), so
+                # its front is its oldest batch: stop at the first one with time left, as the
+                # Java client's expiredBatches does, instead of looking at every batch.
                 while queue and now - queue[0].created >= delivery_timeout:
                     out.append(queue.popleft())
-                # later batches are younger, except retries reinserted at the front
-                for batch in [b for b in queue if now - b.created >= delivery_timeout]:
-                    queue.remove(batch)
-                    out.append(batch)
         return out
 
     def release(self, batch: ProducerBatch) -> None:
-        """A batch is finished (acknowledged or failed): free its memory."""
+        """A batch is settled (acknowledged or failed, after its futures were completed, as
+        the Java sender deallocates a batch after its callbacks): free its memory."""
         with self._lock:
             if batch in self._incomplete:
                 self._incomplete.discard(batch)
                 self._used -= batch.size - HEADER_SIZE
                 self._space.notify_all()
+                self._settled.notify_all()
 
     def queued_batches(self) -> list[ProducerBatch]:
         with self._lock:

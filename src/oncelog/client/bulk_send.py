@@ -1,12 +1,10 @@
 """The pieces of ``Producer.send_batch`` that are not the producer's state: which rows go to
-which partition (column-wise, by the compiled codec of records/columnar.py), and one future
-for the batches of a call."""
+which partition (column-wise, by the compiled codec of records/columnar.py), and the one future
+of the batches of a call."""
 
 from __future__ import annotations
 
-import functools
 import threading
-from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -64,34 +62,35 @@ def _unknown(topic: str, partition: int, partitions: list[int]) -> UnknownTopicO
         f"partition {partition} of topic {topic!r} does not exist (it has {len(partitions)})")
 
 
-class Gathered:
-    """One future for many: resolves to the list of their results (in order) once all
-    succeeded, or fails with the first failure."""
+class BatchGroup:
+    """The future of one ``send_batch`` call, which its batches (accumulator.EncodedBatch)
+    settle: the list of their (partition, base offset), in order, once every one is
+    acknowledged, or the first failure (at once: the others are still sent)."""
 
-    def __init__(self, futures: Sequence[Future]) -> None:
+    def __init__(self, batches: int) -> None:
         self.future: Future = Future()
         self.future.set_running_or_notify_cancel()
-        self._results: list[Any] = [None] * len(futures)
-        self._remaining = len(futures)
+        self._results: list[Any] = [None] * batches
+        self._remaining = batches
         self._lock = threading.Lock()
         self._settled = False
-        if not futures:
+        if not batches:
             self.future.set_result([])
-        for i, f in enumerate(futures):
-            f.add_done_callback(functools.partial(self._done, i))
 
-    def _done(self, i: int, f: Future) -> None:
-        error = f.exception()
+    def batch_done(self, index: int, result: tuple[int, int]) -> None:
         with self._lock:
             if self._settled:
                 return
-            if error is None:
-                self._results[i] = f.result()
-                self._remaining -= 1
-                if self._remaining:
-                    return
+            self._results[index] = result
+            self._remaining -= 1
+            if self._remaining:
+                return
             self._settled = True
-        if error is not None:
-            self.future.set_exception(error)
-        else:
-            self.future.set_result(self._results)
+        self.future.set_result(self._results)
+
+    def batch_failed(self, error: BaseException) -> None:
+        with self._lock:
+            if self._settled:
+                return
+            self._settled = True
+        self.future.set_exception(error)

@@ -16,6 +16,7 @@ broker does not answer within request.timeout.ms). Completed requests are handed
 
 from __future__ import annotations
 
+import functools
 import logging
 import select
 import socket
@@ -34,16 +35,18 @@ from ..errors import (
     error_for_code,
     raise_for_code,
 )
-from ..protocol import ApiKey, ProtocolError, decode_response
+from ..primitives import encode_string
+from ..protocol import ApiKey, ProtocolError, decode_response, request_class
 from ..protocol.apis import SUPPORTED_VERSIONS
 from ..protocol.framing import ClientFraming
+from .frame_reader import FrameReader
 from .messages import build_request
 
 log = logging.getLogger(__name__)
 
 _CORRELATION_AND_ERROR = struct.Struct(">ih")
 _UNSUPPORTED_VERSION = 35
-_RECV_SIZE = 1 << 20
+_MAX_READS = 64  # reads of one receive() (a socket that never runs dry yields now and then)
 
 # KIP-511: ApiVersions v3+ names the client; the broker checks it against this pattern
 # [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?
@@ -59,7 +62,38 @@ def _software_version() -> str:
         return "0.0.0"
 
 
-RequestValues = Mapping[str, Any] | Callable[[int], Mapping[str, Any]]
+RequestValues = Mapping[str, Any] | Callable[[int], Mapping[str, Any] | bytes]
+Decoder = Callable[[int, Any], tuple[int, Any]]
+
+_REQUEST_HEAD = struct.Struct(">ihhi")
+
+
+@functools.cache
+def _flexible(api_key: int, version: int) -> bool:
+    return bool(request_class(api_key, version).__flexible__)
+
+
+def _request_head(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                  body_size: int) -> bytes:
+    """Size prefix and request header (v1, or v2 with its empty tagged fields for a flexible
+    version) of a request whose body is ``body_size`` bytes: what encode_request writes."""
+    head = encode_string(client_id)
+    if _flexible(api_key, version):
+        head += b"\x00"
+    return _REQUEST_HEAD.pack(8 + len(head) + body_size, api_key, version,
+                              correlation_id) + head
+
+
+def _send_parts(sock: socket.socket, parts: list[bytes]) -> None:
+    """Write ``parts`` in order without joining them (a Produce request's batches are most of
+    its bytes): one sendmsg, then whatever it left with sendall."""
+    sent = sock.sendmsg(parts)
+    for part in parts:
+        if sent >= len(part):
+            sent -= len(part)
+            continue
+        sock.sendall(memoryview(part)[sent:])
+        sent = 0
 
 
 @dataclass(eq=False)
@@ -75,6 +109,9 @@ class InFlightRequest:
     response: Any = None
     error: KafkaError | None = None
     done: bool = False
+    # (version, frame) -> (correlation id, response): how the response is read, when not by
+    # kio (protocol.decode_response); the Fetch response's: fetch_response.py
+    decoder: Decoder | None = None
 
     def result(self) -> Any:
         """The response, or raise the error the request ended with."""
@@ -99,6 +136,7 @@ class BrokerConnection:
         self._sock: socket.socket | None = None
         # The bytes received and the requests awaiting a response, matched in order.
         self._framing: ClientFraming[InFlightRequest] = ClientFraming(client_id)
+        self._reader = FrameReader()  # the frames received (the requests: _framing)
         self._completed: list[InFlightRequest] = []
 
     def __repr__(self) -> str:
@@ -124,7 +162,7 @@ class BrokerConnection:
         # Writes block at most this long; reads only happen once select says data is there.
         sock.settimeout(self.request_timeout)
         self._sock = sock
-        self._framing.frames.clear()
+        self._reader.clear()
         try:
             self._negotiate_api_versions()
             if self.sasl is not None:
@@ -142,6 +180,7 @@ class BrokerConnection:
             except OSError:
                 pass
             self._sock = None
+        self._reader.clear()
         in_flight = self._framing.clear()
         if in_flight:
             error = error or NetworkExceptionError(
@@ -224,7 +263,7 @@ class BrokerConnection:
                 raise SaslAuthenticationFailedError(f"node {self.node_id}: {exc}") from None
 
     @staticmethod
-    def _fallback_version(sent: int, frame: bytes) -> int:
+    def _fallback_version(sent: int, frame: bytes | memoryview) -> int:
         """The ApiVersions version to retry with after UNSUPPORTED_VERSION to v``sent``.
 
         Kafka answers in the v0 layout and lists its ApiVersions range; take the highest version
@@ -259,7 +298,8 @@ class BrokerConnection:
 
     def send(self, api_key: int, values: RequestValues, *, expect_response: bool = True,
              context: Any = None, timeout_ms: int | None = None,
-             max_version: int | None = None) -> InFlightRequest:
+             max_version: int | None = None, decoder: Decoder | None = None
+             ) -> InFlightRequest:
         """Write a request; its outcome arrives later through ``receive``/``take_completed``.
 
         ``values`` describes the request body independently of the version (see messages.py),
@@ -271,20 +311,30 @@ class BrokerConnection:
             raise NetworkExceptionError(f"node {self.node_id}: not connected")
         version = self.version_for(api_key, max_version)
         body = values(version) if callable(values) else values
-        request = build_request(api_key, version, body)
-        return self._write(api_key, version, request, expect_response, context, timeout_ms)
+        # bytes: a body the caller wrote itself (the Produce request: produce_request.py)
+        request = body if isinstance(body, bytes) else build_request(api_key, version, body)
+        return self._write(api_key, version, request, expect_response, context, timeout_ms,
+                           decoder)
 
     def _write(self, api_key: int, version: int, request: Any, expect_response: bool,
-               context: Any, timeout_ms: int | None = None) -> InFlightRequest:
+               context: Any, timeout_ms: int | None = None,
+               decoder: Decoder | None = None) -> InFlightRequest:
         assert self._sock is not None
         correlation_id = self._framing.new_correlation_id()
         now = time.monotonic()
         timeout = self.request_timeout if timeout_ms is None else timeout_ms / 1000
         req = InFlightRequest(correlation_id, int(api_key), version, self.node_id, now,
-                              now + timeout, expect_response, context)
-        frame = self._framing.send(correlation_id, request, req, expect_response=expect_response)
+                              now + timeout, expect_response, context, decoder=decoder)
         try:
-            self._sock.sendall(frame)
+            if isinstance(request, bytes):
+                if expect_response:
+                    self._framing.expect(correlation_id, req)
+                _send_parts(self._sock, [_request_head(
+                    int(api_key), version, correlation_id, self.client_id, len(request)),
+                    request])
+            else:
+                self._sock.sendall(self._framing.send(correlation_id, request, req,
+                                                      expect_response=expect_response))
         except OSError as exc:
             if not expect_response:
                 self._framing.expect(correlation_id, req)  # so that close() ends it too
@@ -298,48 +348,63 @@ class BrokerConnection:
 
     def receive(self) -> list[InFlightRequest]:
         """Read what the socket has (call when it is readable) and return finished requests."""
-        if self._sock is not None:
+        for i in range(_MAX_READS):  # what the socket has, without blocking
+            sock = self._sock
+            if sock is None:
+                break
+            # The caller's select said readable for the first read only. (A socket with a
+            # timeout waits for data before a read, whatever its flags: ask first.)
+            if i and not select.select([sock], [], [], 0)[0]:
+                break
+            buffer = self._reader.buffer()
             try:
-                data = self._sock.recv(_RECV_SIZE)
+                n = sock.recv_into(buffer)
             except (BlockingIOError, InterruptedError):
-                data = None
+                break
             except OSError as exc:
                 self.close(NetworkExceptionError(f"node {self.node_id}: receive failed: {exc}"))
-                data = None
-            else:
-                if not data:
-                    self.close(NetworkExceptionError(
-                        f"node {self.node_id} at {self.host}:{self.port} closed the connection"))
-            if data:
-                self._framing.receive_data(data)
-                self._parse_frames()
+                break
+            if not n:
+                self.close(NetworkExceptionError(
+                    f"node {self.node_id} at {self.host}:{self.port} closed the connection"))
+                break
+            try:
+                frames = self._reader.received(n)
+            except ProtocolError as exc:  # a size prefix out of bounds
+                self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
+                break
+            for frame in frames:
+                self._handle_frame(frame)
+            if n < len(buffer):
+                break  # nothing more there now
         return self.take_completed()
 
     def take_completed(self) -> list[InFlightRequest]:
         done, self._completed = self._completed, []
         return done
 
-    def _parse_frames(self) -> None:
-        while True:
-            try:
-                event = self._framing.next_event()
-            except ProtocolError as exc:  # a mismatched correlation id among them
-                self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
-                return
-            if not isinstance(event, tuple):  # NEED_DATA
-                return
-            req, frame = event
-            try:
+    def _handle_frame(self, frame: bytes | memoryview) -> None:
+        if self._sock is None:
+            return  # closed by an earlier frame of the same read
+        try:
+            req = self._framing.match(frame)
+        except ProtocolError as exc:  # a mismatched correlation id
+            self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
+            return
+        try:
+            if req.decoder is not None:
+                _, response = req.decoder(req.api_version, frame)
+            else:
                 _, response = decode_response(req.api_key, req.api_version, frame)
-            except ProtocolError as exc:
-                req.error = NetworkExceptionError(f"node {self.node_id}: {exc}")
-                req.done = True
-                self._completed.append(req)
-                self.close(req.error)
-                return
-            req.response = response
+        except ProtocolError as exc:
+            req.error = NetworkExceptionError(f"node {self.node_id}: {exc}")
             req.done = True
             self._completed.append(req)
+            self.close(req.error)
+            return
+        req.response = response
+        req.done = True
+        self._completed.append(req)
 
     def expire(self, now: float) -> None:
         """Close the connection if its oldest request is past its deadline.
@@ -381,7 +446,7 @@ class BrokerConnection:
         self.connect()
         return self.wait(self.send(api_key, values, timeout_ms=timeout_ms))
 
-    def _read_frame_blocking(self, req: InFlightRequest) -> bytes:
+    def _read_frame_blocking(self, req: InFlightRequest) -> bytes | memoryview:
         """During the handshake: read exactly one frame, nothing else is in flight."""
         if req.done:  # the write failed, and closed the connection
             raise req.error or NetworkExceptionError(f"node {self.node_id}: send failed")
@@ -389,18 +454,12 @@ class BrokerConnection:
             raise NetworkExceptionError(f"node {self.node_id}: connection closed")
         deadline = req.deadline
         while True:
-            try:
-                event = self._framing.next_event()
-            except ProtocolError as exc:
-                raise NetworkExceptionError(f"node {self.node_id}: {exc}") from None
-            if isinstance(event, tuple):
-                return event[1]  # the response to ``req``, the only request in flight
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimedOutError(f"node {self.node_id}: no ApiVersions response")
             self._sock.settimeout(remaining)
             try:
-                data = self._sock.recv(_RECV_SIZE)
+                n = self._sock.recv_into(self._reader.buffer())
             except TimeoutError:
                 raise RequestTimedOutError(
                     f"node {self.node_id}: no ApiVersions response") from None
@@ -409,7 +468,13 @@ class BrokerConnection:
             finally:
                 if self._sock is not None:
                     self._sock.settimeout(self.request_timeout)
-            if not data:
+            if not n:
                 raise NetworkExceptionError(
                     f"node {self.node_id} closed the connection during ApiVersions")
-            self._framing.receive_data(data)
+            try:
+                frames = self._reader.received(n)
+                if frames:  # the response to ``req``, the only request in flight
+                    self._framing.match(frames[0])
+                    return frames[0]
+            except ProtocolError as exc:
+                raise NetworkExceptionError(f"node {self.node_id}: {exc}") from None

@@ -7,6 +7,12 @@ step with the broker's session cache. One Fetch is in flight per leader at a tim
 outlive a ``poll`` call (long poll), and its answer is dropped for any partition whose position
 moved meanwhile (``seek``).
 
+A partition whose records are still being returned is fetched again, from where its buffered
+records end, as long as no more than one fetch's worth waits behind them (librdkafka
+prefetches so too). Leaving it out until its buffer is empty, as the Java client does, lets
+the one Fetch in flight to its leader be a long poll on partitions that have nothing new: the
+busy partition then waits fetch.max.wait.ms for its next records.
+
 A partition's fetched records are decoded whole: batches below the fetch position are skipped
 (a fetch may start mid-batch), control batches are skipped, and with read_committed the
 batches of aborted transactions are skipped (spec 000, consumer side: the fetch response lists
@@ -21,6 +27,7 @@ import functools
 import heapq
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +55,7 @@ from ..records.columnar import RecordColumns
 from .config import ClientConfig
 from .connection import InFlightRequest
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
+from .fetch_response import FetchedPartition, decode_fetch_response
 from .network import NetworkClient
 from .subscription_state import EARLIEST, LATEST, SubscriptionState
 from .types import ConsumerRecord, TopicPartition
@@ -90,12 +98,16 @@ def consumer_records(columns: RecordColumns) -> list[ConsumerRecord]:
                     columns.headers()))
 
 
+# A partition is fetched again while at most this many completed fetches wait to be returned.
+PREFETCH = 1
+
+
 @dataclass
 class _OffsetRequest:
     partitions: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> timestamp
 
 
-def readable_batches(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+def readable_batches(tp: TopicPartition, data: bytes | memoryview | None, fetch_offset: int, *,
                      read_committed: bool, aborted: list[tuple[int, int]] | None,
                      check_crcs: bool) -> tuple[list[tuple[int, BatchHeader]], int]:
     """(position, header) of each batch of one partition's fetch data whose records a
@@ -135,7 +147,7 @@ def readable_batches(tp: TopicPartition, data: bytes | None, fetch_offset: int, 
     return out, next_offset
 
 
-def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+def decode_records(tp: TopicPartition, data: bytes | memoryview | None, fetch_offset: int, *,
                    read_committed: bool, aborted: list[tuple[int, int]] | None,
                    check_crcs: bool) -> tuple[list[ConsumerRecord], int]:
     """Records at or after ``fetch_offset`` in one partition's fetch data (those of
@@ -159,7 +171,7 @@ def decode_records(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
     return out, next_offset
 
 
-def decode_columns(tp: TopicPartition, data: bytes | None, fetch_offset: int, *,
+def decode_columns(tp: TopicPartition, data: bytes | memoryview | None, fetch_offset: int, *,
                    read_committed: bool, aborted: list[tuple[int, int]] | None,
                    check_crcs: bool) -> tuple[RecordColumns, int]:
     """``decode_records`` in bulk: the same records, decoded by the compiled codec into one
@@ -192,28 +204,52 @@ class Fetcher:
         self.subs = subscriptions
         self.read_committed = config.isolation_level == "read_committed"
         self._in_flight: dict[int, InFlightRequest] = {}
-        self._completed: dict[TopicPartition, CompletedFetch] = {}
+        # Completed fetches in the order they came (the Java client's FetchBuffer): a
+        # partition's are in offset order, each starting where the one before ends, the first
+        # at its position; how many each partition has, and the offset after its last one.
+        self._completed: deque[CompletedFetch] = deque()
+        self._buffered: dict[TopicPartition, int] = {}
+        self._buffered_end: dict[TopicPartition, int] = {}
         self._errors: list[KafkaError] = []
         self.metadata_stale = True
         self._metadata_next = 0.0  # no refresh before this (retry.backoff.ms after the last)
 
     # --- fetching ---------------------------------------------------------------------------
 
+    def _fetch_offset(self, tp: TopicPartition) -> int | None:
+        """Where ``tp``'s next fetch starts: after its buffered records, else its position."""
+        end = self._buffered_end.get(tp)
+        return end if end is not None else self.subs.position(tp)
+
+    def _caught_up(self, tp: TopicPartition) -> bool:
+        """Whether the last fetch said ``tp`` had nothing past where its next fetch starts."""
+        state = self.subs.state(tp)
+        end = state.last_stable_offset if self.read_committed else state.high_watermark
+        offset = self._fetch_offset(tp)
+        return end >= 0 and offset is not None and offset >= end
+
     def send_fetches(self) -> None:
         by_node: dict[int, list[TopicPartition]] = {}
+        held: set[int] = set()  # leaders of partitions left out for their buffered records
         cluster = self.net.cluster
         for tp in self.subs.fetchable():
-            if tp in self._completed:
-                continue  # still returning records of the last fetch
             leader = cluster.leader_for(tp)
             if leader is None:
                 self.metadata_stale = True
                 continue
             if leader in self._in_flight:
                 continue
+            if self._buffered.get(tp, 0) > PREFETCH:
+                held.add(leader)  # enough buffered already
+                continue
             by_node.setdefault(leader, []).append(tp)
         for node, tps in by_node.items():
-            positions = {tp: self.subs.position(tp) for tp in tps}
+            if node in held and all(self._caught_up(tp) for tp in tps):
+                # A Fetch of partitions with nothing new would be a long poll, and hold up
+                # the next fetch of the one left out (its buffer runs dry meanwhile): ask
+                # when that one is fetched again.
+                continue
+            positions = {tp: self._fetch_offset(tp) for tp in tps}
             topics: dict[str, list[dict[str, Any]]] = {}
             for tp, offset in positions.items():
                 topics.setdefault(tp.topic, []).append({
@@ -230,7 +266,8 @@ class Fetcher:
                                     context=(positions, {i: t for t, i in ids.items()}),
                                     timeout_ms=self.config.request_timeout_ms
                                     + self.config.fetch_max_wait_ms,
-                                    max_version=None if by_id else FETCH_BY_NAME_MAX_VERSION)
+                                    max_version=None if by_id else FETCH_BY_NAME_MAX_VERSION,
+                                    decoder=decode_fetch_response)
             except KafkaError as exc:
                 if not isinstance(exc, RetriableError):
                     raise
@@ -271,41 +308,41 @@ class Fetcher:
         response = req.response
         positions: dict[TopicPartition, int]
         positions, names = req.context
-        top_error = int(getattr(response, "error_code", 0))
+        top_error = response.error_code
         if top_error:
             log.info("fetch from node %d: %s", req.node_id, error_for_code(top_error).__name__)
             return True
         for topic in response.responses:
-            name = getattr(topic, "topic", None) or names.get(getattr(topic, "topic_id", None))
+            name = topic.topic or names.get(topic.topic_id)
             if name is None:
                 continue  # an id we did not ask for
             for p in topic.partitions:
                 tp = TopicPartition(name, int(p.partition_index))
                 fetch_offset = positions.get(tp)
                 if fetch_offset is None or not self.subs.is_assigned(tp) \
-                        or self.subs.position(tp) != fetch_offset:
+                        or self._fetch_offset(tp) != fetch_offset:
                     continue  # unassigned or moved (seek) since the request went out
                 self._handle_partition(tp, fetch_offset, p)
         return True
 
-    def _handle_partition(self, tp: TopicPartition, fetch_offset: int, p: Any) -> None:
+    def _handle_partition(self, tp: TopicPartition, fetch_offset: int,
+                          p: FetchedPartition) -> None:
         code = int(p.error_code)
         state = self.subs.state(tp)
         if code == 0:
             state.high_watermark = int(p.high_watermark)
-            state.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
-            aborted = None
-            if self.read_committed and p.aborted_transactions:
-                aborted = [(int(a.first_offset), int(a.producer_id))
-                           for a in p.aborted_transactions]
+            state.last_stable_offset = p.last_stable_offset
+            aborted = p.aborted_transactions if self.read_committed else None
             decode = functools.partial(decode_columns, tp, p.records,
                                        read_committed=self.read_committed, aborted=aborted,
                                        check_crcs=self.config.check_crcs)
             columns, next_offset = decode(fetch_offset)
             if columns.count or next_offset > fetch_offset:
-                self._completed[tp] = CompletedFetch(
+                self._completed.append(CompletedFetch(
                     tp, fetch_offset, columns, next_offset,
-                    lambda offset: decode(offset)[0])
+                    lambda offset: decode(offset)[0]))
+                self._buffered[tp] = self._buffered.get(tp, 0) + 1
+                self._buffered_end[tp] = next_offset
         elif code == _OFFSET_OUT_OF_RANGE:
             if self.subs.default_reset == "none":
                 self._errors.append(OffsetOutOfRangeError(
@@ -315,6 +352,7 @@ class Fetcher:
                 log.info("%s-%d: offset %d out of range, resetting to %s", tp.topic,
                          tp.partition, fetch_offset, self.subs.default_reset)
                 self.subs.request_reset(tp, self.subs.default_reset)
+                self.discard(tp)
         else:
             error = error_for_code(code)
             if issubclass(error, RetriableError):
@@ -331,49 +369,77 @@ class Fetcher:
     def has_records(self) -> bool:
         return bool(self._completed)
 
+    def _returned(self, fetch: CompletedFetch) -> None:
+        """``fetch`` (first of its partition's) is all returned: its partition moves on."""
+        tp = fetch.tp
+        left = self._buffered[tp] - 1
+        if left:
+            self._buffered[tp] = left
+        else:
+            del self._buffered[tp]
+            del self._buffered_end[tp]
+        self.subs.seek(tp, fetch.next_offset)
+
+    def _readable(self, tp: TopicPartition) -> bool:
+        if self.subs.is_assigned(tp) and self.subs.position(tp) is not None:
+            return True
+        self.discard(tp)  # unassigned, or waiting for a new position
+        return False
+
     def fetched_records(self, max_records: int) -> list[ConsumerRecord]:
-        """Up to ``max_records`` buffered records, advancing positions past them."""
+        """Up to ``max_records`` buffered records, oldest fetch first, advancing positions
+        past them."""
         out: list[ConsumerRecord] = []
-        for tp in list(self._completed):
-            if len(out) >= max_records:
-                break
-            fetch = self._completed[tp]
-            if not self.subs.is_assigned(tp) or self.subs.position(tp) is None:
-                del self._completed[tp]
-                continue
+        while self._completed and len(out) < max_records:
+            fetch = self._completed[0]
+            if not self._readable(fetch.tp):
+                continue  # (its fetches are gone)
             take = fetch.records[fetch.index : fetch.index + max_records - len(out)]
             fetch.index += len(take)
             out.extend(take)
             if fetch.index >= len(fetch.records):
-                del self._completed[tp]
-                self.subs.seek(tp, fetch.next_offset)
+                self._completed.popleft()
+                self._returned(fetch)
             elif take:
-                self.subs.seek(tp, take[-1].offset + 1)
+                self.subs.seek(fetch.tp, take[-1].offset + 1)
         return out
 
     def fetched_columns(self) -> dict[TopicPartition, RecordColumns]:
-        """Every buffered record, per partition, advancing positions past them (partitions
-        whose fetch held no record for the consumer advance too, but are left out)."""
+        """The first buffered fetch of each partition, advancing positions past it
+        (partitions whose fetch held no record for the consumer advance too, but are left
+        out). A partition's next fetch, prefetched, waits for the next call: joining the
+        two would copy the records."""
         out: dict[TopicPartition, RecordColumns] = {}
-        for tp in list(self._completed):
-            fetch = self._completed.pop(tp)
-            position = self.subs.position(tp) if self.subs.is_assigned(tp) else None
-            if position is None:
+        taken: set[TopicPartition] = set()
+        kept: deque[CompletedFetch] = deque()
+        for fetch in self._completed:
+            tp = fetch.tp
+            if tp in taken or not self._readable(tp):
+                if tp in self._buffered:
+                    kept.append(fetch)
                 continue
+            taken.add(tp)
             # poll() took some already: the rest, decoded again (mixing the two is rare)
+            position = self.subs.position(tp)
+            assert position is not None
             columns = fetch.columns if fetch.index == 0 else fetch.decode(position)
             if columns.count:
                 out[tp] = columns
-            self.subs.seek(tp, fetch.next_offset)
+            self._returned(fetch)
+        self._completed = kept
         return out
 
     def discard(self, tp: TopicPartition) -> None:
         """Drop buffered records of ``tp`` (after a seek)."""
-        self._completed.pop(tp, None)
+        if self._buffered.pop(tp, None) is not None:
+            del self._buffered_end[tp]
+            self._completed = deque(f for f in self._completed if f.tp != tp)
 
     def close(self) -> None:
         self._in_flight.clear()
         self._completed.clear()
+        self._buffered.clear()
+        self._buffered_end.clear()
 
     # --- offsets ----------------------------------------------------------------------------
 

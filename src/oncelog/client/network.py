@@ -25,7 +25,7 @@ from ..errors import (
 from ..protocol import ApiKey
 from .backoff import reconnect_backoff, retry_backoff
 from .config import ClientConfig
-from .connection import BrokerConnection, InFlightRequest, RequestValues
+from .connection import BrokerConnection, Decoder, InFlightRequest, RequestValues
 from .errors import KafkaTimeoutError
 from .metadata import Cluster, metadata_request
 
@@ -183,14 +183,14 @@ class NetworkClient:
 
     def send(self, node_id: int, api_key: int, values: RequestValues, *,
              expect_response: bool = True, context: Any = None,
-             timeout_ms: int | None = None, max_version: int | None = None
-             ) -> InFlightRequest | None:
+             timeout_ms: int | None = None, max_version: int | None = None,
+             decoder: Decoder | None = None) -> InFlightRequest | None:
         """Send to ``node_id``; None if the node cannot be reached right now."""
         conn = self.connection(node_id)
         if conn is None:
             return None
         req = conn.send(api_key, values, expect_response=expect_response, context=context,
-                        timeout_ms=timeout_ms, max_version=max_version)
+                        timeout_ms=timeout_ms, max_version=max_version, decoder=decoder)
         return req
 
     def broker_versions(self, node_id: int) -> tuple[dict[int, tuple[int, int]], dict[str, int]]:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from concurrent.futures import wait as wait_futures
 from typing import Any, Self
 
 from ..errors import (
@@ -33,7 +32,7 @@ from ..records.columnar import (
     int64_column,
 )
 from .accumulator import EncodedBatch, RecordAccumulator, estimate_record_size
-from .bulk_send import Gathered, route_rows
+from .bulk_send import BatchGroup, route_rows
 from .config import producer_config
 from .errors import KafkaTimeoutError
 from .network import NetworkClient
@@ -64,9 +63,9 @@ def _to_bytes(data: bytes | bytearray | memoryview | str | None, what: str) -> b
     raise TypeError(f"{what} must be bytes or str, not {type(data).__name__}")
 
 
-def _headers(headers: HeadersArg) -> list[tuple[str, bytes | None]]:
+def _headers(headers: HeadersArg) -> Sequence[tuple[str, bytes | None]]:
     if headers is None:
-        return []
+        return ()  # (not a new list per record: the producer holds its records a while)
     items = headers.items() if isinstance(headers, Mapping) else headers
     out = []
     for hkey, hvalue in items:
@@ -206,8 +205,9 @@ class Producer:
               timestamp_ms: int | None) -> Future[RecordMetadata]:
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
-        key_bytes = _to_bytes(key, "key")
-        value_bytes = _to_bytes(value, "value")
+        key_bytes = key if key is None or type(key) is bytes else _to_bytes(key, "key")
+        value_bytes = value if value is None or type(value) is bytes \
+            else _to_bytes(value, "value")
         record_headers = _headers(headers)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
@@ -235,7 +235,8 @@ class Producer:
                 self._txn.add_partition(TopicPartition(topic, partition), deadline)
             append = self._accumulator.append
             future = append(TopicPartition(topic, partition), key_bytes, value_bytes,
-                            record_headers, timestamp_ms, deadline, abort_on_new_batch=sticky)
+                            record_headers, timestamp_ms, deadline, abort_on_new_batch=sticky,
+                            size=size)
             if future is None:
                 # The sticky partition's batch is full: stick to another partition from now on
                 # (KIP-480), and start the next batch there.
@@ -244,7 +245,7 @@ class Producer:
                 if self._txn is not None:
                     self._txn.add_partition(TopicPartition(topic, partition), deadline)
                 future = append(TopicPartition(topic, partition), key_bytes, value_bytes,
-                                record_headers, timestamp_ms, deadline)
+                                record_headers, timestamp_ms, deadline, size=size)
         except KafkaError as exc:
             if self._txn is not None and isinstance(exc, FatalError | TransactionError):
                 raise  # the transaction manager's own failure: it is in its error state
@@ -289,8 +290,8 @@ class Producer:
         if txn is not None:
             txn.check_can_send()
         try:
-            future, batches = self._send_batch(topic, values, keys, partition, timestamps,
-                                               headers)
+            future, queued = self._send_batch(topic, values, keys, partition, timestamps,
+                                              headers)
         except BaseException as exc:
             if txn is not None:
                 txn.send_failed(exc)
@@ -299,12 +300,13 @@ class Producer:
             error = future.exception() if future.done() else None
             if error is not None:
                 txn.send_failed(error)
-            for batch in batches:
-                txn.track(batch.futures[0])
+            elif queued:
+                txn.track(future)
         return future
 
     def _send_batch(self, topic: str, values: Any, keys: Any, partition: Any, timestamps: Any,
-                    headers: Any) -> tuple[Future[list[tuple[int, int]]], list[EncodedBatch]]:
+                    headers: Any) -> tuple[Future[list[tuple[int, int]]], bool]:
+        """The call's future, and whether its batches were queued."""
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
         if values is None:
@@ -325,16 +327,15 @@ class Producer:
         else:
             ts = int64_column(timestamps, rows, "timestamps")
         if self._sender.fatal_error is not None:
-            return _failed(self._sender.fatal_error), []
+            return _failed(self._sender.fatal_error), False
         deadline = time.monotonic() + self.config.max_block_ms / 1000
-        batches: list[EncodedBatch] = []
         try:
             partitions = self._wait_for_partitions(topic, deadline)
             groups, sticky = route_rows(topic, partitions, partition, key_col, rows,
                                         lambda: self._partitioner.partition(topic, partitions))
             max_bytes = self.config.batch_size - HEADER_SIZE
             sticky_bytes = 0
-            created = time.monotonic()
+            encoded: list[tuple[TopicPartition, list[tuple[bytes, int, int, int]]]] = []
             for p, order, start, stop in groups:
                 chunks, largest = encode_sections(
                     value_col, key_col, timestamps=ts, default_timestamp=now,
@@ -344,12 +345,15 @@ class Producer:
                     raise MessageTooLargeError(
                         f"a record is {largest + HEADER_SIZE} bytes with its batch's header, "
                         f"more than max.request.size ({self.config.max_request_size})")
-                tp = TopicPartition(topic, p)
-                batches += [EncodedBatch(tp, created, *chunk) for chunk in chunks]
+                encoded.append((TopicPartition(topic, p), chunks))
                 if p == sticky:
                     sticky_bytes += sum(len(c[0]) + HEADER_SIZE for c in chunks)
+            group = BatchGroup(sum(len(chunks) for _, chunks in encoded))
+            created = time.monotonic()
+            batches = [EncodedBatch(tp, created, *chunk, group, i) for i, (tp, chunk) in
+                       enumerate((tp, chunk) for tp, chunks in encoded for chunk in chunks)]
             if self._txn is not None:
-                self._txn.add_partitions({b.tp for b in batches}, deadline)
+                self._txn.add_partitions({tp for tp, _ in encoded}, deadline)
             self._accumulator.append_encoded(batches, deadline)
             if sticky is not None and sticky_bytes >= self.config.batch_size:
                 # The sticky partition got a batch's worth: the next unkeyed records go to
@@ -358,8 +362,8 @@ class Producer:
         except KafkaError as exc:
             if self._txn is not None and isinstance(exc, FatalError | TransactionError):
                 raise  # the transaction manager's own failure: it is in its error state
-            return _failed(exc), []
-        return Gathered([b.futures[0] for b in batches]).future, batches
+            return _failed(exc), False
+        return group.future, True
 
     def _wait_for_partitions(self, topic: str, deadline: float) -> list[int]:
         sender = self._sender
@@ -402,11 +406,11 @@ class Producer:
         """
         pending = self._accumulator.flush_begin()
         try:
-            futures = [f for batch in pending for f in batch.futures]
-            _done, not_done = wait_futures(futures, timeout)
-            if not_done:
+            left = self._accumulator.await_settled(
+                pending, None if timeout is None else time.monotonic() + timeout)
+            if left:
                 raise KafkaTimeoutError(
-                    f"flush: {len(not_done)} record(s) still unacknowledged after {timeout} s")
+                    f"flush: {left} record(s) still unacknowledged after {timeout} s")
         finally:
             self._accumulator.flush_end()
 

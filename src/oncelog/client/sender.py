@@ -50,6 +50,7 @@ from .coordinator_request import BrokerVersions
 from .errors import KafkaTimeoutError
 from .metadata import metadata_request
 from .network import NetworkClient
+from .produce_request import produce_body
 from .transaction_manager import TransactionManager
 from .types import TopicPartition
 
@@ -448,19 +449,20 @@ class Sender:
         return 0.0 if drained else next_check
 
     def _send_batches(self, node: int, batches: list[ProducerBatch]) -> None:
-        topics: dict[str, list[dict[str, Any]]] = {}
+        topics: dict[str, list[tuple[int, bytes]]] = {}
+        compression = self.acc.compression
         for batch in batches:
             batch.attempts += 1
             topics.setdefault(batch.tp.topic, []).append(
-                {"index": batch.tp.partition,
-                 "records": batch.encode(self.acc.compression)})
+                (batch.tp.partition, batch.encode(compression)))
             self._state(batch.tp).in_flight.append(batch)
-        values = {
-            "transactional_id": self.config.transactional_id,
-            "acks": self.acks,
-            "timeout": self.config.request_timeout_ms,
-            "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()],
-        }
+        transactional_id, acks = self.config.transactional_id, self.acks
+        timeout_ms = self.config.request_timeout_ms
+        topic_data = list(topics.items())
+
+        def values(version: int) -> bytes:
+            return produce_body(version, transactional_id, acks, timeout_ms, topic_data)
+
         try:
             req = self.net.send(node, ApiKey.PRODUCE, values, expect_response=self.acks != 0,
                                 context={b.tp: b for b in batches},
@@ -539,8 +541,8 @@ class Sender:
             if batch.producer_id == self.producer_id:
                 state.expected_sequence = increment_sequence(batch.base_sequence,
                                                              batch.record_count)
-        self.acc.release(batch)
         batch.complete(base_offset, log_append_time)
+        self.acc.release(batch)
 
     def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError) -> None:
         now = time.monotonic()
@@ -575,8 +577,8 @@ class Sender:
                     self.on_sequence_lost(error)  # the transaction aborts, then a new epoch
             else:
                 self._reset_producer_id = True
-        self.acc.release(batch)
         batch.fail(error)
+        self.acc.release(batch)
 
     def _expiry_error(self, batch: ProducerBatch, cause: BaseException | None = None
                       ) -> KafkaTimeoutError:

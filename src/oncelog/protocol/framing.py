@@ -227,6 +227,12 @@ class ClientFraming(Generic[C]):
         frame = self.frames.next_event()
         if not isinstance(frame, bytes):
             return NEED_DATA
+        return self.match(frame), frame
+
+    def match(self, frame: Any) -> C:
+        """The context of the request ``frame`` answers (a response without its size prefix,
+        from ``next_event`` or split by the caller itself), no longer in flight. Raises
+        ProtocolError (too short for a correlation id) or CorrelationError."""
         if len(frame) < 4:
             raise ProtocolError("response truncated")
         (correlation_id,) = _SIZE.unpack_from(frame, 0)
@@ -236,7 +242,7 @@ class ClientFraming(Generic[C]):
         if correlation_id != expected:
             raise CorrelationError(correlation_id, expected)
         self.in_flight.popleft()
-        return context, frame
+        return context
 
     def clear(self) -> list[C]:
         """Forget the buffered bytes and every request in flight (the connection is closed);
