@@ -9,6 +9,7 @@ import time
 import pytest
 
 from oncelog.log import LogAppendError, LogConfig, OffsetOutOfRangeError, PartitionLog
+from oncelog.log.log import COPY_BELOW
 from oncelog.records import build_batch, decode_batch, iter_batches, split_batches
 
 
@@ -319,12 +320,13 @@ def test_the_requests_bytes_are_appended_without_being_rewritten(tmp_path, times
     caller's bytes stay as they came."""
     log = PartitionLog(tmp_path / "t-0", LogConfig(message_timestamp_type=timestamp_type), 0)
     produce(log, [b"first"])
-    data = b"".join(build_batch([(None, v, [], 900)]) for v in (b"a" * 100, b"b", b"c" * 5000))
+    data = b"".join(build_batch([(None, v, [], 900)]) for v in (b"a" * 100, b"b", b"c" * 70_000))
+    assert len(data) >= COPY_BELOW  # else it is copied and rewritten in place
     before = bytes(data)
     result = log.append(data, split_batches(data), 1_000, leader_epoch=3)
     assert data == before
     assert (result.base_offset, result.last_offset) == (1, 3)
-    assert read_all(log) == [(0, b"first"), (1, b"a" * 100), (2, b"b"), (3, b"c" * 5000)]
+    assert read_all(log) == [(0, b"first"), (1, b"a" * 100), (2, b"b"), (3, b"c" * 70_000)]
     stored = log.read(1, 1 << 20)
     for expected, (pos, h) in enumerate(split_batches(stored), start=1):  # every CRC checked
         assert h.base_offset == expected and h.partition_leader_epoch == 3

@@ -139,6 +139,11 @@ class FollowerAppendResult:
     log_end_offset: int
 
 
+# A record set shorter than this is copied to be rewritten in place (one small copy costs less
+# than a header copy, views and a pwritev per batch); a longer one is written as it came.
+COPY_BELOW = 64 * 1024
+
+
 def _contiguous(data, batches: list[tuple[int, BatchHeader]]) -> bool:
     """Whether the batches cover ``data`` end to end (what a split record set is)."""
     end = 0
@@ -527,9 +532,11 @@ class PartitionLog:
         assigned: list[tuple[int, BatchHeader]] = []
         max_timestamp = -1
         records = 0
-        if type(data) is not bytearray and (log_append_time >= 0 or not _contiguous(data,
-                                                                                    batches)):
-            data = bytearray(data)  # rewritten past the header: a copy to rewrite
+        if type(data) is not bytearray and (log_append_time >= 0 or len(data) < COPY_BELOW
+                                            or not _contiguous(data, batches)):
+            # Rewritten past the header, or small enough that a copy costs less than the
+            # pieces: a copy to rewrite in place.
+            data = bytearray(data)
         # The request's bytes (immutable) are written as they came, each batch's header
         # rewritten in a 61-byte copy of its own: a record set is not copied to be appended.
         pieces: list = [] if type(data) is not bytearray else [data]
