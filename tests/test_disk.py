@@ -308,21 +308,21 @@ def test_retention_runs_every_check_interval(tmp_path):
 
 def test_retention_waits_for_the_check_interval(tmp_path):
     """With the default interval (5 minutes) nothing is deleted while the broker's other
-    periodic work (the 1 s maintenance tick: producer snapshots every 50 ms here) runs, as it
-    did before the interval was honoured."""
+    periodic work (the 1 s maintenance tick: producer snapshots every 50 ms here, of a log that
+    moved) runs, as it did before the interval was honoured."""
     with BrokerProcess(tmp_path / "data", settings=RETENTION) as broker:
         logs = _fill_expired_segments(broker)
-        # Rewritten at the log end by every tick.
-        snapshot = broker.data_dir / f"{TOPIC}-0" / "00000000000000000005.snapshot"
-        seen = set()
+        # A tick snapshots a partition whose log moved since its last snapshot: a record
+        # appended, then its snapshot (named by the new log end) seen, three times over.
         deadline = time.monotonic() + 30
-        while len(seen) < 3:  # two maintenance ticks after the first one seen
-            assert time.monotonic() < deadline, "the maintenance tick never ran"
-            time.sleep(0.05)
-            try:
-                seen.add(snapshot.stat().st_ino)
-            except FileNotFoundError:
-                pass  # between the tick's write and rename
+        with RawConnection(broker.bootstrap_servers) as conn:
+            for n in range(5, 8):
+                batch = build_batch([(None, b"y", [], int(time.time() * 1000))])
+                assert produce(conn, TOPIC, 0, batch).base_offset == n
+                snapshot = broker.data_dir / f"{TOPIC}-0" / f"{n + 1:020d}.snapshot"
+                while not snapshot.exists():
+                    assert time.monotonic() < deadline, "the maintenance tick never ran"
+                    time.sleep(0.05)
         assert _earliest_offset(broker) == 0
         assert all(p.exists() for p in logs)
 
