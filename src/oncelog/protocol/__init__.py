@@ -31,6 +31,7 @@ from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
 from .bounds import BoundsError, check_body
 from .fetch_response import FetchResponseWriter
+from .produce_response import ProduceResponseWriter
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -258,10 +259,13 @@ class _FrameParts:
         return n
 
 
+_HAND_WRITTEN = (FetchResponseWriter, ProduceResponseWriter)
+
+
 def encode_response_parts(correlation_id: int, response: Any) -> list[Any]:
     """A complete response frame, size prefix included, as parts to write in order: bytes,
     and FileRegions (record sets a Fetch left in their segment files)."""
-    if type(response) is FetchResponseWriter:  # encoded as it was built
+    if type(response) in _HAND_WRITTEN:  # encoded as it was built
         return response.frame(correlation_id)
     head = _SIZE.pack(correlation_id)
     if response.__header_schema__.__version__ >= 1:

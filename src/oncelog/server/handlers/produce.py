@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 
-from ...protocol import ApiKey, make, millis, response_module
+from ...protocol import millis
+from ...protocol.produce_response import ProduceResponseWriter
 from ...records import CorruptRecordError, split_batches
 from ..clock import now_ms
 from ..replication import AppendError, ReplicationError
@@ -134,7 +135,6 @@ def _has_producer_id(records) -> bool:
 
 async def handle_produce(broker, ctx, request):
     acks = request.acks
-    mod = response_module(ApiKey.PRODUCE, ctx.version)
     new_client = ctx.version >= 12  # KIP-890 transaction version 2
     results: dict[tuple[str, int], tuple] = {}
     prepared: dict[tuple[str, int], tuple] = {}
@@ -170,25 +170,17 @@ async def handle_produce(broker, ctx, request):
             if isinstance(result, AppendError) else result
     if acks == 0:
         return None  # acks=0: the client expects no response at all
-    topics_out = []
+    writer = ProduceResponseWriter(ctx.version, len(request.topic_data))
     for td in request.topic_data:
-        parts_out = []
+        writer.topic(td.name, len(td.partition_data))
         for pd in td.partition_data:
             r = results[(td.name, pd.index)]
-            err, msg = (r[0], r[1]) if isinstance(r, tuple) else (None, None)
-            ok = not isinstance(r, tuple)
-            # KIP-467: the records of the batch the log refused one by one (v8+).
-            record_errors = tuple(
-                make(mod.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
-                for i, m in (r[2] if isinstance(r, tuple) and len(r) > 2 and ctx.version >= 8
-                             else ()))
-            parts_out.append(make(
-                mod.PartitionProduceResponse, index=pd.index, error_code=error_code(err),
-                base_offset=r.base_offset if ok else -1,
-                log_append_time=r.log_append_time if ok else -1,
-                log_start_offset=r.log_start_offset if ok else -1,
-                record_errors=record_errors, error_message=msg,
-            ))
-        topics_out.append(make(mod.TopicProduceResponse, name=td.name,
-                               partition_responses=tuple(parts_out)))
-    return make(mod.ProduceResponse, responses=tuple(topics_out), throttle_time=0)
+            if isinstance(r, tuple):
+                # KIP-467: the records of the batch the log refused one by one (v8+).
+                writer.partition(pd.index, error_code(r[0]), -1, -1, -1,
+                                 r[2] if len(r) > 2 else (), r[1])
+            else:
+                writer.partition(pd.index, 0, r.base_offset, r.log_append_time,
+                                 r.log_start_offset)
+        writer.end_topic()
+    return writer
