@@ -31,6 +31,7 @@ from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
 from .bounds import BoundsError, check_body
 from .fetch_response import FetchResponseWriter
+from .produce_request import ProduceRequestError, read_produce_request
 from .produce_response import ProduceResponseWriter
 
 _HEADER_FIXED = struct.Struct(">hhi")
@@ -215,6 +216,12 @@ def parse_request_header(frame) -> RequestHeader:
 
 
 def decode_request_body(header: RequestHeader, frame) -> Any:
+    if header.api_key == ApiKey.PRODUCE and 3 <= header.api_version <= 12:
+        try:  # read by hand: record sets stay views of the frame (produce_request.py)
+            return read_produce_request(header.api_version, frame, header.body_offset)
+        except ProduceRequestError as exc:
+            raise ProtocolError(f"malformed ProduceRequest v{header.api_version}: {exc}"
+                                ) from None
     cls = request_class(header.api_key, header.api_version)
     try:
         # Every length checked before kio's native reader reserves memory for it (bounds.py).
