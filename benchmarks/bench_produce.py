@@ -64,6 +64,7 @@ import json
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -103,6 +104,7 @@ def produce(producer: Producer, partitions: Partitions, records: int, value: byt
     assert producer.flush(30) == 0 and not failed, failed[:3]
     n = len(partitions)
     start = time.perf_counter()
+    cpu_start = process_cpu()
     for i in range(records):
         topic, p = partitions[i % n]
         while True:
@@ -114,6 +116,7 @@ def produce(producer: Producer, partitions: Partitions, records: int, value: byt
         producer.poll(0)
     left = producer.flush(300)
     elapsed = time.perf_counter() - start
+    CLIENT_CPU["produce"] += process_cpu() - cpu_start
     assert left == 0 and not failed, (left, failed[:3])
     return elapsed
 
@@ -154,9 +157,21 @@ def consume_passes(bootstrap: str, layouts: list[Partitions], records: int) -> f
     seconds = 0.0
     for partitions in layouts:
         consumer = new_consumer(bootstrap)
+        cpu_start = process_cpu()
         seconds += consume(consumer, partitions, records)
+        CLIENT_CPU["consume"] += process_cpu() - cpu_start
         consumer.close()
     return seconds
+
+
+# This process's CPU seconds in the timed parts of the last round: librdkafka's threads, and
+# for the mock its broker thread too (the mock runs inside the client).
+CLIENT_CPU = {"produce": 0.0, "consume": 0.0}
+
+
+def process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def layout(partitions: int) -> Partitions:
@@ -475,18 +490,26 @@ def main(argv: list[str] | None = None) -> int:
           f"oncelog settings {settings or 'default'}"
           + (f"; consumer {CONSUMER_CONFIG}" if CONSUMER_CONFIG else "")
           + (f"; baseline {args.baseline}" if args.baseline else ""))
+    client_cpu: dict[str, dict[str, list[float]]] = {}  # client + broker CPU per round
     with contextlib.ExitStack() as stack:
         brokers = start_brokers(stack, settings, args.baseline)
         for r in range(args.rounds):
             # Every other round in the reverse order, so that no contender always runs right
             # after another's writes.
             for name in (names if r % 2 == 0 else names[::-1]):
+                CLIENT_CPU.update(produce=0.0, consume=0.0)
                 p_s, c_s = run_round(name, brokers, topics * MOCK_PARTITIONS, 1, args.records,
                                      value, cpu[name])
                 results[name]["produce"].append(mb / p_s)
                 results[name]["consume"].append(mb / c_s)
                 used = (f"   broker CPU {cpu[name]['produce'][-1]:5.2f} s + "
-                        f"{cpu[name]['consume'][-1]:5.2f} s" if name in brokers else "")
+                        f"{cpu[name]['consume'][-1]:5.2f} s" if name in brokers
+                        else "   (the mock's CPU is the client's)")
+                for phase in ("produce", "consume"):
+                    client_cpu.setdefault(name, {}).setdefault(phase, []).append(
+                        CLIENT_CPU[phase] + (cpu[name][phase][-1] if name in brokers else 0))
+                used = (f"   client CPU {CLIENT_CPU['produce']:5.2f} s + "
+                        f"{CLIENT_CPU['consume']:5.2f} s" + used)
                 print(f"round {r + 1} {name:8s} produce {mb / p_s:7.1f} MB/s "
                       f"({args.records / p_s:8.0f} rec/s)   consume {mb / c_s:7.1f} MB/s "
                       f"({args.records / c_s:8.0f} rec/s){used}", flush=True)
@@ -507,6 +530,12 @@ def main(argv: list[str] | None = None) -> int:
             base = statistics.median(cpu["baseline"][phase])
             print(f"{phase:8s} broker CPU median: oncelog {ours:6.2f} s   baseline {base:6.2f} s"
                   f"   oncelog/baseline {ours / base:5.2f} (lower is better)")
+    # What the two cores had to do per MB: client plus broker (the mock's broker is a thread
+    # of the client process, so its client figure holds both).
+    for phase in ("produce", "consume"):
+        print(f"{phase:8s} client+broker CPU per MB, median: " + "   ".join(
+            f"{name} {statistics.median(client_cpu[name][phase]) / mb * 1000:5.2f} ms"
+            for name in names))
     return 0
 
 
