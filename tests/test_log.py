@@ -351,3 +351,21 @@ def test_periodic_snapshots_skip_a_partition_with_nothing_new(tmp_path):
     produce(log, [b"b"], pid=7, epoch=0, seq=1)
     log.maintain(8_000)
     assert len(list((tmp_path / "t-0").glob("*.snapshot"))) == 2
+
+
+def test_a_new_replicated_log_writes_its_leader_epoch_checkpoint_at_its_first_epoch(tmp_path):
+    """Creating a partition fsyncs no empty checkpoint (a missing file reads as empty, and
+    50 of them made the first FindCoordinator's offsets topic slow); the first epoch the
+    leader assigns is written, and read back on reopening."""
+    from oncelog.log.leader_epoch import CHECKPOINT_FILE
+
+    d = tmp_path / "t-0"
+    log = PartitionLog(d, LogConfig(), 0, replicated=True)
+    assert not (d / CHECKPOINT_FILE).exists()
+    data = bytearray(build_batch([(None, b"v", [], 1_000)]))
+    log.append(data, split_batches(data), 1_000, leader_epoch=4)
+    assert (d / CHECKPOINT_FILE).exists()
+    log.close(2_000)
+    again = PartitionLog(d, LogConfig(), 3_000, replicated=True)
+    assert again.leader_epoch_cache.latest_epoch == 4
+    again.close(4_000)

@@ -192,8 +192,9 @@ def load_leader_epoch_cache(plog: PartitionLog) -> LeaderEpochCache:
             if epoch >= 0 and (latest is None or epoch > latest):
                 cache.assign(epoch, h.base_offset, flush=False)
                 latest = epoch
-        if entries is None or cache.entries != entries:
-            cache.flush()
+        if (entries is None and cache.entries) or \
+                (entries is not None and cache.entries != entries):
+            cache.flush()  # (an empty rebuild of a missing file stays missing: same meaning)
     cache.truncate_from_end(plog.log_end_offset)
     cache.truncate_from_start(plog.log_start_offset)
     return cache
