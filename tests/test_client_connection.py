@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import struct
@@ -146,3 +147,20 @@ def test_responses_larger_than_the_read_buffer_leave_the_connection_open(fake_br
     assert len(conn.request(ApiKey.METADATA, metadata_request(["big"])).topics[0].partitions) \
         == 6000
     assert conn.connected
+
+
+def test_a_process_with_many_files_open_still_reads(fake_broker):
+    """Descriptors past 1023 (a long-running process, a test worker): the connection waits for
+    data with poll, which select cannot do for them ("filedescriptor out of range")."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        broker = fake_broker({"big": 6000, "small": 1})
+        conn = connect(broker, request_timeout_ms=5000)
+        assert conn._sock.fileno() > 1023
+        responses = [conn.wait(r) for r in [conn.send(ApiKey.METADATA, metadata_request([n]))
+                                            for n in ("big", "small")]]
+        assert [len(r.topics[0].partitions) for r in responses] == [6000, 1]
+        assert conn.connected
+    finally:
+        for fd in held:
+            os.close(fd)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import select
 import socket
 import struct
@@ -52,6 +53,14 @@ _MAX_READS = 64  # reads of one receive() (a socket that never runs dry yields n
 # [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?
 CLIENT_SOFTWARE_NAME = "oncelog"
 
+
+
+def _readable(sock, timeout: float) -> bool:
+    """Whether ``sock`` has data (or EOF) within ``timeout`` seconds. poll, not select: select
+    refuses descriptors past 1023, which a process with many files open reaches."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(max(0, math.ceil(timeout * 1000))))
 
 def _software_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -354,7 +363,7 @@ class BrokerConnection:
                 break
             # The caller's select said readable for the first read only. (A socket with a
             # timeout waits for data before a read, whatever its flags: ask first.)
-            if i and not select.select([sock], [], [], 0)[0]:
+            if i and not _readable(sock, 0):
                 break
             buffer = self._reader.buffer()
             try:
@@ -433,7 +442,7 @@ class BrokerConnection:
                 break
             deadline = self.next_deadline()
             timeout = max(0.0, deadline - time.monotonic()) if deadline is not None else 0.0
-            readable, _, _ = select.select([self._sock], [], [], timeout)
+            readable = _readable(self._sock, timeout)
             if readable:
                 self.receive()
             else:
