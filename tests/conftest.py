@@ -19,9 +19,6 @@ import pytest
 from support.fake_broker import FakeBroker, MockCluster
 from support.zookeeper import require_zookeeper
 
-# The longest test modules run first, for pytest-xdist's balance (tests/support/long_first.py).
-pytest_plugins = ["support.long_first"]
-
 try:
     from oncelog.server.embedded import EmbeddedBroker
 except ImportError:  # the broker is not there yet: client tests run against the mock cluster
