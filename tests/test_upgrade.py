@@ -30,6 +30,10 @@ pytestmark = pytest.mark.slow
 BEFORE = "9507f15"
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "upgraded"
+# _read joins a group (subscribe) on every call: without this each join waited out the
+# default 3 s initial rebalance delay, which nothing here is about (both brokers, the old
+# one included, take the setting).
+GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +88,8 @@ def _read(bootstrap: str, group: str | None = None, commit: bool = False) -> lis
 def test_a_single_node_data_directory_of_the_earlier_layout_keeps_working(tmp_path,
                                                                            old_source):
     data = tmp_path / "data"
-    with BrokerProcess(data, env={"PYTHONPATH": str(old_source)}) as old:
+    with BrokerProcess(data, env={"PYTHONPATH": str(old_source)},
+                       settings=GROUP_SETTINGS) as old:
         admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": old.bootstrap_servers})
         admin.create_topics([confluent_kafka.admin.NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
         p = _transactional(old.bootstrap_servers, "upgrade-app")
@@ -106,7 +111,7 @@ def test_a_single_node_data_directory_of_the_earlier_layout_keeps_working(tmp_pa
     old_block = int((data / "producer-id-block").read_text())
     assert not (data / f"{TOPIC}-0" / "leader-epoch-checkpoint").exists()
 
-    with BrokerProcess(data) as new:
+    with BrokerProcess(data, settings=GROUP_SETTINGS) as new:
         # Everything written is there, the aborted transaction still hidden.
         assert _read(new.bootstrap_servers) == [b"committed-1", b"idempotent"]
         # The group's committed offset survived: nothing new for it.
@@ -133,7 +138,7 @@ def test_a_single_node_data_directory_of_the_earlier_layout_keeps_working(tmp_pa
         assert int(lines[-2]) > old_epoch  # the latest epoch, above the old coordinator's
     # A start raises the leader epoch again.
     before = (data / f"{TOPIC}-0" / "leader-epoch-checkpoint").read_text().split()
-    with BrokerProcess(data) as again:
+    with BrokerProcess(data, settings=GROUP_SETTINGS) as again:
         assert _read(again.bootstrap_servers)[-1] == b"idempotent-2"
     after = (data / f"{TOPIC}-0" / "leader-epoch-checkpoint").read_text().split()
     assert int(after[-2]) > int(before[-2])
