@@ -15,6 +15,27 @@ def test_help_everywhere():
         assert "usage: oncelog" in out
 
 
+def test_version_and_the_bootstrap_server_from_the_environment(broker):  # noqa: F811
+    import importlib.metadata
+
+    assert oncelog("--version").stdout.strip() == \
+        f"oncelog {importlib.metadata.version('oncelog')}"
+    env = {"ONCELOG_BOOTSTRAP_SERVER": broker.bootstrap_servers}
+    oncelog("topics", "create", "--topic", "from-env", env=env)
+    assert "from-env" in oncelog("topics", "list", env=env).stdout.split()
+    # --bootstrap-server still wins over the environment
+    bad = {"ONCELOG_BOOTSTRAP_SERVER": "127.0.0.1:1"}
+    assert "from-env" in oncelog("topics", "list", "--bootstrap-server",
+                                 broker.bootstrap_servers, env=bad).stdout.split()
+
+
+def test_an_unknown_transaction_state_is_refused():
+    bad = oncelog("transactions", "list", "--bootstrap-server", "127.0.0.1:1", "--state",
+                  "Ongoin", check=False)
+    assert bad.returncode == 2
+    assert "invalid choice: 'Ongoin'" in bad.stderr and "'Ongoing'" in bad.stderr
+
+
 def test_topics_produce_consume_round_trip(broker):  # noqa: F811 (the fixture)
     bs = ["--bootstrap-server", broker.bootstrap_servers]
     oncelog("topics", "create", *bs, "--topic", "orders", "--partitions", "2",

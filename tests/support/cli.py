@@ -3,6 +3,7 @@ it: tests/test_cli.py and tests/test_transaction_tools.py."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -13,9 +14,11 @@ from oncelog.harness.broker_process import BrokerProcess
 ONCELOG = [sys.executable, "-m", "oncelog.cli.main"]
 
 
-def oncelog(*args: str, stdin: str | None = None, check: bool = True):
+def oncelog(*args: str, stdin: str | None = None, check: bool = True,
+            env: dict[str, str] | None = None):
     proc = subprocess.run(ONCELOG + list(args), input=stdin, capture_output=True, text=True,
-                          timeout=60, check=False)  # checked below, with the output
+                          timeout=60, check=False,  # checked below, with the output
+                          env={**os.environ, **env} if env is not None else None)
     if check and proc.returncode != 0:
         raise AssertionError(f"oncelog {' '.join(args)} failed ({proc.returncode}):\n"
                              f"{proc.stdout}\n{proc.stderr}")

@@ -2,23 +2,31 @@
 dump-log.
 
 Commands that talk to a broker take ``--bootstrap-server HOST:PORT`` (default
-127.0.0.1:9092), as Kafka's own tools do.
+$ONCELOG_BOOTSTRAP_SERVER, else 127.0.0.1:9092), as Kafka's own tools do.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import os
 import sys
 from pathlib import Path
 
+from ..txn.state import TransactionState
 from .args import key_value
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
+BOOTSTRAP_ENV = "ONCELOG_BOOTSTRAP_SERVER"
+
+
 def _add_bootstrap(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                   help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})")
+    default = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+    p.add_argument("--bootstrap-server", default=default, metavar="HOST:PORT",
+                   help=f"broker to connect to (default ${BOOTSTRAP_ENV}, else "
+                   f"{DEFAULT_BOOTSTRAP}; now {default})")
     p.add_argument("--user", default=None,
                    help="authenticate as this user (SASL_PLAINTEXT; password from --password "
                    "or $ONCELOG_PASSWORD)")
@@ -32,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="oncelog",
         description="oncelog: a streaming log that speaks the Kafka protocol, exactly once.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"oncelog {importlib.metadata.version('oncelog')}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser("broker", help="run a broker in the foreground (single node, or a "
@@ -131,8 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     xsub = x.add_subparsers(dest="transactions_command", required=True, metavar="ACTION")
     xl = xsub.add_parser("list", help="list transactional ids and their states")
     _add_bootstrap(xl)
-    xl.add_argument("--state", action="append", default=[],
-                    help="only these states (Ongoing, PrepareCommit, CompleteAbort ...)")
+    xl.add_argument("--state", action="append", default=[], metavar="STATE",
+                    choices=[s.display for s in TransactionState],
+                    help="only these states (repeatable): "
+                    + ", ".join(s.display for s in TransactionState))
     xd = xsub.add_parser("describe", help="describe a transactional id")
     _add_bootstrap(xd)
     xd.add_argument("--transactional-id", required=True)
