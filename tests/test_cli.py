@@ -45,11 +45,21 @@ def test_topics_produce_consume_round_trip(broker):  # noqa: F811 (the fixture)
     assert "PartitionCount: 2" in desc and "retention.ms=3600000" in desc
     produced = oncelog("produce", *bs, "--topic", "orders", "--partition", "1",
                        "--key-separator", ":", "--compression-type", "lz4",
-                       stdin="k1:first\nsecond\nk3:third\n")
+                       stdin="k1:first\nk2:second:with:colons\nk3:third\n")
     assert "Produced 3 records" in produced.stderr
     out = oncelog("consume", *bs, "--topic", "orders", "--from-beginning", "--max-messages",
                   "3", "--print-key", "--print-offset").stdout.splitlines()
-    assert out == ["1:0\tk1\tfirst", "1:1\tnull\tsecond", "1:2\tk3\tthird"]
+    assert out == ["1:0\tk1\tfirst", "1:1\tk2\tsecond:with:colons", "1:2\tk3\tthird"]
+    # A line without the separator stops the producer, as Kafka's console producer does:
+    # the lines before it are sent, the rest are not.
+    refused = oncelog("produce", *bs, "--topic", "orders", "--partition", "0",
+                      "--key-separator", ":", stdin="a:1\nnot keyed\nb:2\n", check=False)
+    assert refused.returncode == 1
+    assert "No key separator found on line number 2: 'not keyed'" in refused.stderr
+    assert "Produced 1 records" in refused.stderr
+    out = oncelog("consume", *bs, "--topic", "orders", "--partition", "0", "--from-beginning",
+                  "--timeout-ms", "1500", "--print-key").stdout.splitlines()
+    assert out == ["a\t1"]
     # starting from the end sees nothing old
     out = oncelog("consume", *bs, "--topic", "orders", "--timeout-ms", "500").stdout
     assert out == ""

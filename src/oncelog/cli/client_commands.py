@@ -246,13 +246,17 @@ def _produce(args) -> int:
                   enable_idempotence=acks == "all",
                   compression_type=args.compression_type) as producer:
         futures = []
-        for line in sys.stdin.buffer:
+        refused = None
+        sep = args.key_separator.encode() if args.key_separator is not None else None
+        for number, line in enumerate(sys.stdin.buffer, start=1):
             line = line.rstrip(b"\r\n")
             key = None
-            if args.key_separator is not None:
-                sep = args.key_separator.encode()
-                if sep in line:
-                    key, line = line.split(sep, 1)
+            if sep is not None:
+                if sep not in line:  # as Kafka's console producer (parse.key=true)
+                    refused = (f"No key separator found on line number {number}: "
+                               f"'{line.decode(errors='replace')}'")
+                    break
+                key, line = line.split(sep, 1)
             futures.append(producer.send(args.topic, value=line, key=key,
                                          partition=args.partition))
             count += 1
@@ -260,6 +264,9 @@ def _produce(args) -> int:
         for f in futures:
             f.result()
     print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
     return 0
 
 

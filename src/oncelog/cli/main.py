@@ -115,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, default=None)
     p.add_argument("--key-separator", default=None,
-                   help="split each line into key and value at the first occurrence")
+                   help="split each line into key and value at the first occurrence; a "
+                   "line without it stops the producer with an error, as Kafka's console "
+                   "producer does (the lines before it are sent)")
     p.add_argument("--compression-type", default="none",
                    choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"])
