@@ -29,6 +29,18 @@ def test_version_and_the_bootstrap_server_from_the_environment(broker):  # noqa:
                                  broker.bootstrap_servers, env=bad).stdout.split()
 
 
+def test_a_partition_the_topic_lacks_is_an_error_for_consume_as_for_produce(broker):  # noqa: F811
+    bs = ["--bootstrap-server", broker.bootstrap_servers]
+    oncelog("topics", "create", *bs, "--topic", "two", "--partitions", "2")
+    produce = oncelog("produce", *bs, "--topic", "two", "--partition", "5", stdin="x\n",
+                      check=False)
+    consume = oncelog("consume", *bs, "--topic", "two", "--partition", "5", "--timeout-ms",
+                      "500", check=False)
+    for bad in (produce, consume):
+        assert bad.returncode == 1, bad.stderr
+        assert "partition 5 of topic 'two' does not exist (it has 2)" in bad.stderr
+
+
 def test_an_unknown_transaction_state_is_refused():
     bad = oncelog("transactions", "list", "--bootstrap-server", "127.0.0.1:1", "--state",
                   "Ongoin", check=False)

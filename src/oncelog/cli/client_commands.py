@@ -272,13 +272,17 @@ def _produce(args) -> int:
 
 def _consume(args) -> int:
     from .. import Admin, Consumer, TopicPartition
+    from ..errors import UnknownTopicOrPartitionError
 
-    if args.partition is not None:
-        partitions = args.partition
-    else:
-        with Admin(**connect(args)) as admin:
-            desc = admin.describe_topics([args.topic])[args.topic]
-            partitions = [p.partition for p in desc.partitions]
+    with Admin(**connect(args)) as admin:
+        desc = admin.describe_topics([args.topic])[args.topic]
+    existing = [p.partition for p in desc.partitions]
+    partitions = args.partition if args.partition is not None else existing
+    for p in partitions:  # as produce refuses it: not a consumer waiting on nothing
+        if p not in existing:
+            raise UnknownTopicOrPartitionError(
+                f"partition {p} of topic {args.topic!r} does not exist (it has "
+                f"{len(existing)})")
     tps = [TopicPartition(args.topic, p) for p in partitions]
     seen = 0
     out = sys.stdout
