@@ -128,3 +128,20 @@ def test_dump_log_reports_a_corrupt_batch(tmp_path):
     lines = out.stdout.splitlines()
     assert "isvalid: true" in lines[1] and "isvalid: false" in lines[2]
     assert "trailing bytes" in lines[3]
+
+
+def test_an_unreachable_broker_fails_at_once_naming_the_address():
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for args in (["topics", "list"], ["consume", "--topic", "t"],
+                 ["transactions", "list"]):
+        bad = oncelog(*args, "--bootstrap-server", f"127.0.0.1:{port}", check=False)
+        assert bad.returncode == 1, bad.stderr
+        assert f"connection refused to 127.0.0.1:{port}" in bad.stderr
+    produce = oncelog("produce", "--topic", "t", "--bootstrap-server", f"127.0.0.1:{port}",
+                      stdin="x\n", check=False)
+    assert produce.returncode == 1 and "connection refused" in produce.stderr
+    assert "does not exist" not in produce.stderr  # not a topic said missing

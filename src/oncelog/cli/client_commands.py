@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 
@@ -36,6 +37,9 @@ def run(args) -> int:
     except ValueError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 2
+    except ConnectionError as exc:
+        print(f"oncelog {args.command}: {exc}", file=sys.stderr)
+        return 1
     except (OSError, TimeoutError) as exc:
         print(f"oncelog {args.command}: cannot reach {args.bootstrap_server}: {exc}",
               file=sys.stderr)
@@ -43,8 +47,39 @@ def run(args) -> int:
     raise AssertionError(args.command)
 
 
+_REACHED: set[str] = set()
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(bootstrap_servers: str) -> None:
+    """Fail at once, naming the address and what happened, when no bootstrap server takes a
+    TCP connection (the clients would retry until their timeouts, then say only that a node
+    was not reachable). Once per process and list."""
+    if bootstrap_servers in _REACHED:
+        return
+    failures = []
+    for address in (a.strip() for a in bootstrap_servers.split(",") if a.strip()):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
+                                          timeout=CONNECT_TIMEOUT_S):
+                _REACHED.add(bootstrap_servers)
+                return
+        except ValueError:
+            failures.append(f"bad address {address!r} (HOST:PORT)")
+        except ConnectionRefusedError:
+            failures.append(f"connection refused to {address}")
+        except TimeoutError:
+            failures.append(f"no answer from {address} within {CONNECT_TIMEOUT_S:g} s")
+        except OSError as exc:
+            failures.append(f"cannot connect to {address}: {exc.strerror or exc}")
+    raise ConnectionError("; ".join(failures) or "no bootstrap server given")
+
+
 def connect(args) -> dict:
-    """Client settings from the common flags: the bootstrap server and, with --user, SASL."""
+    """Client settings from the common flags: the bootstrap server and, with --user, SASL.
+    Checks first that a bootstrap server takes connections (``check_reachable``)."""
+    check_reachable(args.bootstrap_server)
     out: dict = {"bootstrap_servers": args.bootstrap_server}
     if getattr(args, "user", None):
         password = args.password if args.password is not None else \
