@@ -1,4 +1,4 @@
-"""The Fetch response the consumer reads by hand (client/fetch_response.py) says what kio reads
+"""The Fetch response the consumer reads by hand (protocol/fetch_reader.py) says what kio reads
 from the same bytes, in every version the client asks for; its record sets are views of the
 frame; a truncated or lying response is a ProtocolError, never another exception."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.client.fetch_response import MAX_VERSION, MIN_VERSION, decode_fetch_response
+from oncelog.protocol.fetch_reader import MAX_VERSION, MIN_VERSION, decode_fetch_response
 from oncelog.client.messages import build
 from oncelog.protocol import (
     ApiKey,

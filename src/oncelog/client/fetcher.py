@@ -41,6 +41,7 @@ from ..errors import (
     error_for_code,
 )
 from ..protocol import ApiKey
+from ..protocol.fetch_reader import FetchedPartition, decode_fetch_response
 from ..records import (
     CONTROL_ABORT,
     BatchHeader,
@@ -55,7 +56,6 @@ from ..records.columnar import RecordColumns
 from .config import ClientConfig
 from .connection import InFlightRequest
 from .errors import KafkaTimeoutError, NoOffsetForPartitionError
-from .fetch_response import FetchedPartition, decode_fetch_response
 from .network import NetworkClient
 from .subscription_state import EARLIEST, LATEST, SubscriptionState
 from .types import ConsumerRecord, TopicPartition

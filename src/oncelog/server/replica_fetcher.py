@@ -26,8 +26,8 @@ import asyncio
 import struct
 from typing import NamedTuple
 
-from ..primitives import DecodeError, encode_uvarint, read_uvarint
-from ..protocol import ProtocolError
+from ..primitives import encode_uvarint
+from ..protocol.fetch_reader import decode_fetch_response
 from .interbroker import MAX_RESPONSE_BYTES, ChannelError
 
 FETCH_KEY = 1
@@ -37,10 +37,6 @@ _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")  # api key, version, correlation id
 _REQUEST_FIXED = struct.Struct(">iiiibii")  # replica, max wait, min/max bytes, isolation, session
 _PARTITION = struct.Struct(">iiqiqi")  # partition, leader epoch, offset, last epoch, start, max
-_RESPONSE_FIXED = struct.Struct(">ihi")  # throttle time, error code, session id
-_PARTITION_FIXED = struct.Struct(">ihqqq")  # partition, error, hw, lso, log start
-_I32 = struct.Struct(">i")
-_ABORTED_SIZE = 16  # producer id, first offset
 _READ_AHEAD = 1 << 16  # read between frames: a small response in one recv, with its size
 
 
@@ -88,73 +84,15 @@ def encode_fetch_request(correlation_id: int, client_id: str, replica_id: int,
     return _SIZE.pack(len(body)) + body
 
 
-class _Reader:
-    """Bounds-checked reads from a response frame; ProtocolError when it ends too soon."""
-
-    __slots__ = ("buf", "end", "pos")
-
-    def __init__(self, buf: memoryview) -> None:
-        self.buf = buf
-        self.pos = 0
-        self.end = len(buf)
-
-    def fixed(self, st: struct.Struct) -> tuple:
-        pos = self.pos
-        if pos + st.size > self.end:
-            raise ProtocolError("Fetch response truncated")
-        self.pos = pos + st.size
-        return st.unpack_from(self.buf, pos)
-
-    def uvarint(self) -> int:
-        try:
-            value, self.pos = read_uvarint(self.buf, self.pos)
-        except DecodeError as exc:
-            raise ProtocolError(f"Fetch response: {exc}") from None
-        return value
-
-    def take(self, n: int) -> memoryview:
-        pos = self.pos
-        if n < 0 or pos + n > self.end:
-            raise ProtocolError("Fetch response truncated")
-        self.pos = pos + n
-        return self.buf[pos:pos + n]
-
-    def skip_tagged_fields(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self.take(self.uvarint())
-
-
 def parse_fetch_response(frame: memoryview) -> tuple[int, int, list[FetchedPartition]]:
     """(correlation id, top-level error code, partitions) of a Fetch v12 response frame (size
-    prefix stripped). Aborted transactions are skipped: a follower reads uncommitted."""
-    r = _Reader(frame)
-    (correlation_id,) = r.fixed(_I32)
-    r.skip_tagged_fields()
-    _throttle, error_code, _session = r.fixed(_RESPONSE_FIXED)
-    out: list[FetchedPartition] = []
-    for _ in range(r.uvarint() - 1):
-        n = r.uvarint() - 1
-        if n < 0:
-            raise ProtocolError("Fetch response: null topic name")
-        try:
-            topic = str(r.take(n), "utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProtocolError(f"Fetch response: topic name {exc}") from None
-        for _ in range(r.uvarint() - 1):
-            partition, error, hw, _lso, log_start = r.fixed(_PARTITION_FIXED)
-            aborted = r.uvarint() - 1  # -1: null
-            for _ in range(max(aborted, 0)):
-                r.take(_ABORTED_SIZE)
-                r.skip_tagged_fields()
-            r.fixed(_I32)  # preferred read replica
-            size = r.uvarint() - 1
-            records = r.take(size) if size >= 0 else None
-            r.skip_tagged_fields()
-            out.append(FetchedPartition(topic, partition, error, hw, log_start, records))
-        r.skip_tagged_fields()
-    r.skip_tagged_fields()
-    return correlation_id, error_code, out
+    prefix stripped), read by the consumer's reader (protocol/fetch_reader.py): record sets
+    stay views of the frame. Aborted transactions are left out: a follower reads uncommitted."""
+    correlation_id, response = decode_fetch_response(12, frame)
+    return correlation_id, response.error_code, [
+        FetchedPartition(t.topic, p.partition_index,  # type: ignore[arg-type]  # v12: named
+                         p.error_code, p.high_watermark, p.log_start_offset, p.records)
+        for t in response.responses for p in t.partitions]
 
 
 class FetcherConnection(asyncio.BufferedProtocol):

@@ -18,7 +18,7 @@ import uuid
 from typing import Any, NamedTuple
 
 from ..primitives import DecodeError, read_uvarint
-from ..protocol import ProtocolError
+from . import ProtocolError
 
 MIN_VERSION = 4
 MAX_VERSION = 17
