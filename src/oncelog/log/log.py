@@ -144,16 +144,6 @@ class FollowerAppendResult:
 COPY_BELOW = 64 * 1024
 
 
-def _contiguous(data, batches: list[tuple[int, BatchHeader]]) -> bool:
-    """Whether the batches cover ``data`` end to end (what a split record set is)."""
-    end = 0
-    for pos, h in batches:
-        if pos != end:
-            return False
-        end = pos + h.size
-    return end == len(data)
-
-
 class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, now_ms: int,
                  preallocator: Preallocator | None = None, *, replicated: bool = False) -> None:
@@ -298,9 +288,9 @@ class PartitionLog:
                now_ms: int, *, verification: VerificationGuard | None = None,
                require_verification: bool = False, new_client: bool = False,
                leader_epoch: int | None = None) -> AppendResult:
-        """Append validated batches (``data`` is the request's record set: a bytearray is
-        rewritten in place, bytes are written as they came with each batch's header rewritten
-        in a copy of its own).
+        """Append validated batches (``batches``: ``split_batches(data)``, which cover it end
+        to end; ``data`` is the request's record set: a bytearray is rewritten in place, bytes
+        are written as they came with each batch's header rewritten in a copy of its own).
 
         Producer state is checked first: a retried batch that duplicates one of the producer's
         last five is answered with its original offsets and nothing is written.
@@ -532,11 +522,8 @@ class PartitionLog:
         assigned: list[tuple[int, BatchHeader]] = []
         max_timestamp = -1
         records = 0
-        if type(data) is not bytearray and (log_append_time >= 0 or len(data) < COPY_BELOW
-                                            or not _contiguous(data, batches)):
-            # Rewritten past the header, or small enough that a copy costs less than the
-            # pieces: a copy to rewrite in place.
-            data = bytearray(data)
+        if type(data) is not bytearray and (log_append_time >= 0 or len(data) < COPY_BELOW):
+            data = bytearray(data)  # rewritten past the header, or small: copied (COPY_BELOW)
         # The request's bytes (immutable) are written as they came, each batch's header
         # rewritten in a 61-byte copy of its own: a record set is not copied to be appended.
         pieces: list = [] if type(data) is not bytearray else [data]
