@@ -44,6 +44,12 @@ def uvarint(n: int) -> bytes:
     return _SMALL_UVARINTS[n] if n < 256 else _uvarint(n)
 
 
+def length_prefix(n: int, flexible: bool) -> bytes:
+    """An array's count or a bytes' length: compact (unsigned varint of n + 1) in flexible
+    versions, else an int32."""
+    return uvarint(n + 1) if flexible else _I32.pack(n)
+
+
 class FetchResponseWriter:
     """Fill with ``topic`` then its ``partition``s, in order; ``encode_response_parts`` asks
     ``frame`` for the parts to write."""
@@ -60,7 +66,7 @@ class FetchResponseWriter:
         self.size = 0
         small = bytearray(_I32.pack(throttle_ms)) if version < 7 else \
             bytearray(_HEAD_V7.pack(throttle_ms, error_code, session_id))
-        small += uvarint(topics + 1) if self.flexible else _I32.pack(topics)
+        small += length_prefix(topics, self.flexible)
         self.small = small
 
     def topic(self, key: str | uuid.UUID | None, partitions: int) -> None:
@@ -74,7 +80,7 @@ class FetchResponseWriter:
             small += raw
         else:
             small += encode_string(key)  # type: ignore[arg-type]
-        small += uvarint(partitions + 1) if self.flexible else _I32.pack(partitions)
+        small += length_prefix(partitions, self.flexible)
 
     def partition(self, index: int, error_code: int, high_watermark: int,
                   last_stable_offset: int, log_start_offset: int,
@@ -93,7 +99,7 @@ class FetchResponseWriter:
         if aborted is None:
             small += b"\x00" if flexible else b"\xff\xff\xff\xff"
         else:
-            small += uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
+            small += length_prefix(len(aborted), flexible)
             for producer_id, first_offset in aborted:
                 small += _ABORTED.pack(producer_id, first_offset)
                 if flexible:
@@ -101,7 +107,7 @@ class FetchResponseWriter:
         if version >= 11:
             small += b"\xff\xff\xff\xff"  # preferred_read_replica: -1 (KIP-392 unused)
         n = len(records)
-        small += uvarint(n + 1) if flexible else _I32.pack(n)
+        small += length_prefix(n, flexible)
         if n:
             if type(records) is FileRegion or (n >= LARGE and type(records) is bytes):
                 self._flush()

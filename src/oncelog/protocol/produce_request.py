@@ -67,15 +67,20 @@ def _uvarint(frame: Any, pos: int, what: str) -> tuple[int, int]:
         raise ProduceRequestError(f"{what}: {exc}") from None
 
 
-def _string(frame: Any, pos: int, flexible: bool, nullable: bool, what: str
-            ) -> tuple[str | None, int]:
+def _length(frame: Any, pos: int, flexible: bool, fixed: struct.Struct, what: str
+            ) -> tuple[int, int]:
+    """A length or count: a compact one (unsigned varint, plus one) in flexible versions,
+    else ``fixed`` (int16 for strings, int32 for arrays and bytes); -1 is null."""
     if flexible:
         n, pos = _uvarint(frame, pos, what)
-        n -= 1
-    else:
-        _need(frame, pos, 2, what)
-        (n,) = _I16.unpack_from(frame, pos)
-        pos += 2
+        return n - 1, pos
+    _need(frame, pos, fixed.size, what)
+    return fixed.unpack_from(frame, pos)[0], pos + fixed.size
+
+
+def _string(frame: Any, pos: int, flexible: bool, nullable: bool, what: str
+            ) -> tuple[str | None, int]:
+    n, pos = _length(frame, pos, flexible, _I16, what)
     if n < 0:
         if n == -1 and nullable:
             return None, pos
@@ -90,13 +95,7 @@ def _string(frame: Any, pos: int, flexible: bool, nullable: bool, what: str
 def _count(frame: Any, pos: int, flexible: bool, least: int, what: str) -> tuple[int, int]:
     """An array's element count, each element at least ``least`` bytes (so that a count the
     frame cannot hold is refused before anything is made for it)."""
-    if flexible:
-        n, pos = _uvarint(frame, pos, what)
-        n -= 1
-    else:
-        _need(frame, pos, 4, what)
-        (n,) = _I32.unpack_from(frame, pos)
-        pos += 4
+    n, pos = _length(frame, pos, flexible, _I32, what)
     if n < 0 or n * least > len(frame) - pos:
         raise ProduceRequestError(f"{what}: {n} elements in {len(frame) - pos} bytes")
     return n, pos
@@ -133,13 +132,7 @@ def read_produce_request(version: int, frame: Any, pos: int) -> ProduceRequest:
             _need(view, pos, 4, "partition index")
             (index,) = _I32.unpack_from(view, pos)
             pos += 4
-            if flexible:
-                size, pos = _uvarint(view, pos, "records")
-                size -= 1
-            else:
-                _need(view, pos, 4, "records")
-                (size,) = _I32.unpack_from(view, pos)
-                pos += 4
+            size, pos = _length(view, pos, flexible, _I32, "records")
             records: Any = None
             if size >= 0:
                 _need(view, pos, size, "records")

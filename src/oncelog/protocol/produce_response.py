@@ -14,7 +14,7 @@ import struct
 from collections.abc import Sequence
 
 from ..primitives import encode_string
-from .fetch_response import uvarint
+from .fetch_response import length_prefix, uvarint
 
 _I32 = struct.Struct(">i")
 _PARTITION_V2 = struct.Struct(">ihqq")  # index, error, base offset, log append time
@@ -39,16 +39,12 @@ class ProduceResponseWriter:
             raise ValueError(f"Produce v{version} is not written by hand")
         self.version = version
         self.flexible = version >= 9
-        self.buf = bytearray(uvarint(topics + 1) if self.flexible else _I32.pack(topics))
+        self.buf = bytearray(length_prefix(topics, self.flexible))
 
     def topic(self, name: str, partitions: int) -> None:
         buf = self.buf
-        if self.flexible:
-            buf += _compact_nullable_string(name)
-            buf += uvarint(partitions + 1)
-        else:
-            buf += encode_string(name)
-            buf += _I32.pack(partitions)
+        buf += _compact_nullable_string(name) if self.flexible else encode_string(name)
+        buf += length_prefix(partitions, self.flexible)
 
     def partition(self, index: int, error_code: int, base_offset: int, log_append_time: int,
                   log_start_offset: int, record_errors: Sequence[tuple[int, str | None]] = (),
@@ -62,7 +58,7 @@ class ProduceResponseWriter:
             buf += _PARTITION_V2.pack(index, error_code, base_offset, log_append_time)
         if version >= 8:  # KIP-467
             flexible = self.flexible
-            buf += uvarint(len(record_errors) + 1) if flexible else _I32.pack(len(record_errors))
+            buf += length_prefix(len(record_errors), flexible)
             for batch_index, message in record_errors:
                 buf += _I32.pack(batch_index)
                 if flexible:
