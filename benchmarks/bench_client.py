@@ -41,7 +41,6 @@ import contextlib
 import json
 import math
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -50,12 +49,14 @@ import uuid
 from array import array
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_produce  # confluent's produce loop and the CPU readers, shared
+
 from oncelog import Consumer, Producer, TopicPartition
 from oncelog.harness.broker_process import BrokerProcess
 
@@ -70,15 +71,9 @@ TIMEOUT = 600.0
 Partitions = list[tuple[str, int]]
 
 
-def client_cpu() -> float:
-    """User + system CPU seconds of this process, all threads."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+# This process's CPU (all threads) and another's, as bench_produce.py reads them.
+client_cpu = bench_produce.process_cpu
+process_cpu = bench_produce.cpu_seconds
 
 
 # --- producers: each warms up (one record per partition, untimed), then returns the seconds
@@ -88,30 +83,7 @@ def process_cpu(pid: int) -> float:
 def produce_confluent(bootstrap: str, partitions: Partitions, records: int, value: bytes,
                       chunk: int) -> float:
     producer = confluent_kafka.Producer({**PRODUCER_CONFIG, "bootstrap.servers": bootstrap})
-    failed = []
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failed.append(err)
-
-    for topic, p in partitions:
-        producer.produce(topic, value=b"warm-up", partition=p, on_delivery=on_delivery)
-    assert producer.flush(30) == 0 and not failed, failed[:3]
-    n = len(partitions)
-    start = time.perf_counter()
-    for i in range(records):
-        topic, p = partitions[i % n]
-        while True:
-            try:
-                producer.produce(topic, value=value, partition=p, on_delivery=on_delivery)
-                break
-            except BufferError:  # queue full: let deliveries drain
-                producer.poll(0.001)
-        producer.poll(0)
-    left = producer.flush(TIMEOUT)
-    elapsed = time.perf_counter() - start
-    assert left == 0 and not failed, (left, failed[:3])
-    return elapsed
+    return bench_produce.produce(producer, partitions, records, value)  # its loop, as there
 
 
 def _our_producer(bootstrap: str, partitions: Partitions) -> Producer:
