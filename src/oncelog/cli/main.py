@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     td = tsub.add_parser("describe", help="describe topics (all if --topic is not given)")
     _add_bootstrap(td)
     td.add_argument("--topic", action="append", default=[])
+    from .topic_describe import add_arguments as _describe_arguments
+
+    _describe_arguments(td)
     tx = tsub.add_parser("delete", help="delete a topic")
     _add_bootstrap(tx)
     tx.add_argument("--topic", required=True)
