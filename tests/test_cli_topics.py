@@ -22,8 +22,8 @@ def test_describe_prints_the_topic_id_and_only_overridden_configs(broker):  # no
     kafka_id = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
     lines = oncelog("topics", "describe", *bs, "--topic", "described").stdout.splitlines()
     assert lines == [
-        f"Topic: described\tTopicId: {kafka_id}\tPartitionCount: 2\tReplicationFactor: 1\t"
-        "Configs: cleanup.policy=compact,retention.ms=3600000",
+        (f"Topic: described\tTopicId: {kafka_id}\tPartitionCount: 2\tReplicationFactor: 1\t"
+         "Configs: cleanup.policy=compact,retention.ms=3600000"),
         "\tTopic: described\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1",
         "\tTopic: described\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1",
     ]

@@ -9,9 +9,12 @@ import time
 
 from ..errors import KafkaError
 from . import partition_commands
+from .errors import describe as describe_error
+from .errors import sasl_message, show_retries
 
 
 def run(args) -> int:
+    show_retries(args.command)
     try:
         if args.command == "topics":
             return _topics(args)
@@ -29,20 +32,35 @@ def run(args) -> int:
             from .configs_command import run as run_configs
 
             return run_configs(args, connect)
+        if args.command == "users":
+            from .. import Admin
+            from .users_command import run as run_users
+
+            with Admin(**connect(args)) as admin:
+                return run_users(args, admin)
         if args.command == "consumer-groups":
             return _consumer_groups(args)
     except KafkaError as exc:
-        print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"oncelog {args.command}: {describe_error(exc, args)}", file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout closed early (| head): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except ConnectionError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 1
     except (OSError, TimeoutError) as exc:
-        print(f"oncelog {args.command}: cannot reach {args.bootstrap_server}: {exc}",
-              file=sys.stderr)
+        print(f"oncelog {args.command}: cannot reach {args.bootstrap_server}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug of ours: say so in a line, the traceback on request
+        if os.environ.get("ONCELOG_DEBUG"):
+            raise
+        print(f"oncelog {args.command}: unexpected error ({exc or 'no message'}); "
+              "ONCELOG_DEBUG=1 shows where", file=sys.stderr)
         return 1
     raise AssertionError(args.command)
 
@@ -51,10 +69,11 @@ _REACHED: set[str] = set()
 CONNECT_TIMEOUT_S = 5.0
 
 
-def check_reachable(bootstrap_servers: str) -> None:
+def check_reachable(bootstrap_servers: str, without_credentials: bool = False) -> None:
     """Fail at once, naming the address and what happened, when no bootstrap server takes a
     TCP connection (the clients would retry until their timeouts, then say only that a node
-    was not reachable). Once per process and list."""
+    was not reachable). ``without_credentials``: also fail, saying so, when the broker wants
+    SASL (the client would retry a closed connection for 60 s). Once per process and list."""
     if bootstrap_servers in _REACHED:
         return
     failures = []
@@ -63,8 +82,7 @@ def check_reachable(bootstrap_servers: str) -> None:
         try:
             with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
                                           timeout=CONNECT_TIMEOUT_S):
-                _REACHED.add(bootstrap_servers)
-                return
+                pass
         except ValueError:
             failures.append(f"bad address {address!r} (HOST:PORT)")
         except ConnectionRefusedError:
@@ -73,13 +91,47 @@ def check_reachable(bootstrap_servers: str) -> None:
             failures.append(f"no answer from {address} within {CONNECT_TIMEOUT_S:g} s")
         except OSError as exc:
             failures.append(f"cannot connect to {address}: {exc.strerror or exc}")
+        else:
+            if without_credentials and _wants_sasl(host.strip("[]") or "127.0.0.1", int(port)):
+                raise ConnectionError(sasl_message(address))
+            _REACHED.add(bootstrap_servers)
+            return
     raise ConnectionError("; ".join(failures) or "no bootstrap server given")
+
+
+def _wants_sasl(host: str, port: int) -> bool:
+    """True when the broker answers ApiVersions (allowed before authentication) but closes
+    the connection at a Metadata request: a SASL listener reached without credentials. Any
+    other failure is left to the client to report."""
+    from ..client.connection import BrokerConnection
+    from ..client.metadata import metadata_request
+    from ..errors import NetworkExceptionError
+    from ..protocol import ApiKey
+
+    timeout_ms = int(CONNECT_TIMEOUT_S * 1000)
+    conn = BrokerConnection(-1, host, port, client_id="oncelog-cli",
+                            request_timeout_ms=timeout_ms, connect_timeout_ms=timeout_ms)
+    try:
+        try:
+            conn.connect()  # ApiVersions
+        except KafkaError:
+            return False  # not a Kafka listener we can speak to in plaintext: not our call
+        try:
+            conn.request(ApiKey.METADATA, metadata_request([], allow_auto_topic_creation=False),
+                         timeout_ms=timeout_ms)
+        except NetworkExceptionError as exc:
+            return "closed the connection" in str(exc)
+        except KafkaError:
+            return False
+        return False
+    finally:
+        conn.close()
 
 
 def connect(args) -> dict:
     """Client settings from the common flags: the bootstrap server and, with --user, SASL.
     Checks first that a bootstrap server takes connections (``check_reachable``)."""
-    check_reachable(args.bootstrap_server)
+    check_reachable(args.bootstrap_server, without_credentials=not getattr(args, "user", None))
     out: dict = {"bootstrap_servers": args.bootstrap_server}
     if getattr(args, "user", None):
         password = args.password if args.password is not None else \
@@ -259,16 +311,9 @@ def _topics(args) -> int:
         elif action in ("add-partitions", "alter"):
             return partition_commands.add_partitions(admin, args)
         elif action == "describe":
-            names = args.topic or sorted(admin.list_topics())
-            for name, desc in admin.describe_topics(names).items():
-                overrides = ",".join(f"{k}={v}" for k, v in sorted(desc.config.items()))
-                print(f"Topic: {name}\tPartitionCount: {len(desc.partitions)}\t"
-                      f"ReplicationFactor: {len(desc.partitions[0].replicas) if desc.partitions else 0}"
-                      f"\tConfigs: {overrides}")
-                for p in desc.partitions:
-                    print(f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
-                          f"Replicas: {','.join(map(str, p.replicas))}\t"
-                          f"Isr: {','.join(map(str, p.isr))}")
+            from .topic_describe import describe
+
+            return describe(admin, args)
     return 0
 
 

@@ -22,15 +22,15 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "ONCELOG_BOOTSTRAP_SERVER"
 
 
-def _add_bootstrap(p: argparse.ArgumentParser) -> None:
+def _add_bootstrap(p: argparse.ArgumentParser, password_flag: str = "--password") -> None:
     default = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
     p.add_argument("--bootstrap-server", default=default, metavar="HOST:PORT",
                    help=f"broker to connect to (default ${BOOTSTRAP_ENV}, else "
                    f"{DEFAULT_BOOTSTRAP}; now {default})")
     p.add_argument("--user", default=None,
-                   help="authenticate as this user (SASL_PLAINTEXT; password from --password "
-                   "or $ONCELOG_PASSWORD)")
-    p.add_argument("--password", default=None, help="the user's password")
+                   help=f"authenticate as this user (SASL_PLAINTEXT; password from "
+                   f"{password_flag} or $ONCELOG_PASSWORD)")
+    p.add_argument(password_flag, dest="password", default=None, help="the user's password")
     p.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
                    choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 
@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .configs_command import add_arguments as _configs_arguments
 
     _configs_arguments(g)
+    from .users_command import add_arguments as _users_arguments
+
+    _users_arguments(sub, _add_bootstrap)
     cg = sub.add_parser("consumer-groups", help="list or describe consumer groups",
                         description="As Kafka's kafka-consumer-groups.sh. --list: every consumer "
                         "group, optionally only in some states (--state Stable) or of some "
@@ -252,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _verify_arguments(v)
 
-    sub.add_parser("demo", help="spec 001's pipeline on Spark, exactly once through a driver "
-                   "SIGKILL (oncelog demo --help)", add_help=False)
+    sub.add_parser("demo", help="the purchases pipeline on Spark (a transactional producer, "
+                   "a Spark job copying exactly once, a read_committed check) through a "
+                   "driver SIGKILL (oncelog demo --help)", add_help=False)
 
     d = sub.add_parser("dump-log", help="print the batches of a segment file",
                        description="One line per batch, as Kafka's DumpLogSegments prints them.")
@@ -296,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oncelog broker: {exc}", file=sys.stderr)
             return 2
         except OSError as exc:
-            print(f"oncelog broker: cannot start: {exc}", file=sys.stderr)
+            print(f"oncelog broker: cannot start: {exc.strerror or exc}"
+                  + (f": {exc.filename}" if exc.filename else f" ({args.host}:{args.port})"),
+                  file=sys.stderr)
             return 1
         return 0
     if args.command == "cluster":
