@@ -11,6 +11,7 @@ from ..errors import KafkaError
 from . import partition_commands
 from .errors import describe as describe_error
 from .errors import sasl_message, show_retries
+from .table import print_table
 
 
 def run(args) -> int:
@@ -23,7 +24,9 @@ def run(args) -> int:
         if args.command == "consume":
             return _consume(args)
         if args.command == "transactions":
-            return _transactions(args)
+            from .transaction_commands import run as run_transactions
+
+            return run_transactions(args, connect(args))
         if args.command == "acls":
             return _acls(args)
         if args.command == "delete-records":
@@ -175,11 +178,11 @@ def _acls(args) -> int:
             rtype, name = given[0] if given else (ResourceType.ANY, None)
             found = admin.describe_acls(AclFilter(
                 rtype, name, pattern if given else PatternType.ANY, args.principal))
-            _table(["ResourceType", "Name", "PatternType", "Principal", "Host", "Operation",
-                    "Permission"],
-                   [[display(b.resource_type), b.resource_name, display(b.pattern_type),
-                     b.principal, b.host, display(b.operation), display(b.permission)]
-                    for b in found])
+            print_table(["ResourceType", "Name", "PatternType", "Principal", "Host",
+                         "Operation", "Permission"],
+                        [[display(b.resource_type), b.resource_name, display(b.pattern_type),
+                          b.principal, b.host, display(b.operation), display(b.permission)]
+                         for b in found])
             return 0
         if len(given) != 1:
             raise ValueError("give exactly one of --topic, --group, --transactional-id, "
@@ -206,89 +209,6 @@ def _acls(args) -> int:
                                                 b.pattern_type, b.principal, b.host,
                                                 b.operation, b.permission) for b in bindings])
             print(f"Removed {len(gone)} ACL(s) for {display(rtype)} {name!r}.")
-    return 0
-
-
-def _table(header: list[str], rows: list[list[object]]) -> None:
-    print("\t".join(header))
-    for row in rows:
-        print("\t".join(str(v) for v in row))
-
-
-def _transactions(args) -> int:
-    from .. import Admin, TopicPartition
-
-    with Admin(**connect(args)) as admin:
-        action = args.transactions_command
-        if action == "list":
-            _table(["TransactionalId", "ProducerId", "TransactionState"],
-                   [[t.transactional_id, t.producer_id, t.state]
-                    for t in admin.list_transactions(states=args.state)])
-        elif action == "describe":
-            d = admin.describe_transactions([args.transactional_id])[args.transactional_id]
-            now = int(time.time() * 1000)
-            _table(["TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
-                    "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
-                    "TransactionDurationMs", "TopicPartitions"],
-                   [[d.transactional_id, d.producer_id, d.producer_epoch, d.state,
-                     d.timeout_ms, d.start_ms if d.start_ms is not None else "None",
-                     now - d.start_ms if d.start_ms is not None else "None",
-                     ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.partitions))]])
-        elif action == "describe-producers":
-            tp = TopicPartition(args.topic, args.partition)
-            _table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
-                    "LastTimestamp", "CurrentTransactionStartOffset"],
-                   [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
-                     p.last_timestamp, p.current_txn_start_offset]
-                    for p in admin.describe_producers([tp])[tp]])
-        elif action == "abort":
-            return _abort(admin, args)
-        elif action == "force-terminate":
-            return _force_terminate(admin, args.transactional_id)
-    return 0
-
-
-def _force_terminate(admin, txn_id: str) -> int:
-    from ..errors import TransactionalIdNotFoundError
-
-    try:
-        before = admin.force_terminate_transaction(txn_id)
-    except TransactionalIdNotFoundError:
-        # Not created by mistake (a typo would otherwise register a new id and print success).
-        print(f"oncelog transactions: transactional id {txn_id!r} does not exist (its "
-              "coordinator does not know it); nothing was terminated", file=sys.stderr)
-        return 1
-    if before.state == "Ongoing":
-        print(f"Terminated the transaction of {txn_id!r} (aborted; its producer is fenced).")
-    else:
-        print(f"Fenced the producer of {txn_id!r} (it had no open transaction to abort: "
-              f"{before.state}).")
-    return 0
-
-
-def _abort(admin, args) -> int:
-    from .. import TopicPartition
-
-    tp = TopicPartition(args.topic, args.partition)
-    given = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
-    if args.start_offset is not None:
-        # As kafka-transactions.sh: the producer whose open transaction starts there.
-        matches = [p for p in admin.describe_producers([tp])[tp]
-                   if p.current_txn_start_offset == args.start_offset]
-        if not matches:
-            print(f"oncelog transactions: no open transaction starts at offset "
-                  f"{args.start_offset} in {tp.topic}-{tp.partition}", file=sys.stderr)
-            return 1
-        p = matches[0]
-        given = (p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
-    elif None in given:
-        print("oncelog transactions abort: give --start-offset, or --producer-id, "
-              "--producer-epoch and --coordinator-epoch", file=sys.stderr)
-        return 2
-    pid, epoch, coordinator_epoch = given
-    admin.abort_transaction(tp, pid, epoch, coordinator_epoch)
-    print(f"Aborted the transaction of producer {pid} (epoch {epoch}) in "
-          f"{tp.topic}-{tp.partition}.")
     return 0
 
 
