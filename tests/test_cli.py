@@ -82,13 +82,13 @@ def test_topics_produce_consume_round_trip(broker):  # noqa: F811 (the fixture)
 def test_clear_errors(broker):  # noqa: F811 (the fixture)
     bs = ["--bootstrap-server", broker.bootstrap_servers]
     bad = oncelog("topics", "create", *bs, "--topic", "bad name", check=False)
-    assert bad.returncode == 1 and "InvalidTopicException" in bad.stderr
+    assert bad.returncode == 1 and "INVALID_TOPIC_EXCEPTION" in bad.stderr
     oncelog("topics", "create", *bs, "--topic", "twice")
     again = oncelog("topics", "create", *bs, "--topic", "twice", check=False)
-    assert again.returncode == 1 and "TopicAlreadyExists" in again.stderr
+    assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr
     conf = oncelog("topics", "create", *bs, "--topic", "c", "--config", "cleanup.policy=shred",
                    check=False)
-    assert conf.returncode == 1 and "InvalidConfig" in conf.stderr
+    assert conf.returncode == 1 and "INVALID_CONFIG" in conf.stderr
     missing = oncelog("dump-log", "/nonexistent/0.log", check=False)
     assert missing.returncode == 2 and "no such file" in missing.stderr
     bad_setting = oncelog("broker", "--data-dir", str(broker.data_dir) + "-x", "--set",

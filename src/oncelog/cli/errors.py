@@ -5,6 +5,7 @@ credentials named as such; retries shown on stderr while a command waits."""
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 from ..client.retries import error_name
@@ -30,7 +31,6 @@ _EXPLAINED = {
     "CLUSTER_AUTHORIZATION_FAILED": "not authorized for this cluster operation",
     "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": "not authorized to use the transactional id",
     "SECURITY_DISABLED": "the broker has no authorizer (security is disabled)",
-    "SASL_AUTHENTICATION_FAILED": "wrong user name or password",
     "RESOURCE_NOT_FOUND": "no such resource",
     "UNACCEPTABLE_CREDENTIAL": "the credential is not acceptable",
     "GROUP_ID_NOT_FOUND": "the group does not exist",
@@ -45,9 +45,13 @@ _EXPLAINED = {
 }
 
 
+_BOOTSTRAP_NODE = re.compile(r"\bnode -\d+(?: at |: )")
+
+
 def describe(exc: BaseException, args=None) -> str:
     """One line for ``exc``: ``NAME: what happened`` (Kafka's error name when it has one)."""
-    text = str(exc)
+    # The client numbers bootstrap servers -1, -2 ...: the address says it better.
+    text = _BOOTSTRAP_NODE.sub("", str(exc))
     if isinstance(exc, IllegalSaslStateError) and getattr(args, "user", None):
         # Our broker answers a SaslHandshake on a PLAINTEXT listener so (Kafka's too).
         return (f"ILLEGAL_SASL_STATE: the broker at {args.bootstrap_server} does not take "
@@ -67,8 +71,9 @@ def describe(exc: BaseException, args=None) -> str:
 
 
 def _terse(text: str) -> bool:
-    """A message that names only the call ("describe topic 'x'", "transactional id 'y'")."""
-    return ":" not in text or text.rstrip().endswith(":")
+    """A message that names only the call ("describe topic 'x'", "transactional id 'y'",
+    "topic 'x': metadata error"), not what went wrong."""
+    return ":" not in text or len(text) < 60
 
 
 def _hint(exc: KafkaError, args) -> str:

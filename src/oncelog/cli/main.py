@@ -8,6 +8,7 @@ $ONCELOG_BOOTSTRAP_SERVER, else 127.0.0.1:9092), as Kafka's own tools do.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.metadata
 import os
 import sys
@@ -303,9 +304,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oncelog broker: {exc}", file=sys.stderr)
             return 2
         except OSError as exc:
-            print(f"oncelog broker: cannot start: {exc.strerror or exc}"
-                  + (f": {exc.filename}" if exc.filename else f" ({args.host}:{args.port})"),
-                  file=sys.stderr)
+            # In words, without errno numbers or asyncio's address tuples.
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            where = exc.filename or f"{args.host}:{args.port}"
+            print("oncelog broker: cannot start: "
+                  + (f"failed to bind to {where}: {reason}" if exc.errno == errno.EADDRINUSE
+                     else f"{reason}: {where}"), file=sys.stderr)
             return 1
         return 0
     if args.command == "cluster":
