@@ -79,6 +79,9 @@ def test_bad_inputs_get_kafkas_error_names_and_no_python_internals(broker, tmp_p
         (["topics", "list", *bs, "--user", "admin", "--password", "pw"], 1,
          (f"ILLEGAL_SASL_STATE: the broker at {broker.bootstrap_servers} does not take SASL "
          "authentication (its listener is PLAINTEXT): leave out --user")),
+        (["verify", "--bootstrap-server", "127.0.0.1:1", "--duration", "1"], 1,
+         "connection refused to 127.0.0.1:1"),
+        (["dump-log", str(tmp_path)], 2, "a directory, not a segment file"),
         (["broker", "--data-dir", str(tmp_path / "d"), "--port",
           broker.bootstrap_servers.rsplit(":", 1)[1]], 1,
          "cannot start: failed to bind to 127.0.0.1:"),
