@@ -49,6 +49,9 @@ def run(args) -> int:
     except ValueError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while waiting on a broker: stop, no traceback
+        print(f"oncelog {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # stdout closed early (| head): nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
