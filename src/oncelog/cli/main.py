@@ -159,9 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bootstrap(xp)
     xp.add_argument("--topic", required=True)
     xp.add_argument("--partition", type=int, required=True)
-    from .transaction_commands import add_find_hanging
+    from .transaction_commands import add_arguments as _transactions_arguments
 
-    add_find_hanging(xsub, _add_bootstrap)
+    _transactions_arguments(xsub, _add_bootstrap)
     xf = xsub.add_parser("force-terminate",
                          help="abort a transactional id's open (even prepared) transaction",
                          description="KIP-939's --forceTerminateTransaction: abort the open "

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from .table import print_table
+from .table import print_json, print_table
 
 LIST_COLUMNS = ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
 DESCRIBE_COLUMNS = ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
@@ -21,7 +21,9 @@ HANGING_COLUMNS = ["Topic", "Partition", "ProducerId", "ProducerEpoch", "Coordin
                    "StartOffset", "LastTimestamp", "Duration(min)"]
 
 
-def add_find_hanging(xsub, add_bootstrap: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_arguments(xsub, add_bootstrap: Callable[[argparse.ArgumentParser], None]) -> None:
+    """The find-hanging action, and --output for the actions that print tables (the others
+    are defined in cli/main.py)."""
     xh = xsub.add_parser("find-hanging", help="find hanging transactions",
                          description="Open transactions in partitions (on a broker, or of a "
                          "topic) that have lasted longer than --max-transaction-timeout and "
@@ -38,33 +40,40 @@ def add_find_hanging(xsub, add_bootstrap: Callable[[argparse.ArgumentParser], No
                     help="topic name to limit search to (required if --partition is "
                     "specified)")
     xh.add_argument("--partition", type=int, default=None, help="partition number")
+    for name in ("list", "describe", "describe-producers", "find-hanging"):
+        xsub.choices[name].add_argument("--output", choices=["text", "json"], default="text",
+                                        help="text (Kafka's table, default) or json (the "
+                                        "same rows, keyed by the column names)")
 
 
 def run(args, client_config: dict) -> int:
     from .. import Admin, TopicPartition
 
+    print_rows = print_json if getattr(args, "output", "text") == "json" else print_table
     with Admin(**client_config) as admin:
         action = args.transactions_command
         if action == "list":
-            print_table(LIST_COLUMNS, [[t.transactional_id, t.coordinator_id, t.producer_id,
+            print_rows(LIST_COLUMNS, [[t.transactional_id, t.coordinator_id, t.producer_id,
                                         t.state]
                                        for t in admin.list_transactions(states=args.state)])
         elif action == "describe":
             d = admin.describe_transactions([args.transactional_id])[args.transactional_id]
             now = int(time.time() * 1000)
-            print_table(DESCRIBE_COLUMNS, [[
+            row: list[object] = [
                 d.coordinator_id, d.transactional_id, d.producer_id, d.producer_epoch, d.state,
-                d.timeout_ms, d.start_ms if d.start_ms is not None else "None",
-                now - d.start_ms if d.start_ms is not None else "None",
-                ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.partitions))]])
+                d.timeout_ms, d.start_ms, now - d.start_ms if d.start_ms is not None else None,
+                ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.partitions))]
+            if print_rows is print_table:  # as Kafka's tool: no open transaction, "None"
+                row = ["None" if v is None else v for v in row]
+            print_rows(DESCRIBE_COLUMNS, [row])
         elif action == "describe-producers":
             tp = TopicPartition(args.topic, args.partition)
-            print_table(PRODUCERS_COLUMNS,
+            print_rows(PRODUCERS_COLUMNS,
                         [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
                           p.last_timestamp, p.current_txn_start_offset]
                          for p in admin.describe_producers([tp])[tp]])
         elif action == "find-hanging":
-            return _find_hanging(admin, args)
+            return _find_hanging(admin, args, print_rows)
         elif action == "abort":
             return _abort(admin, args)
         elif action == "force-terminate":
@@ -72,7 +81,7 @@ def run(args, client_config: dict) -> int:
     return 0
 
 
-def _find_hanging(admin, args) -> int:
+def _find_hanging(admin, args, print_rows) -> int:
     """Kafka's FindHangingTransactionsCommand: the open transactions older than the maximum
     transaction timeout, of which those whose producer id no coordinator lists, or whose
     transactional id's coordinator does not hold that partition in the transaction (so it will
@@ -115,7 +124,7 @@ def _find_hanging(admin, args) -> int:
             d = descriptions.get(txn_ids.get(p.producer_id, ""))
             if d is None or tp not in d.partitions:
                 hanging.append((tp, p))
-    print_table(HANGING_COLUMNS, [[tp.topic, tp.partition, p.producer_id, p.producer_epoch,
+    print_rows(HANGING_COLUMNS, [[tp.topic, tp.partition, p.producer_id, p.producer_epoch,
                                    p.coordinator_epoch, p.current_txn_start_offset,
                                    p.last_timestamp, (now - p.last_timestamp) // 60_000]
                                   for tp, p in hanging])
