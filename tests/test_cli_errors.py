@@ -28,6 +28,7 @@ def broker(tmp_path_factory):
         yield b
 
 
+@pytest.mark.slow  # ~25 runs of the command, ~0.3 s each
 def test_bad_inputs_get_kafkas_error_names_and_no_python_internals(broker, tmp_path):
     bs = ["--bootstrap-server", broker.bootstrap_servers]
     oncelog("topics", "create", *bs, "--topic", "exists")

@@ -7,11 +7,13 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
 from support.cli import broker, oncelog  # noqa: F401 (broker: a fixture)
 
 from oncelog import Admin, Producer
 
 
+@pytest.mark.slow  # ~15 runs of the command, ~0.3 s each
 def test_describe_prints_the_topic_id_and_only_overridden_configs(broker):  # noqa: F811
     bs = ["--bootstrap-server", broker.bootstrap_servers]
     oncelog("topics", "create", *bs, "--topic", "described", "--partitions", "2",

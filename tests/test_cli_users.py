@@ -38,6 +38,7 @@ def users(b) -> dict[str, list]:
         oncelog("users", "list", *admin_flags(b), "--output", "json").stdout)}
 
 
+@pytest.mark.slow  # ~15 runs of the command, ~0.3 s each
 def test_add_list_delete(sasl_broker):
     b = sasl_broker
     out = oncelog("users", "add", "carol", *admin_flags(b), "--password", "carol-pw").stdout
