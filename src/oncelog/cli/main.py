@@ -304,12 +304,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oncelog broker: {exc}", file=sys.stderr)
             return 2
         except OSError as exc:
-            # In words, without errno numbers or asyncio's address tuples.
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            where = exc.filename or f"{args.host}:{args.port}"
-            print("oncelog broker: cannot start: "
-                  + (f"failed to bind to {where}: {reason}" if exc.errno == errno.EADDRINUSE
-                     else f"{reason}: {where}"), file=sys.stderr)
+            # In words, without errno numbers or asyncio's address tuples (an error of ours,
+            # with no errno, says it all already).
+            if exc.errno == errno.EADDRINUSE:
+                text = f"failed to bind to {args.host}:{args.port}: {os.strerror(exc.errno)}"
+            elif exc.errno:
+                text = os.strerror(exc.errno) + (f": {exc.filename}" if exc.filename else "")
+            else:
+                text = str(exc)
+            print(f"oncelog broker: cannot start: {text}", file=sys.stderr)
             return 1
         return 0
     if args.command == "cluster":

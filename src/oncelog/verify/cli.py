@@ -81,14 +81,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.cluster:
         return _run_cluster(args)
-    if args.bootstrap_server:
-        from ..cli.client_commands import check_reachable
-
-        try:  # at once, naming the address (the workload's clients would wait out timeouts)
-            check_reachable(args.bootstrap_server, without_credentials=True)
-        except ConnectionError as exc:
-            print(f"oncelog verify: {exc}", file=sys.stderr)
-            return 1
     faults = [f.strip() for f in args.faults.split(",") if f.strip() and f.strip() != "none"]
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
@@ -110,6 +102,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"oncelog verify: unknown client(s) {', '.join(bad) or '(none)'} (known: "
               f"{', '.join(WRITER_KINDS)})", file=sys.stderr)
         return 2
+    if args.bootstrap_server:
+        from ..cli.client_commands import check_reachable
+
+        try:  # at once, naming the address (the workload's clients would wait out timeouts)
+            check_reachable(args.bootstrap_server, without_credentials=True)
+        except ConnectionError as exc:
+            print(f"oncelog verify: {exc}", file=sys.stderr)
+            return 1
     return _run_workload(args, faults, clients)
 
 
