@@ -66,7 +66,7 @@ def describe(exc: BaseException, args=None) -> str:
             if sentence and sentence not in text and (not text or _terse(text)):
                 text = f"{text}: {sentence}" if text else sentence
             text = f"{name}: {text}" if text else name
-        return (text or "failed") + hint
+        return (text or ("timed out" if isinstance(exc, TimeoutError) else "failed")) + hint
     return text or "failed"
 
 
