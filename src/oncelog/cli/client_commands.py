@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 
+from ..client.reachable import SaslRequiredError, check_reachable
 from ..errors import KafkaError
 from . import partition_commands
 from .errors import describe as describe_error
@@ -71,73 +71,14 @@ def run(args) -> int:
     raise AssertionError(args.command)
 
 
-_REACHED: set[str] = set()
-CONNECT_TIMEOUT_S = 5.0
-
-
-def check_reachable(bootstrap_servers: str, without_credentials: bool = False) -> None:
-    """Fail at once, naming the address and what happened, when no bootstrap server takes a
-    TCP connection (the clients would retry until their timeouts, then say only that a node
-    was not reachable). ``without_credentials``: also fail, saying so, when the broker wants
-    SASL (the client would retry a closed connection for 60 s). Once per process and list."""
-    if bootstrap_servers in _REACHED:
-        return
-    failures = []
-    for address in (a.strip() for a in bootstrap_servers.split(",") if a.strip()):
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
-                                          timeout=CONNECT_TIMEOUT_S):
-                pass
-        except ValueError:
-            failures.append(f"bad address {address!r} (HOST:PORT)")
-        except ConnectionRefusedError:
-            failures.append(f"connection refused to {address}")
-        except TimeoutError:
-            failures.append(f"no answer from {address} within {CONNECT_TIMEOUT_S:g} s")
-        except OSError as exc:
-            failures.append(f"cannot connect to {address}: {exc.strerror or exc}")
-        else:
-            if without_credentials and _wants_sasl(host.strip("[]") or "127.0.0.1", int(port)):
-                raise ConnectionError(sasl_message(address))
-            _REACHED.add(bootstrap_servers)
-            return
-    raise ConnectionError("; ".join(failures) or "no bootstrap server given")
-
-
-def _wants_sasl(host: str, port: int) -> bool:
-    """True when the broker answers ApiVersions (allowed before authentication) but closes
-    the connection at a Metadata request: a SASL listener reached without credentials. Any
-    other failure is left to the client to report."""
-    from ..client.connection import BrokerConnection
-    from ..client.metadata import metadata_request
-    from ..errors import NetworkExceptionError
-    from ..protocol import ApiKey
-
-    timeout_ms = int(CONNECT_TIMEOUT_S * 1000)
-    conn = BrokerConnection(-1, host, port, client_id="oncelog-cli",
-                            request_timeout_ms=timeout_ms, connect_timeout_ms=timeout_ms)
-    try:
-        try:
-            conn.connect()  # ApiVersions
-        except KafkaError:
-            return False  # not a Kafka listener we can speak to in plaintext: not our call
-        try:
-            conn.request(ApiKey.METADATA, metadata_request([], allow_auto_topic_creation=False),
-                         timeout_ms=timeout_ms)
-        except NetworkExceptionError:  # the connection dropped (a timeout is another class)
-            return True
-        except KafkaError:
-            return False
-        return False
-    finally:
-        conn.close()
-
-
 def connect(args) -> dict:
     """Client settings from the common flags: the bootstrap server and, with --user, SASL.
     Checks first that a bootstrap server takes connections (``check_reachable``)."""
-    check_reachable(args.bootstrap_server, without_credentials=not getattr(args, "user", None))
+    try:
+        check_reachable(args.bootstrap_server,
+                        without_credentials=not getattr(args, "user", None))
+    except SaslRequiredError as exc:
+        raise ConnectionError(sasl_message(exc.address)) from None
     out: dict = {"bootstrap_servers": args.bootstrap_server}
     if getattr(args, "user", None):
         password = args.password if args.password is not None else \

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(WRITER_KINDS)})", file=sys.stderr)
         return 2
     if args.bootstrap_server:
-        from ..cli.client_commands import check_reachable
+        from ..client.reachable import check_reachable
 
         try:  # at once, naming the address (the workload's clients would wait out timeouts)
             check_reachable(args.bootstrap_server, without_credentials=True)
