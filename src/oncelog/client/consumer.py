@@ -3,7 +3,7 @@ committed offsets.
 
     consumer = Consumer(bootstrap_servers=addr, group_id="billing", auto_offset_reset="earliest")
     consumer.subscribe(["events"])
-    for record in consumer.poll(timeout=1.0):
+    for record in consumer:          # or: for record in consumer.poll(timeout=1.0)
         ...
 
 Everything but the group heartbeats runs on the caller's thread; one consumer must not be used
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
 from ..records.columnar import RecordColumns
@@ -289,6 +289,24 @@ class Consumer:
                 return nothing
             for req in self._net.poll(remaining):
                 fetcher.handle(req)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """``for record in consumer``: the records ``poll`` returns, one at a time.
+
+        The loop waits for records as long as it takes, or, with ``consumer_timeout_ms`` set
+        (>= 0), ends once that long has passed without a record (as kafka-python's consumer).
+        Positions, auto-commits and group callbacks behave as with ``poll``: the next records
+        are fetched once the ones returned before have been iterated over.
+        """
+        quiet_ms = self.config.consumer_timeout_ms
+        while True:
+            if quiet_ms < 0:
+                records = self.poll(1.0)
+            else:
+                records = self.poll(quiet_ms / 1000)
+                if not records:
+                    return
+            yield from records
 
     # --- lifecycle --------------------------------------------------------------------------
 
