@@ -44,3 +44,27 @@ def test_the_marker_ships_in_the_package() -> None:
     assert (Path(oncelog.__file__).parent / "py.typed").is_file()
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     assert 'oncelog = ["py.typed", "*.pyi"]' in pyproject
+
+
+def test_every_public_method_of_the_public_api_has_a_docstring() -> None:
+    import inspect
+
+    import oncelog
+    import oncelog.aio
+    import oncelog.client
+
+    classes = {getattr(module, name) for module in (oncelog, oncelog.aio, oncelog.client)
+               for name in module.__all__ if inspect.isclass(getattr(module, name))}
+    missing = []
+    for cls in sorted(classes, key=lambda c: c.__name__):
+        if issubclass(cls, BaseException) or not cls.__module__.startswith("oncelog"):
+            continue
+        for name, member in vars(cls).items():
+            if name.startswith("_"):
+                continue
+            fn = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+            if isinstance(fn, property):
+                fn = fn.fget
+            if inspect.isfunction(fn) and not inspect.getdoc(fn):
+                missing.append(f"{cls.__name__}.{name}")
+    assert missing == []

@@ -647,6 +647,7 @@ class Admin:
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the connections. A closed Admin cannot be used again."""
         if not self._closed:
             self._closed = True
             self._net.close()

@@ -123,9 +123,11 @@ class Consumer:
         self._fetcher.metadata_stale = True
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now (assigned, or given by its group)."""
         return set(self._subs.assigned())
 
     def unsubscribe(self) -> None:
+        """Leave the group and drop the assignment; subscribe() or assign() may follow."""
         if self._subscribed and self._group is not None:
             self._group.close(self._deadline(None))
             self._group = GroupCoordinator(self.config, self.client_id, self._net, self._subs,
@@ -186,6 +188,7 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition],
                           timeout: float | None = None) -> dict[TopicPartition, int]:
+        """The log start offset of each partition (the first offset still in the log)."""
         tps = [TopicPartition(*tp) for tp in partitions]
         return self._fetcher.list_offsets(dict.fromkeys(tps, LIST_OFFSETS_EARLIEST),
                                           self._deadline(timeout))
@@ -311,6 +314,8 @@ class Consumer:
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Leave the group (auto-committing first if enable.auto.commit) and close the
+        connections. A closed consumer cannot be used again."""
         if self._closed:
             return
         self._closed = True
