@@ -27,6 +27,8 @@ MAX_REQUEST_HEAD = 8192
 MAX_HEADERS = 64
 READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
+LINGER_S = 2.0  # after answering, how long unread input is drained (and how much)
+LINGER_BYTES = 1 << 20
 
 SECURITY_HEADERS = (
     # no script at all, styles only inline, nothing framed: the pages show untrusted strings
@@ -35,6 +37,23 @@ SECURITY_HEADERS = (
     ("X-Content-Type-Options", "nosniff"),
     ("Cache-Control", "no-store"),
 )
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Half-close, then read what the client still sends (a body, the rest of an oversized
+    head) for a moment before closing: closing a socket with unread input resets the
+    connection, and the client may lose the answer written just before."""
+    if not writer.can_write_eof():
+        return  # TLS: close_notify ends the answer
+    writer.write_eof()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LINGER_S
+    left = LINGER_BYTES
+    while left > 0 and (timeout := deadline - loop.time()) > 0:
+        chunk = await asyncio.wait_for(reader.read(min(left, 65536)), timeout)
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 class BadRequest(Exception):
@@ -108,9 +127,11 @@ class ConsoleServer:
                 await self._respond(writer, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                                     "request too large",
                                     f"the request head is over {MAX_REQUEST_HEAD} bytes")
+                await _linger(reader, writer)
                 return
             peer = writer.get_extra_info("peername")
             await self._answer(writer, head, peer[0] if peer else "?")
+            await _linger(reader, writer)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # gone, silent or not speaking HTTP: nothing to answer
         except Exception:
