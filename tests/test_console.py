@@ -21,6 +21,7 @@ from support.raw_wire import (
     produce,
 )
 from support.security import USERS, Op, R, allow, creds, grant, sasl_config
+from support.waiting import wait_until
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.client import UserScramCredentialUpsertion as Upsertion
@@ -35,7 +36,8 @@ TXN_ID = "<script>alert('txn')</script>"
 def broker():
     with EmbeddedBroker(config={"console.port": "0", "metrics.port": "0",
                                 "transaction.state.log.num.partitions": "2",
-                                "offsets.topic.num.partitions": "2"}) as b:
+                                "offsets.topic.num.partitions": "2",
+                                "group.initial.rebalance.delay.ms": "0"}) as b:
         bs = b.bootstrap_servers
         with Admin(bootstrap_servers=bs) as admin:
             admin.create_topics([NewTopic("orders", 2, 1)])
@@ -100,6 +102,26 @@ def test_groups_page_shows_the_lag_per_partition(broker):
     assert rows(body, topic="orders", partition=1, lag=0)
     assert "&lt;script&gt;alert(&#x27;group&#x27;)&lt;/script&gt;" in body
     assert "<script>" not in body
+
+
+def test_groups_page_shows_a_live_member_and_the_partitions_it_consumes(broker):
+    bs = broker.bootstrap_servers
+    with Consumer(bootstrap_servers=bs, group_id="live", client_id="console-test",
+                  enable_auto_commit=False) as c:
+        c.subscribe(["orders"])
+
+        def assigned() -> bool:
+            c.poll(0.2)  # joins the group
+            return len(c.assignment()) == 2
+
+        wait_until(assigned, 30, "the assignment")
+        c.commit({TopicPartition("orders", 0): 16, TopicPartition("orders", 1): 0})
+        body = page(broker, "/groups")
+        [member] = [r for r in rows(body, group="live") if "data-member-id" in r]
+        assert "console-test" in body
+        for p in (0, 1):
+            [row] = rows(body, group="live", topic="orders", partition=p, lag=0)
+            assert row["data-consumer-id"] == member["data-member-id"]
 
 
 def test_brokers_page_shows_the_broker_and_the_leaders(broker):

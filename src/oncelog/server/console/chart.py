@@ -34,8 +34,8 @@ def _head(width: int, height: int, title: str) -> str:
             'stroke="#d0d7de"/>')
 
 
-def offsets_chart(history: list[tuple[float, int, int]], last_seen: float, now: float,
-                  window_s: float, width: int = 240, height: int = 48,
+def offsets_chart(history: list[tuple[float, int, int]], last_seen: float, window_s: float,
+                  *, width: int = 240, height: int = 48,
                   axes: bool = False, label: str = "") -> str:
     """The SVG markup; ``axes`` adds the offset range and the time span as text."""
     pad_l, pad_r, pad_t, pad_b = (56, 8, 8, 18) if axes else (1, 1, 2, 2)
@@ -43,7 +43,9 @@ def offsets_chart(history: list[tuple[float, int, int]], last_seen: float, now: 
         return (_head(width, height, f"no readings of {label} yet")
                 + f'<text x="{width / 2:.0f}" y="{height / 2 + 4:.0f}" text-anchor="middle" '
                 'font-size="11" fill="#57606a">no readings yet</text></svg>')
-    # the window, or as much of it as there are readings for (a broker started a minute ago)
+    # the window up to the latest reading, or as much of it as there are readings for (a
+    # broker started a minute ago)
+    now = max(last_seen, history[-1][0])  # the chart ends at the latest reading
     start = max(now - window_s, history[0][0])
     window_s = max(now - start, 1.0)
     # the readings, the last one held until the last time it was read
@@ -52,8 +54,8 @@ def offsets_chart(history: list[tuple[float, int, int]], last_seen: float, now: 
         series.append((last_seen, series[-1][1], series[-1][2]))
     lo = min(min(hw, lso) for _t, hw, lso in series)
     hi = max(max(hw, lso) for _t, hw, lso in series)
-    if hi == lo:
-        hi = lo + 1
+    if hi == lo:  # a flat line: drawn across the middle
+        lo, hi = lo - 1, hi + 1
     plot_w, plot_h = width - pad_l - pad_r, height - pad_t - pad_b
 
     def x(t: float) -> float:

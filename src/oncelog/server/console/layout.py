@@ -52,17 +52,19 @@ def table(headers: Iterable[str], rows: Iterable[tuple[Mapping[str, object], Ite
 
 
 def age(ms: float | None) -> str:
-    """A duration as an operator reads it: 42 s, 3 min 5 s, 2 h 10 min, 3 d 4 h."""
+    """A duration as an operator reads it: 42 s, 3 min 5 s, 15 min, 2 h 10 min, 3 d 4 h."""
     if ms is None or ms < 0:
         return "-"
     s = int(ms // 1000)
     if s < 60:
         return f"{s} s"
     if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
+        big, small = f"{s // 60} min", f"{s % 60} s"
+    elif s < 86400:
+        big, small = f"{s // 3600} h", f"{s % 3600 // 60} min"
+    else:
+        big, small = f"{s // 86400} d", f"{s % 86400 // 3600} h"
+    return big if small.startswith("0 ") else f"{big} {small}"
 
 
 STYLE = """

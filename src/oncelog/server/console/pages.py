@@ -9,8 +9,6 @@ its own share of the partitions, groups and transactions.
 
 from __future__ import annotations
 
-import time
-
 from ...group.coordinator import Member
 from ...security.acls import ResourceType
 from ...txn.state import TransactionMetadata, TransactionState
@@ -68,7 +66,6 @@ def _open_txns(plog) -> list:
 # -- topics ----------------------------------------------------------------------------------
 
 def topics_page(broker, sampler, viewer, internal: bool = False) -> tuple[str, str]:
-    now = time.time()
     rows = []
     for name in _topic_names(broker, viewer, internal):
         for index in _partition_indexes(broker, name):
@@ -88,7 +85,7 @@ def topics_page(broker, sampler, viewer, internal: bool = False) -> tuple[str, s
             if lso < hw:
                 row_attrs["class"] = "stuck"
             history, last_seen = sampler.history(name, index)
-            chart = Html(offsets_chart(history, last_seen, now, sampler.window_s,
+            chart = Html(offsets_chart(history, last_seen, sampler.window_s,
                                        label=f"{name}-{index}"))
             behind = Html(f'<span class="badge warn">{hw - lso} behind</span>') \
                 if lso < hw else "0"
@@ -111,7 +108,7 @@ def topics_page(broker, sampler, viewer, internal: bool = False) -> tuple[str, s
 def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
     if name not in _topic_names(broker, viewer, internal=True):
         return None
-    now, wall = now_ms(), time.time()
+    now = now_ms()
     parts = []
     for index in _partition_indexes(broker, name):
         leader, replicas, isr = _leadership(broker, name, index)
@@ -126,7 +123,7 @@ def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
         figures = table(["Log start", "LSO", "HW", "Log end"], [({}, [
             plog.log_start_offset, plog.last_stable_offset, plog.high_watermark,
             plog.log_end_offset])])
-        chart = offsets_chart(history, last_seen, wall, sampler.window_s, width=720,
+        chart = offsets_chart(history, last_seen, sampler.window_s, width=720,
                               height=180, axes=True, label=f"{name}-{index}")
         txns = table(["Producer id", "Epoch", "First offset", "Last write"],
                      [({"data-producer-id": e.producer_id},
@@ -270,15 +267,17 @@ def groups_page(broker, viewer) -> tuple[str, str]:
             f"{len(g.members)} members, total lag {total}</p>")
         parts.append(table(
             ["Member id", "Group instance id", "Client id", "Host"],
-            [({}, [m.member_id, m.group_instance_id, m.client_id, m.client_host])
+            [({"data-group": name, "data-member-id": m.member_id},
+              [m.member_id, m.group_instance_id, m.client_id, m.client_host])
              for m in g.members.values()], empty="no members"))
         rows = []
         for e in lags.get(name, ()):
             if not viewer.may_see(ResourceType.TOPIC, e.topic):
                 continue
             m = owner.get((e.topic, e.partition))
-            rows.append(({"data-topic": e.topic, "data-partition": e.partition,
-                          "data-lag": e.lag}, [
+            rows.append(({"data-group": name, "data-topic": e.topic,
+                          "data-partition": e.partition, "data-lag": e.lag,
+                          "data-consumer-id": m.member_id if m else ""}, [
                 e.topic, e.partition, e.committed_offset, e.log_end_offset, e.lag,
                 m.member_id if m else None, m.client_host if m else None,
                 m.client_id if m else None]))
@@ -317,7 +316,8 @@ def brokers_page(broker, viewer, internal: bool = False) -> tuple[str, str]:
             leader, replicas, isr = _leadership(broker, name, index)
             offline = leader in (None, "none")
             leaders.append(({"data-topic": name, "data-partition": index,
-                             "data-leader": leader, "class": "offline" if offline else ""},
+                             "data-leader": leader, "data-replicas": replicas, "data-isr": isr,
+                             "class": "offline" if offline else ""},
                             [link(f"/topics/{path_part(name)}", name), index, leader,
                              replicas, isr]))
     leaders, more = _capped(leaders, "partitions")
