@@ -30,6 +30,23 @@ def _capped(rows: list, what: str) -> tuple[list, str]:
     return rows[:MAX_ROWS], f'<p class="note">{len(rows) - MAX_ROWS} more {esc(what)} not shown</p>'
 
 
+def _partitions(broker, viewer, internal: bool):
+    """(topic, index, rows still wanted) of every partition shown, the count of those over the
+    cap last (so a page builds at most MAX_ROWS rows, however many partitions there are)."""
+    shown = 0
+    for name in _topic_names(broker, viewer, internal):
+        for index in _partition_indexes(broker, name):
+            yield name, index, shown < MAX_ROWS
+            shown += 1
+
+
+def _more(total: int, what: str) -> str:
+    if total <= MAX_ROWS:
+        return ""
+    return (f'<p class="note">{total - MAX_ROWS} more {esc(what)} not shown (the first '
+            f"{MAX_ROWS} are)</p>")
+
+
 def _topic_names(broker, viewer, internal: bool) -> list[str]:
     view = broker.metadata.view
     names = set(view.topics) if view is not None else set(broker.topics.topics)
@@ -65,33 +82,37 @@ def _open_txns(plog) -> list:
 
 # -- topics ----------------------------------------------------------------------------------
 
+def _partition_row(broker, sampler, name: str, index: int) -> tuple[dict[str, object], list]:
+    leader, replicas, isr = _leadership(broker, name, index)
+    row_attrs: dict[str, object] = {"data-topic": name, "data-partition": index}
+    topic_link = link(f"/topics/{path_part(name)}", name)
+    p = broker.topics.partition(name, index)
+    if p is None:
+        return row_attrs, [topic_link, index, leader, replicas, isr, "not hosted here", None,
+                           None, None, None, None]
+    plog = p.log
+    start, hw, lso = plog.log_start_offset, plog.high_watermark, plog.last_stable_offset
+    open_txns = len(_open_txns(plog))
+    row_attrs.update({"data-log-start": start, "data-hw": hw, "data-lso": lso,
+                      "data-open-transactions": open_txns})
+    behind: object = "0"
+    if lso < hw:
+        row_attrs["class"] = "stuck"
+        behind = Html(f'<span class="badge warn">{hw - lso} behind</span>')
+    history, last_seen = sampler.history(name, index)
+    chart = Html(offsets_chart(history, last_seen, sampler.window_s, label=f"{name}-{index}"))
+    return row_attrs, [topic_link, index, leader, replicas, isr, start, lso, hw, behind,
+                       open_txns, chart]
+
+
 def topics_page(broker, sampler, viewer, internal: bool = False) -> tuple[str, str]:
     rows = []
-    for name in _topic_names(broker, viewer, internal):
-        for index in _partition_indexes(broker, name):
-            leader, replicas, isr = _leadership(broker, name, index)
-            p = broker.topics.partition(name, index)
-            row_attrs: dict[str, object] = {"data-topic": name, "data-partition": index}
-            if p is None:
-                cells = [link(f"/topics/{path_part(name)}", name), index, leader, replicas,
-                         isr, "not hosted here", None, None, None, None, None]
-                rows.append((row_attrs, cells))
-                continue
-            plog = p.log
-            start, hw, lso = plog.log_start_offset, plog.high_watermark, plog.last_stable_offset
-            open_txns = len(_open_txns(plog))
-            row_attrs.update({"data-log-start": start, "data-hw": hw, "data-lso": lso,
-                              "data-open-transactions": open_txns})
-            if lso < hw:
-                row_attrs["class"] = "stuck"
-            history, last_seen = sampler.history(name, index)
-            chart = Html(offsets_chart(history, last_seen, sampler.window_s,
-                                       label=f"{name}-{index}"))
-            behind = Html(f'<span class="badge warn">{hw - lso} behind</span>') \
-                if lso < hw else "0"
-            rows.append((row_attrs, [link(f"/topics/{path_part(name)}", name), index, leader,
-                                     replicas, isr, start, lso, hw, behind, open_txns, chart]))
-    rows, more = _capped(rows, "partitions")
+    total = 0
+    for name, index, wanted in _partitions(broker, viewer, internal):
+        total += 1
+        if wanted:
+            rows.append(_partition_row(broker, sampler, name, index))
+    more = _more(total, "partitions")
     body = (
         '<p class="note">Per partition: the log start offset, the last stable offset (LSO: '
         "what read_committed consumers may read up to) and the high watermark (HW), and both "
@@ -311,8 +332,10 @@ def brokers_page(broker, viewer, internal: bool = False) -> tuple[str, str]:
                                                   ", ".join(roles) or None]))
     brokers = table(["Id", "Address", "Rack", "Role"], rows, css="brokers")
     leaders = []
-    for name in _topic_names(broker, viewer, internal):
-        for index in _partition_indexes(broker, name):
+    total = 0
+    for name, index, wanted in _partitions(broker, viewer, internal):
+        total += 1
+        if wanted:
             leader, replicas, isr = _leadership(broker, name, index)
             offline = leader in (None, "none")
             leaders.append(({"data-topic": name, "data-partition": index,
@@ -320,7 +343,7 @@ def brokers_page(broker, viewer, internal: bool = False) -> tuple[str, str]:
                              "class": "offline" if offline else ""},
                             [link(f"/topics/{path_part(name)}", name), index, leader,
                              replicas, isr]))
-    leaders, more = _capped(leaders, "partitions")
+    more = _more(total, "partitions")
     toggle = ('<a href="/brokers">hide internal topics</a>' if internal
               else '<a href="/brokers?internal=1">show internal topics</a>')
     body = (f"<p>cluster {esc(broker.cluster_id)}, controller {esc(view.controller_id)}</p>"
