@@ -94,6 +94,20 @@ def test_transactions_page_lists_the_open_transaction_on_both_sides(broker):
     assert "<script>" not in body
 
 
+def test_a_transaction_its_coordinator_never_knew_is_shown_hanging(broker):
+    # A transactional batch of a producer id no coordinator gave out (as a late produce of a
+    # finished transaction leaves one), written long ago (its batch's timestamps are).
+    with RawConnection(broker.bootstrap_servers) as conn:
+        conn.request(create_topics_request("hang", 1))
+        pid = conn.request(init_producer_id_request()).producer_id
+        produce(conn, "hang", 0, idempotent_batch(pid, 0, 0, [b"h"], is_transactional=True))
+    body = page(broker, "/transactions")
+    [row] = rows(body, topic="hang", partition=0)
+    assert row["data-hanging"] == "yes" and row["data-producer-id"] == str(pid)
+    assert "unknown to the coordinator" in body
+    assert not rows(body, transactional_id="hang")
+
+
 def test_groups_page_shows_the_lag_per_partition(broker):
     body = page(broker, "/groups")
     assert rows(body, group=GROUP)
