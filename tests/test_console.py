@@ -233,6 +233,9 @@ def test_sasl_broker_console_asks_for_credentials(sasl_broker):
     assert get(url, "nobody", "x")[0] == 401
     assert status_of(raw(sasl_broker.console_port,
                          b"GET /topics HTTP/1.1\r\nAuthorization: Basic !!!\r\n\r\n")) == 401
+    head = raw(sasl_broker.console_port, b"HEAD /topics HTTP/1.1\r\n\r\n")
+    assert status_of(head) == 401 and head.endswith(b"\r\n\r\n")  # HEAD: no body
+    assert sasl_broker.broker.cluster_id not in body  # nothing of the broker before a login
     status, _h, body = get(url, "admin", USERS["admin"])  # the users file (as PLAIN checks)
     assert status == 200 and rows(body, topic="secret", partition=0)
 

@@ -151,29 +151,31 @@ class ConsoleServer:
                                 "the console is read only: GET and HEAD",
                                 extra=(("Allow", "GET, HEAD"),))
             return
-        body_wanted = method == "GET"
+        body_wanted = method == "GET"  # HEAD: the same status and fields, no body
         try:
             url = urlsplit(target)
             path = unquote(url.path, errors="strict")
             query = parse_qs(url.query, max_num_fields=16)
         except (ValueError, UnicodeDecodeError):
             await self._respond(writer, HTTPStatus.BAD_REQUEST, "bad request",
-                                "malformed request target")
+                                "malformed request target", body_wanted=body_wanted)
             return
         if not target.startswith("/"):
             await self._respond(writer, HTTPStatus.BAD_REQUEST, "bad request",
-                                "the request target must be a path")
+                                "the request target must be a path",
+                                body_wanted=body_wanted)
             return
         viewer = await authenticate(self.broker, headers.get("authorization"), host)
         if viewer is None:
             await self._respond(writer, HTTPStatus.UNAUTHORIZED, "authentication required",
                                 "log in with a user of the broker (SASL PLAIN or SCRAM)",
                                 extra=(("WWW-Authenticate",
-                                        'Basic realm="oncelog", charset="UTF-8"'),))
+                                        'Basic realm="oncelog", charset="UTF-8"'),),
+                                body_wanted=body_wanted)
             return
         if path == "/":
             await self._respond(writer, HTTPStatus.SEE_OTHER, "see other", "/topics",
-                                extra=(("Location", "/topics"),))
+                                extra=(("Location", "/topics"),), body_wanted=body_wanted)
             return
 
         def flag(key: str) -> bool:
@@ -184,7 +186,8 @@ class ConsoleServer:
         except Exception:
             log.exception("console page %s failed", path)
             await self._respond(writer, HTTPStatus.INTERNAL_SERVER_ERROR, "error",
-                                "the page failed to render; the broker's log has the details")
+                                "the page failed to render; the broker's log has the details",
+                                body_wanted=body_wanted)
             return
         if rendered is None:
             await self._respond(writer, HTTPStatus.NOT_FOUND, "not found",
@@ -219,8 +222,8 @@ class ConsoleServer:
     async def _respond(self, writer, status: HTTPStatus, title: str, message: str, *,
                        extra: tuple[tuple[str, str], ...] = (), body_wanted: bool = True
                        ) -> None:
-        document = page(title, f"<p>{esc(message)}</p>", active="",
-                        identity=self._identity(), refresh=False)
+        document = page(title, f"<p>{esc(message)}</p>", active="", identity="",
+                        refresh=False)  # no broker identity: a 401 is shown to anyone
         await self._send(writer, status, document, extra=extra, body_wanted=body_wanted)
 
     async def _send(self, writer, status: HTTPStatus, document: str, *,
