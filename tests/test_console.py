@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import ssl
 import subprocess
 import urllib.request
@@ -26,6 +27,7 @@ from support.waiting import wait_until
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.client import UserScramCredentialUpsertion as Upsertion
 from oncelog.server.console import start_console_server
+from oncelog.server.console.httpd import MAX_CONNECTIONS
 from oncelog.server.console.sampler import OffsetSampler
 from oncelog.server.embedded import EmbeddedBroker
 
@@ -235,6 +237,21 @@ def test_bad_requests_are_answered_and_the_broker_goes_on(broker):
         conn.request(create_topics_request("after-garbage", 1))
         pid = conn.request(init_producer_id_request()).producer_id
         produce(conn, "after-garbage", 0, idempotent_batch(pid, 0, 0, [b"x"]))
+
+
+def test_connections_over_the_limit_are_turned_away(broker):
+    console = broker.console
+    idle = [socket.create_connection(("127.0.0.1", console.port), timeout=20)
+            for _ in range(MAX_CONNECTIONS)]
+    try:
+        wait_until(lambda: broker.call(lambda: console.connections) == MAX_CONNECTIONS, 20,
+                   "the idle connections accepted")
+        assert status_of(raw(console.port, b"GET /topics HTTP/1.1\r\n\r\n")) == 503
+    finally:
+        for s in idle:
+            s.close()
+    wait_until(lambda: broker.call(lambda: console.connections) == 0, 20, "the console idle")
+    assert rows(page(broker, "/topics"), topic="orders", partition=0)
 
 
 def test_console_is_off_unless_asked_for(embedded_broker):

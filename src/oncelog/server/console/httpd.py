@@ -2,8 +2,9 @@
 
 Small on purpose: GET and HEAD, one request per connection (``Connection: close``), the
 request head bounded (``MAX_REQUEST_HEAD`` bytes, ``MAX_HEADERS`` lines, read within
-``READ_TIMEOUT_S``), at most ``MAX_CONNECTIONS`` at once. Whatever a client sends, it gets a
-status (400, 401, 404, 405, 431, 503) or a closed connection; the broker's own work goes on.
+``READ_TIMEOUT_S``), at most ``MAX_CONNECTIONS`` at once (the next ones are answered 503, and
+past twice that hung up on). Whatever a client sends, it gets a status (400, 401, 404, 405,
+431, 503) or a closed connection; the broker's own work goes on.
 A page that fails to render is a 500 and a logged traceback, nothing more. With an
 ``ssl.SSLContext`` the console is served over HTTPS.
 """
@@ -11,6 +12,7 @@ A page that fails to render is a 500 and a logged traceback, nothing more. With 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from http import HTTPStatus
@@ -27,8 +29,7 @@ MAX_REQUEST_HEAD = 8192
 MAX_HEADERS = 64
 READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
-LINGER_S = 2.0  # after answering, how long unread input is drained (and how much)
-LINGER_BYTES = 1 << 20
+LINGER_BYTES = 1 << 20  # after answering, unread input drained (for two seconds at most)
 
 SECURITY_HEADERS = (
     # no script at all, styles only inline, nothing framed: the pages show untrusted strings
@@ -39,7 +40,8 @@ SECURITY_HEADERS = (
 )
 
 
-async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                  seconds: float = 2.0) -> None:
     """Half-close, then read what the client still sends (a body, the rest of an oversized
     head) for a moment before closing: closing a socket with unread input resets the
     connection, and the client may lose the answer written just before."""
@@ -47,7 +49,7 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         return  # TLS: close_notify ends the answer
     writer.write_eof()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + LINGER_S
+    deadline = loop.time() + seconds
     left = LINGER_BYTES
     while left > 0 and (timeout := deadline - loop.time()) > 0:
         chunk = await asyncio.wait_for(reader.read(min(left, 65536)), timeout)
@@ -117,9 +119,15 @@ class ConsoleServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
+            if self.connections > 2 * MAX_CONNECTIONS:
+                return  # a flood: hung up on at once
             if self.connections > MAX_CONNECTIONS:
+                # told so, briefly: its request read (or not) within a second, then a 503
+                with contextlib.suppress(TimeoutError, asyncio.LimitOverrunError, ValueError):
+                    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 1.0)
                 await self._respond(writer, HTTPStatus.SERVICE_UNAVAILABLE, "busy",
                                     "too many console connections; try again")
+                await _linger(reader, writer, 1.0)
                 return
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
