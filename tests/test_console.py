@@ -13,7 +13,7 @@ import subprocess
 import urllib.request
 
 import pytest
-from support.console import get, raw, rows, status_of
+from support.console import ConsoleBrokerProcess, get, raw, rows, status_of
 from support.raw_wire import (
     RawConnection,
     create_topics_request,
@@ -252,6 +252,13 @@ def test_connections_over_the_limit_are_turned_away(broker):
             s.close()
     wait_until(lambda: broker.call(lambda: console.connections) == 0, 20, "the console idle")
     assert rows(page(broker, "/topics"), topic="orders", partition=0)
+
+
+def test_broker_command_serves_the_console_and_prints_where(tmp_path):
+    with ConsoleBrokerProcess(tmp_path / "data") as b:  # oncelog broker --console-port 0
+        assert b.console_url.startswith("http://127.0.0.1:")
+        status, _h, body = get(b.console_url + "/brokers")
+        assert status == 200 and f"127.0.0.1:{b.port}" in body
 
 
 def test_console_is_off_unless_asked_for(embedded_broker):
