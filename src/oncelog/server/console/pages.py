@@ -19,6 +19,7 @@ from .chart import offsets_chart
 from .layout import Html, age, esc, link, path_part, table
 
 MAX_ROWS = 500  # per table: a page must stay small whatever the broker holds
+MAX_DETAILED = 100  # partitions with a large chart on a topic's page
 
 OPEN_STATES = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
                TransactionState.PREPARE_ABORT, TransactionState.PREPARE_EPOCH_FENCE)
@@ -131,7 +132,8 @@ def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
         return None
     now = now_ms()
     parts = []
-    for index in _partition_indexes(broker, name):
+    indexes = _partition_indexes(broker, name)
+    for index in indexes[:MAX_DETAILED]:
         leader, replicas, isr = _leadership(broker, name, index)
         p = broker.topics.partition(name, index)
         head = (f"<h2>Partition {index}</h2><p>leader {esc(leader)}, replicas "
@@ -152,6 +154,9 @@ def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
                         f"{age(now - e.last_timestamp)} ago" if e.last_timestamp >= 0 else None])
                       for e in _open_txns(plog)], empty="no open transactions")
         parts.append(head + figures + chart + "<h3>Open transactions</h3>" + txns)
+    if len(indexes) > MAX_DETAILED:
+        parts.append(f'<p class="note">partitions {MAX_DETAILED} to {len(indexes) - 1} not '
+                     "shown: the Topics page lists them</p>")
     return f"Topic {name}", "".join(parts)
 
 
