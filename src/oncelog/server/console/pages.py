@@ -290,7 +290,7 @@ def groups_page(broker, viewer) -> tuple[str, str]:
             f'<section class="group" data-group="{esc(name)}"><h2>{esc(name)}</h2>'
             f'<p><span class="badge">{esc(g.state.value)}</span> protocol type '
             f"{esc(g.protocol_type)}, assignor {esc(g.protocol)}, generation {g.generation}, "
-            f"{len(g.members)} members, total lag {total}</p>")
+            f"{len(g.members)} member{'' if len(g.members) == 1 else 's'}, total lag {total}</p>")
         parts.append(table(
             ["Member id", "Group instance id", "Client id", "Host"],
             [({"data-group": name, "data-member-id": m.member_id},
