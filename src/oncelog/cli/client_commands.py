@@ -29,8 +29,8 @@ def run(args) -> int:
             from .configs_command import run as run_configs
 
             return run_configs(args, connect)
-        if args.command == "consumer-groups":
-            return _consumer_groups(args)
+        if args.command in ("groups", "consumer-groups"):
+            return _groups(args)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -91,12 +91,12 @@ def connect(args) -> dict:
     return out
 
 
-def _consumer_groups(args) -> int:
+def _groups(args) -> int:
     from .. import Admin
-    from .group_commands import run_describe, run_list
+    from .group_commands import run as run_groups
 
     with Admin(**connect(args)) as admin:
-        return run_describe(args, admin) if args.describe else run_list(args, admin)
+        return run_groups(args, admin)
 
 
 def _acls(args) -> int:

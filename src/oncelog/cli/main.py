@@ -209,29 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .configs_command import add_arguments as _configs_arguments
 
     _configs_arguments(g)
-    cg = sub.add_parser("consumer-groups", help="list or describe consumer groups",
-                        description="As Kafka's kafka-consumer-groups.sh. --list: every consumer "
-                        "group, optionally only in some states (--state Stable) or of some "
-                        "types (--type classic); either flag adds its column. --describe "
-                        "--group G: per partition the committed offset, log end offset, lag "
-                        "and consumer; with --members the members (--verbose: and their "
-                        "partitions), with --state the coordinator, assignor and state.")
-    _add_bootstrap(cg)
-    action = cg.add_mutually_exclusive_group(required=True)
-    action.add_argument("--list", action="store_true")
-    action.add_argument("--describe", action="store_true")
-    cg.add_argument("--group", action="append", default=None,
-                    help="with --describe: the group (repeatable)")
-    cg.add_argument("--all-groups", action="store_true", help="with --describe: every group")
-    cg.add_argument("--members", action="store_true", help="with --describe: the members")
-    cg.add_argument("--verbose", action="store_true",
-                    help="with --describe --members: each member's partitions")
-    cg.add_argument("--state", nargs="?", action="append", const="", default=None,
-                    help="--list: only groups in this state (repeatable; alone: show the "
-                    "states); --describe: the group's state view")
-    cg.add_argument("--type", nargs="?", action="append", const="", default=None,
-                    help="only groups of this type: classic, consumer (repeatable; alone: "
-                    "show the types)")
+    from .group_commands import add_parser as _groups_parser
+
+    _groups_parser(sub, _add_bootstrap)
 
     k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
@@ -272,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         from ..demo import main as demo
 
         return demo(argv[1:])
-    args = build_parser().parse_args(argv)
+    from .group_commands import kafka_style
+
+    args = build_parser().parse_args(kafka_style(argv))
     if args.command == "broker":
         from ..server import ConfigError, run_broker
 
