@@ -110,33 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--offset", type=int, default=None,
                     help="with --topic: the new first offset (-1: the high watermark)")
 
-    p = sub.add_parser("produce", help="produce lines from stdin, one record per line")
-    _add_bootstrap(p)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, default=None)
-    p.add_argument("--key-separator", default=None,
-                   help="split each line into key and value at the first occurrence; a "
-                   "line without it stops the producer with an error, as Kafka's console "
-                   "producer does (the lines before it are sent)")
-    p.add_argument("--compression-type", default="none",
-                   choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"])
+    from .console_args import add_parsers as _console_parsers
 
-    c = sub.add_parser("consume", help="print records to stdout, one per line")
-    _add_bootstrap(c)
-    c.add_argument("--topic", required=True)
-    c.add_argument("--partition", type=int, action="append", default=None,
-                   help="partition(s) to read (default: all)")
-    c.add_argument("--from-beginning", action="store_true",
-                   help="start at the earliest offset instead of the end")
-    c.add_argument("--offset", type=int, default=None, help="start at this offset")
-    c.add_argument("--isolation-level", default="read_uncommitted",
-                   choices=["read_uncommitted", "read_committed"])
-    c.add_argument("--max-messages", type=int, default=None, help="exit after this many")
-    c.add_argument("--timeout-ms", type=int, default=None,
-                   help="exit after this long without a new record")
-    c.add_argument("--print-key", action="store_true")
-    c.add_argument("--print-offset", action="store_true")
+    _console_parsers(sub, _add_bootstrap)
 
     x = sub.add_parser("transactions", help="list, describe or abort transactions",
                        description="Inspect transactions, as Kafka's kafka-transactions.sh.")
