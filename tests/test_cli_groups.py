@@ -1,4 +1,4 @@
-"""``oncelog groups`` (list, describe, reset-offsets, delete) run as users run it, against one
+"""``oncelog groups`` (list, describe, reset-offsets, delete, delete-offsets) run as users run it, against one
 broker process for the module: Kafka's columns and messages, ``--output json``, the dry run
 and ``--execute``, and the refusals Kafka's tool and broker give a group with live members
 (reset-offsets, delete; OffsetCommit outside the group answered UNKNOWN_MEMBER_ID)."""
@@ -135,6 +135,12 @@ def test_reset_to_a_datetime(bs):
     assert json.loads(out.stdout)[0]["new_offset"] == 2
     assert "Warn: Partition 0 from topic stamped is empty. Falling back to latest known " \
         "offset." in out.stderr
+    # Kafka's --delete-offsets (KIP-496)
+    gone = oncelog("groups", "--delete-offsets", *bs, "--group", "dated", "--topic", "stamped")
+    assert gone.stdout.splitlines() == [
+        "Request succeed for deleting offsets with topic stamped group dated", "",
+        f"{'TOPIC':30} {'PARTITION':15} STATUS", f"{'stamped':30} {'0':15} Successful"]
+    assert committed(bs, "dated") == {}
 
 
 @pytest.mark.slow  # a consumer joins a group (the broker's initial rebalance delay)
@@ -178,6 +184,13 @@ def test_a_group_with_members_is_described_and_refused_as_kafka_does(bs, groups_
             with pytest.raises(UnknownMemberIdError):
                 admin.alter_consumer_group_offsets("live", {TopicPartition("busy", 0): 0})
             assert admin.list_consumer_group_offsets("live")[TopicPartition("busy", 0)] == 1
+        kept = oncelog("groups", "delete-offsets", *bs, "--group", "live", "--topic", "busy:0",
+                       check=False)
+        assert kept.returncode == 1
+        assert kept.stdout.splitlines()[:2] == [
+            "", "Error: Encounter some partition level error, see the follow-up details:"]
+        assert kept.stdout.splitlines()[-1].split(None, 2) == [
+            "busy", "0", "Error: :The consumer group is actively subscribed to the topic"]
         gone = oncelog("groups", "delete", *bs, "--group", "live", "--group", "nobody",
                        check=False)
         assert gone.returncode == 1

@@ -21,6 +21,8 @@ def run(args, admin) -> int:
         return run_describe(args, admin)
     if action == "delete":
         return run_delete(args, admin)
+    if action == "delete-offsets":
+        return run_delete_offsets(args, admin)
     from .group_reset import run_reset
 
     return run_reset(args, admin)
@@ -206,11 +208,46 @@ ERROR_TEXT = {
     "GroupIdNotFoundError": "The group id does not exist.",
     "GroupAuthorizationFailedError": "Group authorization failed.",
     "InvalidGroupIdError": "The configured groupId is invalid.",
+    "GroupSubscribedToTopicError": "The consumer group is actively subscribed to the topic",
+    "UnknownTopicOrPartitionError": "This server does not host this topic-partition.",
+    "TopicAuthorizationFailedError": "Topic authorization failed.",
+}
+
+# Kafka's deleteOffsets: its words for the group's own error
+DELETE_OFFSETS_ERRORS = {
+    "InvalidGroupIdError": "'{}' is not valid.",
+    "GroupIdNotFoundError": "'{}' does not exist.",
+    "GroupAuthorizationFailedError": "Access to '{}' is not authorized.",
+    "NonEmptyGroupError": "Deleting offsets of a consumer group '{}' is forbidden if the "
+                          "group is not empty.",
 }
 
 
 def error_text(exc: BaseException) -> str:
     return ERROR_TEXT.get(type(exc).__name__, str(exc))
+
+
+def topic_partitions(admin, topics: list[str]) -> list:
+    """``--topic`` values as Kafka's tool reads them: ``T:0,1`` names partitions, ``T`` alone
+    every partition of the topic."""
+    from ..client.types import TopicPartition
+
+    named: list[TopicPartition] = []
+    whole: list[str] = []
+    for arg in topics:
+        topic, colon, parts = arg.partition(":")
+        if not colon:
+            whole.append(topic)
+            continue
+        try:
+            named += [TopicPartition(topic, int(p)) for p in parts.split(",")]
+        except ValueError:
+            raise ValueError(f"--topic {arg!r}: expected TOPIC or TOPIC:PARTITION,PARTITION"
+                             ) from None
+    if whole:
+        for name, desc in admin.describe_topics(whole).items():
+            named += [TopicPartition(name, p.partition) for p in desc.partitions]
+    return list(dict.fromkeys(named))
 
 
 def run_delete(args, admin) -> int:
@@ -234,6 +271,45 @@ def run_delete(args, admin) -> int:
         if deleted:
             print("\nThese consumer groups were deleted successfully: '"
                   + "', '".join(deleted) + "'")
+    return 1 if failed else 0
+
+
+def run_delete_offsets(args, admin) -> int:
+    """Kafka's --delete-offsets: forget one group's committed offsets of some partitions
+    (OffsetDelete, KIP-496); a partition of a topic a member is subscribed to keeps its
+    offset (GROUP_SUBSCRIBED_TO_TOPIC). Kafka's messages and TOPIC PARTITION STATUS table;
+    exit 1 on any error."""
+    from ..errors import KafkaError
+
+    if not args.group or len(args.group) != 1 or not args.topic:
+        raise ValueError("delete-offsets takes one --group and at least one --topic")
+    group_id = args.group[0]
+    partitions = topic_partitions(admin, args.topic)
+    try:
+        results = admin.delete_consumer_group_offsets(group_id, partitions)
+    except KafkaError as exc:
+        text = DELETE_OFFSETS_ERRORS.get(type(exc).__name__)
+        if text is None:
+            raise
+        print("\nError: " + text.format(group_id))
+        return 1
+    rows = sorted(results.items(), key=lambda item: (item[0].topic, item[0].partition))
+    failed = any(e is not None for _, e in rows)
+    if args.output == "json":
+        print_json([{"topic": tp.topic, "partition": tp.partition,
+                     "error": None if e is None else error_text(e)} for tp, e in rows])
+        return 1 if failed else 0
+    if failed:
+        print("\nError: Encounter some partition level error, see the follow-up details:")
+    else:
+        print(f"Request succeed for deleting offsets with topic {', '.join(args.topic)} "
+              f"group {group_id}")
+    print()
+    print(table_line(["TOPIC", "PARTITION", "STATUS"], [30, 15]))
+    for tp, e in rows:
+        print(table_line([tp.topic, str(tp.partition),
+                          "Successful" if e is None else f"Error: :{error_text(e)}"],
+                         [30, 15]))
     return 1 if failed else 0
 
 
@@ -263,7 +339,7 @@ def print_json(value) -> None:
 
 # --- the command line ---------------------------------------------------------------------------
 
-ACTIONS = ("list", "describe", "reset-offsets", "delete")
+ACTIONS = ("list", "describe", "reset-offsets", "delete-offsets", "delete")
 
 
 def kafka_style(argv: list[str]) -> list[str]:
@@ -348,3 +424,10 @@ def add_parser(sub, add_bootstrap) -> None:
     xp = action("delete", "delete groups and their offsets",
                 "Delete groups without active members, with their committed offsets.")
     groups(xp, "the group")
+
+    op = action("delete-offsets", "forget a group's offsets of some partitions",
+                "Delete one group's committed offsets of some partitions (KIP-496); those of "
+                "a topic a member is subscribed to are kept.")
+    op.add_argument("--group", action="append", default=None, help="the group")
+    op.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P]",
+                    help="a topic, or some of its partitions (repeatable)")

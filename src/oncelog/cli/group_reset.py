@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 
 from ..client.types import TopicPartition
-from .group_commands import group_ids, print_json, table_line
+from .group_commands import group_ids, print_json, table_line, topic_partitions
 
 EARLIEST, LATEST = -2, -1  # ListOffsets specs
 
@@ -55,25 +55,10 @@ def run_reset(args, admin) -> int:
 
 def _partitions(args, admin, group_id: str) -> list[TopicPartition]:
     """``--all-topics``: the partitions the group has committed offsets for; ``--topic``:
-    the partitions named (``T:0,1``) and every partition of a topic named alone."""
+    those named."""
     if args.all_topics:
         return sorted(admin.list_consumer_group_offsets(group_id))
-    named: list[TopicPartition] = []
-    whole: list[str] = []
-    for arg in args.topic:
-        topic, colon, parts = arg.partition(":")
-        if not colon:
-            whole.append(topic)
-            continue
-        try:
-            named += [TopicPartition(topic, int(p)) for p in parts.split(",")]
-        except ValueError:
-            raise ValueError(f"--topic {arg!r}: expected TOPIC or TOPIC:PARTITION,PARTITION"
-                             ) from None
-    if whole:
-        for name, desc in admin.describe_topics(whole).items():
-            named += [TopicPartition(name, p.partition) for p in desc.partitions]
-    return list(dict.fromkeys(named))
+    return topic_partitions(admin, args.topic)
 
 
 def _new_offsets(args, admin, group_id: str, partitions: list[TopicPartition],
