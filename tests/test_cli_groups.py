@@ -204,3 +204,10 @@ def test_a_group_with_members_is_described_and_refused_as_kafka_does(bs, groups_
     deleted = oncelog("groups", "delete", *bs, "--group", "live")
     assert deleted.stdout == "Deletion of requested consumer groups ('live') was successful.\n"
     assert "live" not in oncelog("groups", "list", *bs).stdout.split()
+
+
+def test_every_action_has_help():
+    for action in ("list", "describe", "reset-offsets", "delete-offsets", "delete"):
+        for command in ("groups", "consumer-groups"):  # the old name: an alias
+            assert f"usage: oncelog groups {action}" in \
+                oncelog(command, action, "--help").stdout
