@@ -13,6 +13,8 @@ from . import partition_commands
 
 def run(args) -> int:
     try:
+        if args.command == "groups":  # also consumer-groups (the same parser)
+            return _consumer_groups(args)
         if args.command == "topics":
             return _topics(args)
         if args.command == "produce":
@@ -29,8 +31,8 @@ def run(args) -> int:
             from .configs_command import run as run_configs
 
             return run_configs(args, connect)
-        if args.command in ("groups", "consumer-groups"):
-            return _groups(args)
+        if args.command == "consumer-groups":
+            return _consumer_groups(args)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -91,7 +93,7 @@ def connect(args) -> dict:
     return out
 
 
-def _groups(args) -> int:
+def _consumer_groups(args) -> int:
     from .. import Admin
     from .group_commands import run as run_groups
 
