@@ -2,9 +2,10 @@
 ``list``: its --list, with the ``--state`` (KIP-518) and ``--type`` (KIP-848) filters: group ids
 alone, or a table with the columns the filters ask for (GROUP, then TYPE, then STATE), as
 Kafka prints it. ``describe``: its describe views (offsets and lag, ``--members``,
-``--state``). ``delete``: its --delete. ``reset-offsets`` lives in cli/group_reset.py.
-Every view also prints as JSON (``--output json``): one array of objects, the columns' names
-as keys."""
+``--state``). ``delete`` and ``delete-offsets``: its --delete and --delete-offsets.
+``reset-offsets`` lives in cli/group_reset.py. Every view also prints as JSON (``--output
+json``): one array of objects keyed by the columns' names in snake case (``current_offset``,
+``log_end_offset``: what ``jq`` reads without quoting), null where the table prints ``-``."""
 
 from __future__ import annotations
 
