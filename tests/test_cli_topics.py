@@ -65,9 +65,9 @@ def test_offsets_show_the_open_transaction_that_holds_the_lso(broker):  # noqa: 
         assert len({len(line) for line in lines}) == 1
         js = json.loads(oncelog("topics", "describe", *bs, "--topic", "held", "--offsets",
                                 "--output", "json").stdout)
-        assert js[0] == {"Topic": "held", "Partition": 0, "LogStartOffset": 1,
-                         "HighWatermark": 4, "LastStableOffset": 2, "OpenTransactions": 1,
-                         "OldestTxnProducerId": pid, "OldestTxnStartOffset": 2}
+        assert js[0] == {"topic": "held", "partition": 0, "log_start_offset": 1,
+                         "high_watermark": 4, "last_stable_offset": 2, "open_transactions": 1,
+                         "oldest_txn_producer_id": pid, "oldest_txn_start_offset": 2}
         print(out)  # the table, for the record (pytest -s)
         p.commit_transaction()
     out = oncelog("topics", "describe", *bs, "--topic", "held", "--offsets").stdout

@@ -75,12 +75,13 @@ def test_admin_sees_an_open_transaction_then_its_end(broker):  # noqa: F811
                                "CompleteCommit", "60000", "None", "None", ""]
     (js,) = json.loads(oncelog("transactions", "describe", "--transactional-id", "tools-1",
                                "--bootstrap-server", bs, "--output", "json").stdout)
-    assert (js["CoordinatorId"], js["TransactionState"], js["CurrentTransactionStartTimeMs"]) \
+    assert (js["coordinator_id"], js["transaction_state"],
+            js["current_transaction_start_time_ms"]) \
         == (1, "CompleteCommit", None)
     js = json.loads(oncelog("transactions", "list", "--bootstrap-server", bs, "--output",
                             "json").stdout)
-    assert {"TransactionalId": "tools-1", "Coordinator": 1, "ProducerId": d.producer_id,
-            "TransactionState": "CompleteCommit"} in js
+    assert {"transactional_id": "tools-1", "coordinator": 1, "producer_id": d.producer_id,
+            "transaction_state": "CompleteCommit"} in js
     with Admin(bootstrap_servers=bs) as admin:
         assert admin.describe_transactions(["tools-1"])["tools-1"].coordinator_id == 1
         assert {t.coordinator_id for t in admin.list_transactions()} == {1}
@@ -146,9 +147,9 @@ def test_find_hanging_lists_the_transaction_no_coordinator_will_end(broker):  # 
             assert [r[:6] for r in rows] == [["tools-fh", "1", str(pid), "0", "-1", "0"]], rows
             assert rows[0][6:] == [str(twenty_minutes_ago), "20"]
         (js,) = json.loads(oncelog(*find, "--topic", "tools-fh", "--output", "json").stdout)
-        assert js == {"Topic": "tools-fh", "Partition": 1, "ProducerId": pid, "ProducerEpoch": 0,
-                      "CoordinatorEpoch": -1, "StartOffset": 0,
-                      "LastTimestamp": twenty_minutes_ago, "Duration(min)": 20}
+        assert js == {"topic": "tools-fh", "partition": 1, "producer_id": pid, "producer_epoch": 0,
+                      "coordinator_epoch": -1, "start_offset": 0,
+                      "last_timestamp": twenty_minutes_ago, "duration_min": 20}
         # the default limit (15 minutes) finds it; 30 minutes: not old enough to be suspect
         assert len(oncelog(*find, "--topic", "tools-fh").stdout.splitlines()) == 2
         assert oncelog(*find, "--topic", "tools-fh", "--max-transaction-timeout",

@@ -6,6 +6,7 @@ terminal and ``cut -f`` / ``split('\\t')`` still find them; and the same rows as
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -22,10 +23,18 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
 
 def print_json(headers: Sequence[str], rows: Sequence[Sequence[object]],
                out: TextIO | None = None) -> None:
-    """One object per row, keyed by the column names."""
+    """One object per row, keyed by the column names in snake_case (TransactionalId ->
+    transactional_id), as every command's ``--output json`` keys its fields."""
     out = out or sys.stdout
-    json.dump([dict(zip(headers, row, strict=True)) for row in rows], out, indent=2)
+    keys = [json_key(h) for h in headers]
+    json.dump([dict(zip(keys, row, strict=True)) for row in rows], out, indent=2)
     out.write("\n")
+
+
+def json_key(header: str) -> str:
+    """A column name as a JSON key: ProducerId, CURRENT-OFFSET -> producer_id, current_offset."""
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", header).lower()
+    return re.sub(r"[^a-z0-9]+", "_", snake).strip("_")  # Duration(min) -> duration_min
 
 
 def _cell(value: object) -> str:
