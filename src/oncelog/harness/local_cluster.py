@@ -169,7 +169,8 @@ class LocalCluster:
                  host: str = "127.0.0.1", chroot: str = DEFAULT_CHROOT,
                  die_with_parent: bool = False, zookeeper_fsync: bool = True,
                  startup_timeout: float = 60.0, relays: bool = False,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None,
+                 client_config: Mapping[str, Any] | None = None) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
         self.data_dir = Path(data_dir).resolve()
@@ -177,6 +178,9 @@ class LocalCluster:
         self.broker_settings = {k: str(v) for k, v in (broker_settings or {}).items()}
         self.die_with_parent = die_with_parent
         self.env = dict(env or {})  # added to each broker's environment (BrokerProcess's env)
+        # what our Admin client needs besides the address (a TLS listener's security_protocol,
+        # ssl_cafile ...), to see whether the brokers are up and to describe topics
+        self.client_config = dict(client_config or {})
         self.startup_timeout = startup_timeout
         self.zookeeper_fsync = zookeeper_fsync
         self._external_zookeeper = zookeeper
@@ -347,7 +351,8 @@ class LocalCluster:
             try:
                 with Admin(bootstrap_servers=b.address, request_timeout_ms=1000,
                            default_api_timeout_ms=1000, retry_backoff_ms=50,
-                           reconnect_backoff_ms=50, reconnect_backoff_max_ms=200) as admin:
+                           reconnect_backoff_ms=50, reconnect_backoff_max_ms=200,
+                           **self.client_config) as admin:
                     seen = set(admin.describe_cluster().nodes)
                 if expect <= seen:
                     return
@@ -469,7 +474,8 @@ class LocalCluster:
         for n in self.running() or list(self.brokers):
             try:
                 with Admin(bootstrap_servers=self.brokers[n].address, request_timeout_ms=2000,
-                           default_api_timeout_ms=3000, retry_backoff_ms=50) as admin:
+                           default_api_timeout_ms=3000, retry_backoff_ms=50,
+                           **self.client_config) as admin:
                     described = admin.describe_topics([topic])[topic]
                 return {p.partition: p for p in described.partitions}
             except (KafkaError, OSError) as exc:  # that broker is away: ask another
