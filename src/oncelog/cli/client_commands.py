@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
@@ -77,18 +76,14 @@ def check_reachable(bootstrap_servers: str) -> None:
 
 
 def connect(args) -> dict:
-    """Client settings from the common flags: the bootstrap server and, with --user, SASL.
-    Checks first that a bootstrap server takes connections (``check_reachable``)."""
+    """Client settings from the common flags: the bootstrap server and the security
+    settings (--security-protocol, --user, --command-config: client_security.py). Checks
+    first that a bootstrap server takes connections (``check_reachable``)."""
+    from .client_security import security_settings
+
+    security = security_settings(args)  # a bad --command-config fails before connecting
     check_reachable(args.bootstrap_server)
-    out: dict = {"bootstrap_servers": args.bootstrap_server}
-    if getattr(args, "user", None):
-        password = args.password if args.password is not None else \
-            os.environ.get("ONCELOG_PASSWORD")
-        if password is None:
-            raise ValueError("--user needs --password (or $ONCELOG_PASSWORD)")
-        out.update(security_protocol="SASL_PLAINTEXT", sasl_mechanism=args.sasl_mechanism,
-                   sasl_plain_username=args.user, sasl_plain_password=password)
-    return out
+    return {"bootstrap_servers": args.bootstrap_server, **security}
 
 
 def _consumer_groups(args) -> int:
