@@ -9,6 +9,7 @@ certificate settings, naming the setting. Certificates are made at test time by 
 from __future__ import annotations
 
 import hashlib
+import ssl
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +24,12 @@ from oncelog.client.admin_configs import ConfigResource
 from oncelog.client.errors import KafkaTimeoutError, SslAuthenticationError
 from oncelog.errors import NetworkExceptionError, SaslAuthenticationFailedError
 from oncelog.harness.broker_process import BrokerProcess
+from oncelog.security.tls import (
+    TlsConfigError,
+    check_broker_settings,
+    inter_broker_ssl_context,
+    server_ssl_context,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -220,6 +227,30 @@ def test_password_settings_are_not_described(ssl_broker, certs) -> None:
     assert entries["ssl.keystore.location"].value == certs.server_pem
     assert entries["ssl.key.password"].is_sensitive and entries["ssl.key.password"].value is None
     assert entries["security.protocol"].value == "SSL"
+
+
+def test_the_contexts_follow_kafkas_settings(ssl_broker, certs) -> None:
+    ctx = server_ssl_context({**certs.settings(client_auth="requested"),
+                              "ssl.enabled.protocols": "TLSv1.3"})
+    assert ctx is not None and ctx.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert ctx.verify_mode == ssl.CERT_OPTIONAL
+    with pytest.raises(TlsConfigError, match="ssl.enabled.protocols: TLSv1.1"):
+        server_ssl_context({**certs.settings(), "ssl.enabled.protocols": "TLSv1.1"})
+    assert server_ssl_context({"security.protocol": "SASL_PLAINTEXT"}) is None
+    # between brokers: the host name is checked unless the algorithm is emptied, as Kafka's
+    inter = inter_broker_ssl_context(certs.settings())
+    assert inter is not None and inter.check_hostname
+    inter = inter_broker_ssl_context({**certs.settings(),
+                                      "ssl.endpoint.identification.algorithm": ""})
+    assert inter is not None and not inter.check_hostname
+    with pytest.raises(TlsConfigError, match="cannot reach this broker's SSL listener"):
+        check_broker_settings({**certs.settings(),
+                               "security.inter.broker.protocol": "PLAINTEXT"})
+    # a context of the caller's own (kafka-python's ssl_context)
+    mine = ssl.create_default_context(cafile=certs.ca)
+    with Admin(bootstrap_servers=ssl_broker.bootstrap_servers, security_protocol="SSL",
+               ssl_context=mine) as admin:
+        assert admin.describe_cluster().nodes
 
 
 # -- mutual TLS ---------------------------------------------------------------------------------

@@ -22,8 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["SECURITY_PROTOCOLS", "TLS_PROTOCOLS", "TlsConfigError", "check_broker_settings",
-           "client_ssl_context",
-           "inter_broker_ssl_context", "principal_of", "server_ssl_context", "uses_tls"]
+           "client_ssl_context", "inter_broker_ssl_context", "server_ssl_context", "uses_tls"]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
@@ -81,7 +80,8 @@ def inter_broker_ssl_context(config: Any) -> ssl.SSLContext | None:
         _setting(config, "security.protocol")
     if not uses_tls(protocol):
         return None
-    check = _setting(config, "ssl.endpoint.identification.algorithm").lower() == "https"
+    algorithm = config.get("ssl.endpoint.identification.algorithm")  # Kafka's default: https
+    check = str("https" if algorithm is None else algorithm).strip().lower() == "https"
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = check
     _set_versions(ctx, config)
@@ -238,31 +238,6 @@ def client_ssl_context(*, cafile: str | None = None, cadata: str | None = None,
     elif keyfile:
         raise TlsConfigError("ssl_keyfile needs ssl_certfile")
     return ctx
-
-
-# Kafka's principal for a TLS client is its certificate's subject as an X.500 name
-# (RFC 2253: the most significant part last, "CN=alice,OU=eng,O=acme"), ssl.principal.mapping
-# rules DEFAULT.
-_RDN = {"commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O",
-        "localityName": "L", "stateOrProvinceName": "ST", "countryName": "C",
-        "streetAddress": "STREET", "domainComponent": "DC", "userId": "UID"}
-
-
-def principal_of(peercert: dict | None) -> str | None:
-    """``User:<subject>`` of a verified peer certificate (``getpeercert()``), or None."""
-    if not peercert or not peercert.get("subject"):
-        return None
-    parts = []
-    for rdn in reversed(peercert["subject"]):
-        parts.append("+".join(f"{_RDN.get(k, k)}={_escape(v)}" for k, v in rdn))
-    return "User:" + ",".join(parts)
-
-
-def _escape(value: str) -> str:
-    out = "".join("\\" + c if c in ',+"\\<>;' else c for c in value)
-    if out.startswith((" ", "#")):
-        out = "\\" + out
-    return out[:-1] + "\\ " if out.endswith(" ") else out
 
 
 def check_broker_settings(config: Any) -> None:

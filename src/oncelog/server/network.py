@@ -16,7 +16,7 @@ import time
 
 from ..protocol.framing import FrameSizeError, Framing
 from ..records.region import FileRegion
-from ..security.tls import principal_of, server_ssl_context
+from ..security.tls import server_ssl_context
 from .broker import Broker
 from .context import CloseConnection
 from .metrics import start_metrics_server
@@ -65,12 +65,6 @@ class KafkaConnection(asyncio.Protocol):
         # bytes on the wire unencrypted, under the TLS stream; those take _write_chunks.
         tls = self.server.ssl_context is not None or \
             transport.get_extra_info("sslcontext") is not None
-        if tls:
-            # The client's certificate names it (Kafka's principal for SSL); with SASL_SSL
-            # the SASL login names it afterwards.
-            principal = principal_of(transport.get_extra_info("peercert"))
-            if principal is not None:
-                self.session.principal = principal
         if sock is not None and not tls:
             self.socket_fd = sock.fileno()
             self.zero_copy = self.socket_fd >= 0
