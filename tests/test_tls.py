@@ -437,7 +437,7 @@ def test_a_cluster_replicates_over_mutual_tls(zookeeper_server, certs, tmp_path:
                          "zookeeper.session.timeout.ms": 2000,
                          "transaction.state.log.num.partitions": "2",
                          "offsets.topic.num.partitions": "2"},
-        die_with_parent=True, client_config=client)
+        die_with_parent=True)  # its own client settings: from the brokers' (their keystore)
     with cluster:
         topic = topic_name()
         with Admin(bootstrap_servers=cluster.bootstrap_servers, **client) as admin:

@@ -144,6 +144,22 @@ def _stop_processes(processes: list[BrokerProcess], timeout: float) -> None:
         raise LocalClusterError(f"broker processes {survivors} survived SIGKILL")
 
 
+def _tls_client_config(settings: Mapping[str, str]) -> dict[str, Any]:
+    """An SSL cluster's settings for our client, from the brokers' own: their truststore as
+    the CA and, for mutual TLS, their keystore's certificate (a broker's certificate is a
+    client certificate too: the brokers show it to each other)."""
+    if settings.get("security.protocol", "").upper() != "SSL":
+        return {}
+    out: dict[str, Any] = {"security_protocol": "SSL"}
+    if settings.get("ssl.truststore.location"):
+        out["ssl_cafile"] = settings["ssl.truststore.location"]
+    if settings.get("ssl.client.auth", "none") != "none" and \
+            settings.get("ssl.keystore.location"):
+        out["ssl_certfile"] = settings["ssl.keystore.location"]
+        out["ssl_password"] = settings.get("ssl.key.password") or None
+    return out
+
+
 def read_cluster_file(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """``data_dir/cluster.json`` (FileNotFoundError when there is no cluster there)."""
     loaded: dict[str, Any] = json.loads((Path(data_dir) / CLUSTER_FILE).read_text())
@@ -180,7 +196,8 @@ class LocalCluster:
         self.env = dict(env or {})  # added to each broker's environment (BrokerProcess's env)
         # what our Admin client needs besides the address (a TLS listener's security_protocol,
         # ssl_cafile ...), to see whether the brokers are up and to describe topics
-        self.client_config = dict(client_config or {})
+        self.client_config = dict(client_config) if client_config is not None \
+            else _tls_client_config(self.broker_settings)
         self.startup_timeout = startup_timeout
         self.zookeeper_fsync = zookeeper_fsync
         self._external_zookeeper = zookeeper
