@@ -333,9 +333,10 @@ def test_cli_produce_and_consume_with_command_config(ssl_broker, sasl_ssl_broker
     topic = topic_name()
     ssl_props = tmp_path / "client.properties"
     ssl_props.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\n"
-                         f"ssl.truststore.location={certs.ca}\n")
+                         f"ssl.truststore.location={certs.ca}\nssl.truststore.password=x\n")
     common = ["--bootstrap-server", ssl_broker.bootstrap_servers, "--topic", topic]
-    oncelog("produce", *common, "--command-config", str(ssl_props), stdin="one\ntwo\n")
+    out = oncelog("produce", *common, "--command-config", str(ssl_props), stdin="one\ntwo\n")
+    assert "ignoring ssl.truststore.password" in out.stderr  # a JKS store's, as Kafka warns
     out = oncelog("consume", *common, "--command-config", str(ssl_props),
                   "--from-beginning", "--max-messages", "2", "--timeout-ms", "20000")
     assert out.stdout.split() == ["one", "two"]
