@@ -237,6 +237,13 @@ def test_the_contexts_follow_kafkas_settings(ssl_broker, certs) -> None:
     with pytest.raises(TlsConfigError, match="ssl.enabled.protocols: TLSv1.1"):
         server_ssl_context({**certs.settings(), "ssl.enabled.protocols": "TLSv1.1"})
     assert server_ssl_context({"security.protocol": "SASL_PLAINTEXT"}) is None
+    # PEM text on one line, as a properties file may hold it
+    def one_line(path: str) -> str:
+        return " ".join(Path(path).read_text().split("\n")).strip()
+
+    assert server_ssl_context({"security.protocol": "SSL",
+                               "ssl.keystore.certificate.chain": one_line(certs.server_cert),
+                               "ssl.keystore.key": one_line(certs.server_key)}) is not None
     # between brokers: the host name is checked unless the algorithm is emptied, as Kafka's
     inter = inter_broker_ssl_context(certs.settings())
     assert inter is not None and inter.check_hostname
