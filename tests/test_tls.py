@@ -207,10 +207,10 @@ def test_a_client_that_does_not_trust_the_broker_fails_at_once(ssl_broker, certs
 def test_a_plaintext_client_fails_cleanly_and_the_broker_goes_on(ssl_broker, certs) -> None:
     with pytest.raises((KafkaTimeoutError, NetworkExceptionError)), \
             Admin(bootstrap_servers=ssl_broker.bootstrap_servers,
-                  default_api_timeout_ms=2000) as admin:
+                  default_api_timeout_ms=1000) as admin:
         admin.list_topics()
     p = confluent_kafka.Producer({"bootstrap.servers": ssl_broker.bootstrap_servers,
-                                  "message.timeout.ms": 2000, "log_level": 3})
+                                  "message.timeout.ms": 1000, "log_level": 3})
     p.produce("plain", b"x")
     assert p.flush(10) == 0  # failed: delivery timed out, nothing left queued
     assert ssl_broker.running
@@ -282,19 +282,19 @@ def test_mutual_tls_admits_a_client_certificate(mtls_broker, certs) -> None:
 def test_mutual_tls_refuses_a_client_without_a_certificate(mtls_broker, certs) -> None:
     # TLS 1.3: our side of the handshake succeeds, then the broker hangs up without a word
     with pytest.raises(KafkaTimeoutError, match="require a client certificate"), \
-            Admin(bootstrap_servers=mtls_broker.bootstrap_servers, default_api_timeout_ms=2000,
+            Admin(bootstrap_servers=mtls_broker.bootstrap_servers, default_api_timeout_ms=1000,
                   **ours(certs)) as admin:
         admin.list_topics()
     # a certificate the broker does not trust: refused in the handshake
     with pytest.raises((KafkaTimeoutError, SslAuthenticationError)), \
-            Admin(bootstrap_servers=mtls_broker.bootstrap_servers, default_api_timeout_ms=2000,
+            Admin(bootstrap_servers=mtls_broker.bootstrap_servers, default_api_timeout_ms=1000,
                   **ours(certs, ssl_certfile=certs.rogue_client_pem)) as admin:
         admin.list_topics()
     c = confluent_kafka.Producer({"bootstrap.servers": mtls_broker.bootstrap_servers,
                                   "security.protocol": "SSL", "ssl.ca.location": certs.ca,
                                   "log_level": 3})
     with pytest.raises(confluent_kafka.KafkaException):
-        c.list_topics(timeout=3)
+        c.list_topics(timeout=1.0)
     assert mtls_broker.running
 
 
