@@ -260,6 +260,24 @@ def test_the_contexts_follow_kafkas_settings(ssl_broker, certs) -> None:
         assert admin.describe_cluster().nodes
 
 
+def test_the_console_of_an_ssl_broker_is_served_over_https(certs, tmp_path: Path) -> None:
+    import socket
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:  # a free port for the console (the broker prints it, too)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with BrokerProcess(tmp_path / "data", settings={**certs.settings(), **SMALL,
+                                                      "console.port": str(port)}):
+        context = ssl.create_default_context(cafile=certs.ca)
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/brokers", context=context,
+                                    timeout=10) as response:
+            assert response.status == 200
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/brokers", timeout=10)
+
+
 # -- mutual TLS ---------------------------------------------------------------------------------
 
 

@@ -41,6 +41,8 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--metrics-port", type=int, default=None, help="serve the metrics as "
                    "Prometheus text at http://HOST:PORT/metrics (metrics.port; 0 picks a free "
                    "port)")
+    b.add_argument("--console-port", type=int, default=None, help="serve the read-only web "
+                   "console at http://HOST:PORT/ (console.port; 0 picks a free port)")
     b.add_argument("--set", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="a broker setting under Kafka's name, e.g. log.segment.bytes=1048576 "
                    "or log.flush.interval.messages=1 (repeatable)")
@@ -101,6 +103,8 @@ def broker_settings(args) -> tuple[str, str, int, dict[str, str]]:
         port = args.port
     if args.metrics_port is not None:
         settings["metrics.port"] = str(args.metrics_port)
+    if args.console_port is not None:
+        settings["console.port"] = str(args.console_port)
     if args.node_id is not None:
         settings["node.id"] = str(args.node_id)
     if args.zookeeper is not None:

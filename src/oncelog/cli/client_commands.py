@@ -12,6 +12,8 @@ from . import partition_commands
 
 def run(args) -> int:
     try:
+        if args.command == "groups":  # also consumer-groups (the same parser)
+            return _consumer_groups(args)
         if args.command == "topics":
             return _topics(args)
         if args.command == "produce":
@@ -88,10 +90,10 @@ def connect(args) -> dict:
 
 def _consumer_groups(args) -> int:
     from .. import Admin
-    from .group_commands import run_describe, run_list
+    from .group_commands import run as run_groups
 
     with Admin(**connect(args)) as admin:
-        return run_describe(args, admin) if args.describe else run_list(args, admin)
+        return run_groups(args, admin)
 
 
 def _acls(args) -> int:
@@ -268,86 +270,12 @@ def _topics(args) -> int:
 
 
 def _produce(args) -> int:
-    from .. import Producer
+    from .console_tools import produce
 
-    acks = "all" if args.acks in ("all", "-1") else int(args.acks)
-    count = 0
-    with Producer(**connect(args), acks=acks,
-                  enable_idempotence=acks == "all",
-                  compression_type=args.compression_type) as producer:
-        futures = []
-        refused = None
-        sep = args.key_separator.encode() if args.key_separator is not None else None
-        for number, line in enumerate(sys.stdin.buffer, start=1):
-            line = line.rstrip(b"\r\n")
-            key = None
-            if sep is not None:
-                if sep not in line:  # as Kafka's console producer (parse.key=true)
-                    refused = (f"No key separator found on line number {number}: "
-                               f"'{line.decode(errors='replace')}'")
-                    break
-                key, line = line.split(sep, 1)
-            futures.append(producer.send(args.topic, value=line, key=key,
-                                         partition=args.partition))
-            count += 1
-        producer.flush()
-        for f in futures:
-            f.result()
-    print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
-    if refused is not None:
-        print(f"error: {refused}", file=sys.stderr)
-        return 1
-    return 0
+    return produce(args, connect(args))
 
 
 def _consume(args) -> int:
-    from .. import Admin, Consumer, TopicPartition
-    from ..errors import UnknownTopicOrPartitionError
+    from .console_tools import consume
 
-    with Admin(**connect(args)) as admin:
-        desc = admin.describe_topics([args.topic])[args.topic]
-    existing = [p.partition for p in desc.partitions]
-    partitions = args.partition if args.partition is not None else existing
-    for p in partitions:  # as produce refuses it: not a consumer waiting on nothing
-        if p not in existing:
-            raise UnknownTopicOrPartitionError(
-                f"partition {p} of topic {args.topic!r} does not exist (it has "
-                f"{len(existing)})")
-    tps = [TopicPartition(args.topic, p) for p in partitions]
-    seen = 0
-    out = sys.stdout
-    with Consumer(**connect(args),
-                  isolation_level=args.isolation_level) as consumer:
-        consumer.assign(tps)
-        if args.offset is not None:
-            for tp in tps:
-                consumer.seek(tp, args.offset)
-        elif args.from_beginning:
-            consumer.seek_to_beginning(*tps)
-        else:
-            consumer.seek_to_end(*tps)
-        last_record = time.monotonic()
-        while args.max_messages is None or seen < args.max_messages:
-            records = consumer.poll(timeout=0.5)
-            if not records:
-                if args.timeout_ms is not None and \
-                        (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
-                    break
-                continue
-            last_record = time.monotonic()
-            for r in records:
-                parts = []
-                if args.print_offset:
-                    parts.append(f"{r.partition}:{r.offset}")
-                if args.print_key:
-                    parts.append("null" if r.key is None else
-                                 r.key.decode("utf-8", "backslashreplace"))
-                parts.append("null" if r.value is None else
-                             r.value.decode("utf-8", "backslashreplace"))
-                out.write("\t".join(parts) + "\n")
-                seen += 1
-                if args.max_messages is not None and seen >= args.max_messages:
-                    break
-            out.flush()
-    print(f"Processed a total of {seen} messages", file=sys.stderr)
-    return 0
+    return consume(args, connect(args))

@@ -103,33 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--offset", type=int, default=None,
                     help="with --topic: the new first offset (-1: the high watermark)")
 
-    p = sub.add_parser("produce", help="produce lines from stdin, one record per line")
-    _add_bootstrap(p)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, default=None)
-    p.add_argument("--key-separator", default=None,
-                   help="split each line into key and value at the first occurrence; a "
-                   "line without it stops the producer with an error, as Kafka's console "
-                   "producer does (the lines before it are sent)")
-    p.add_argument("--compression-type", default="none",
-                   choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"])
+    from .console_args import add_parsers as _console_parsers
 
-    c = sub.add_parser("consume", help="print records to stdout, one per line")
-    _add_bootstrap(c)
-    c.add_argument("--topic", required=True)
-    c.add_argument("--partition", type=int, action="append", default=None,
-                   help="partition(s) to read (default: all)")
-    c.add_argument("--from-beginning", action="store_true",
-                   help="start at the earliest offset instead of the end")
-    c.add_argument("--offset", type=int, default=None, help="start at this offset")
-    c.add_argument("--isolation-level", default="read_uncommitted",
-                   choices=["read_uncommitted", "read_committed"])
-    c.add_argument("--max-messages", type=int, default=None, help="exit after this many")
-    c.add_argument("--timeout-ms", type=int, default=None,
-                   help="exit after this long without a new record")
-    c.add_argument("--print-key", action="store_true")
-    c.add_argument("--print-offset", action="store_true")
+    _console_parsers(sub, _add_bootstrap)
 
     x = sub.add_parser("transactions", help="list, describe or abort transactions",
                        description="Inspect transactions, as Kafka's kafka-transactions.sh.")
@@ -202,29 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .configs_command import add_arguments as _configs_arguments
 
     _configs_arguments(g)
-    cg = sub.add_parser("consumer-groups", help="list or describe consumer groups",
-                        description="As Kafka's kafka-consumer-groups.sh. --list: every consumer "
-                        "group, optionally only in some states (--state Stable) or of some "
-                        "types (--type classic); either flag adds its column. --describe "
-                        "--group G: per partition the committed offset, log end offset, lag "
-                        "and consumer; with --members the members (--verbose: and their "
-                        "partitions), with --state the coordinator, assignor and state.")
-    _add_bootstrap(cg)
-    action = cg.add_mutually_exclusive_group(required=True)
-    action.add_argument("--list", action="store_true")
-    action.add_argument("--describe", action="store_true")
-    cg.add_argument("--group", action="append", default=None,
-                    help="with --describe: the group (repeatable)")
-    cg.add_argument("--all-groups", action="store_true", help="with --describe: every group")
-    cg.add_argument("--members", action="store_true", help="with --describe: the members")
-    cg.add_argument("--verbose", action="store_true",
-                    help="with --describe --members: each member's partitions")
-    cg.add_argument("--state", nargs="?", action="append", const="", default=None,
-                    help="--list: only groups in this state (repeatable; alone: show the "
-                    "states); --describe: the group's state view")
-    cg.add_argument("--type", nargs="?", action="append", const="", default=None,
-                    help="only groups of this type: classic, consumer (repeatable; alone: "
-                    "show the types)")
+    from .group_commands import add_parser as _groups_parser
+
+    _groups_parser(sub, _add_bootstrap)
 
     k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
@@ -265,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         from ..demo import main as demo
 
         return demo(argv[1:])
-    args = build_parser().parse_args(argv)
+    from .group_commands import kafka_style
+
+    args = build_parser().parse_args(kafka_style(argv))
     if args.command == "broker":
         from .broker_command import run as run_broker_command
 

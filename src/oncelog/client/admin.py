@@ -548,6 +548,22 @@ class Admin:
             self._to_coordinator, group_id, None if partitions is None else list(partitions),
             self._deadline())
 
+    def alter_consumer_group_offsets(self, group_id: str,
+                                     offsets: Mapping[TopicPartition, int]) -> None:
+        """Kafka's Admin.alterConsumerGroupOffsets (OffsetCommit outside the group): set the
+        group's committed offset (the next offset to read) of each partition. The group must
+        have no active members: one with members answers UnknownMemberIdError."""
+        admin_groups.alter_consumer_group_offsets(self._to_coordinator, group_id, offsets,
+                                                  self._deadline())
+
+    def delete_consumer_groups(self, group_ids: Iterable[str]
+                               ) -> dict[str, KafkaError | None]:
+        """Kafka's Admin.deleteConsumerGroups (DeleteGroups): delete these groups and their
+        committed offsets. Per group: None, or the error that kept it (NonEmptyGroupError
+        while it has members, GroupIdNotFoundError, GroupAuthorizationFailedError)."""
+        return admin_groups.delete_consumer_groups(self._to_coordinator, group_ids,
+                                                   self._deadline())
+
     def list_offsets(self, specs: Mapping[TopicPartition, int],
                      isolation_level: str = "read_uncommitted"
                      ) -> dict[TopicPartition, ListOffsetsResultInfo]:
@@ -647,6 +663,7 @@ class Admin:
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the connections. A closed Admin cannot be used again."""
         if not self._closed:
             self._closed = True
             self._net.close()

@@ -142,6 +142,8 @@ class Producer:
         self._transactions().complete(prepared_txn_state, timeout)
 
     def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until commit_transaction or abort_transaction
+        belong to it. Needs init_transactions first; one transaction at a time."""
         self._transactions().begin_transaction()
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int] | Any,

@@ -88,6 +88,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.preallocate.ahead.bytes": "0",
     # oncelog's own: serve the metrics as Prometheus text on this port (-1: off, 0: any free).
     "metrics.port": "-1",
+    # oncelog's own: serve the read-only web console on this port (-1: off, 0: any free).
+    "console.port": "-1",
     # The transaction coordinator (spec 000, "Transaction Coordinator"; Kafka's defaults).
     "transaction.state.log.num.partitions": "50",
     "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),

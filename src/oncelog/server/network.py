@@ -18,6 +18,7 @@ from ..protocol.framing import FrameSizeError, Framing
 from ..records.region import FileRegion
 from ..security.tls import server_ssl_context
 from .broker import Broker
+from .console import ConsoleServer, start_console_server
 from .context import CloseConnection
 from .metrics import start_metrics_server
 
@@ -284,6 +285,7 @@ class BrokerServer:
         self.metrics_port: int | None = None  # where the metrics page is served, if it is
         # SSL and SASL_SSL listeners (security/tls.py); a bad setting fails here, at startup
         self.ssl_context = server_ssl_context(config)
+        self.console: ConsoleServer | None = None  # the web console, when console.port is set
 
     # -- connection limits ---------------------------------------------------------------------
 
@@ -354,6 +356,11 @@ class BrokerServer:
         if metrics_port >= 0:
             self._metrics = await start_metrics_server(self.broker, self.host, metrics_port)
             self.metrics_port = self._metrics.sockets[0].getsockname()[1]
+        console_port = self.broker.config.int("console.port")
+        if console_port >= 0:
+            # over HTTPS with the listener's own context when it is SSL or SASL_SSL
+            self.console = await start_console_server(self.broker, self.host, console_port,
+                                                      ssl_context=self.ssl_context)
         self.broker.start_maintenance()
         self._sweeper = loop.create_task(self._sweep_forever())
 
@@ -363,6 +370,8 @@ class BrokerServer:
             self._server.close()
         if self._metrics is not None:
             self._metrics.close()
+        if self.console is not None:
+            self.console.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         for conn in list(self.connections):
