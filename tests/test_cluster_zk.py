@@ -172,7 +172,13 @@ def test_new_partition_states() -> None:
 def test_json_encodings_are_kafkas() -> None:
     assert json.loads(BrokerIdZNode.encode("h", 9092)) == {
         "version": 5, "host": "h", "port": 9092, "endpoints": ["PLAINTEXT://h:9092"],
-        "rack": None}
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}, "rack": None}
+    # Kafka leaves host and port null and -1 without a PLAINTEXT listener
+    ssl = BrokerIdZNode.encode("h", 9093, security_protocol="SSL")
+    assert json.loads(ssl) == {
+        "version": 5, "host": None, "port": -1, "endpoints": ["SSL://h:9093"],
+        "listener_security_protocol_map": {"SSL": "SSL"}, "rack": None}
+    assert (BrokerIdZNode.decode(1, ssl).host, BrokerIdZNode.decode(1, ssl).port) == ("h", 9093)
     assert TopicPartitionStateZNode.encode(L(1, 3, (1, 2, 3), 2)) == \
         b'{"version":1,"leader":1,"leader_epoch":3,"isr":[1,2,3],"controller_epoch":2}'
     assert TopicPartitionStateZNode.decode(
@@ -389,7 +395,9 @@ def test_registration_is_ephemeral_and_exclusive(stores: Callable[..., KafkaZkCl
     assert info.epoch > 0
     data, stat = a.client.get(a.path("/brokers/ids/1"))
     assert json.loads(data) == {"version": 5, "host": "127.0.0.1", "port": 9092,
-                                "endpoints": ["PLAINTEXT://127.0.0.1:9092"], "rack": "r1"}
+                                "endpoints": ["PLAINTEXT://127.0.0.1:9092"],
+                                "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                                "rack": "r1"}
     assert stat.ephemeralOwner == a.session_id
     assert b.live_brokers()[1].rack == "r1" and b.live_brokers()[1].port == 9092
     with pytest.raises(BrokerIdInUseError, match="another live ZooKeeper session"):

@@ -73,22 +73,19 @@ def run(args) -> int:
 
 
 def connect(args) -> dict:
-    """Client settings from the common flags: the bootstrap server and, with --user, SASL.
-    Checks first that a bootstrap server takes connections (``check_reachable``)."""
+    """Client settings from the common flags: the bootstrap server and the security
+    settings (--security-protocol, --user, --command-config: client_security.py). Checks
+    first that a bootstrap server takes connections (``check_reachable``), and, for a
+    plaintext connection, that the broker does not want SASL first."""
+    from .client_security import security_settings
+
+    security = security_settings(args)  # a bad --command-config fails before connecting
     try:
-        check_reachable(args.bootstrap_server,
-                        without_credentials=not getattr(args, "user", None))
+        check_reachable(args.bootstrap_server, without_credentials=security.get(
+            "security_protocol", "PLAINTEXT") == "PLAINTEXT")
     except SaslRequiredError as exc:
         raise ConnectionError(sasl_message(exc.address)) from None
-    out: dict = {"bootstrap_servers": args.bootstrap_server}
-    if getattr(args, "user", None):
-        password = args.password if args.password is not None else \
-            os.environ.get("ONCELOG_PASSWORD")
-        if password is None:
-            raise ValueError("--user needs --password (or $ONCELOG_PASSWORD)")
-        out.update(security_protocol="SASL_PLAINTEXT", sasl_mechanism=args.sasl_mechanism,
-                   sasl_plain_username=args.user, sasl_plain_password=password)
-    return out
+    return {"bootstrap_servers": args.bootstrap_server, **security}
 
 
 def _consumer_groups(args) -> int:

@@ -8,11 +8,9 @@ $ONCELOG_BOOTSTRAP_SERVER, else 127.0.0.1:9092), as Kafka's own tools do.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib.metadata
 import os
 import sys
-from pathlib import Path
 
 from ..txn.state import TransactionState
 from .args import key_value
@@ -34,6 +32,16 @@ def _add_bootstrap(p: argparse.ArgumentParser, password_flag: str = "--password"
     p.add_argument(password_flag, dest="password", default=None, help="the user's password")
     p.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
                    choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    p.add_argument("--security-protocol", default=None,
+                   choices=["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"],
+                   help="SSL / SASL_SSL: TLS to the broker (its CA from --command-config's "
+                   "ssl.truststore.location, else the system's); default PLAINTEXT, "
+                   "SASL_PLAINTEXT with --user")
+    p.add_argument("--command-config", default=None, metavar="FILE",
+                   help="client settings in a properties file, as Kafka's tools take them: "
+                   "security.protocol, sasl.mechanism, sasl.jaas.config (or sasl.username, "
+                   "sasl.password), ssl.truststore.location, ssl.keystore.location, "
+                   "ssl.key.password ...")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,27 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "it, a member of a replicated cluster (docs/cluster.md). SIGTERM or "
                        "Ctrl-C shuts it down cleanly (logs flushed, producer state "
                        "snapshotted).")
-    b.add_argument("--node-id", type=int, default=None,
-                   help="this broker's id in the cluster (node.id; default 1)")
-    b.add_argument("--zookeeper", default=None, metavar="HOST:PORT[/CHROOT]",
-                   help="join the cluster coordinated by this ZooKeeper (zookeeper.connect)")
-    b.add_argument("--data-dir", required=True, help="directory for the logs and metadata")
-    b.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    b.add_argument("--port", type=int, default=9092, help="port to listen on (default 9092; "
-                   "0 picks a free one)")
-    b.add_argument("--metrics-port", type=int, default=None, help="serve the metrics as "
-                   "Prometheus text at http://HOST:PORT/metrics (metrics.port; 0 picks a free "
-                   "port)")
-    b.add_argument("--console-port", type=int, default=None, help="serve the read-only web "
-                   "console at http://HOST:PORT/ (console.port; 0 picks a free port)")
-    b.add_argument("--set", action="append", type=key_value, default=[], metavar="KEY=VALUE",
-                   help="a broker setting under Kafka's name, e.g. log.segment.bytes=1048576 "
-                   "or log.flush.interval.messages=1 (repeatable)")
-    b.add_argument("--security-protocol", choices=["PLAINTEXT", "SASL_PLAINTEXT"], default=None,
-                   help="SASL_PLAINTEXT: clients authenticate (PLAIN, SCRAM-SHA-256/512) and "
-                   "ACLs apply (security.protocol)")
-    b.add_argument("--users", default=None, metavar="FILE",
-                   help="the SASL users, one name:password per line (sasl.users.file)")
+    from .broker_command import add_arguments as _broker_arguments
+
+    _broker_arguments(b)
 
     t = sub.add_parser("topics", help="create, list, describe or delete topics")
     tsub = t.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
@@ -245,38 +235,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(kafka_style(argv))
     if args.command == "broker":
-        from ..server import ConfigError, run_broker
+        from .broker_command import run as run_broker_command
 
-        try:
-            settings = dict(args.set)
-            if args.metrics_port is not None:
-                settings["metrics.port"] = str(args.metrics_port)
-            if args.console_port is not None:
-                settings["console.port"] = str(args.console_port)
-            if args.node_id is not None:
-                settings["node.id"] = str(args.node_id)
-            if args.zookeeper is not None:
-                settings["zookeeper.connect"] = args.zookeeper
-            if args.security_protocol is not None:
-                settings["security.protocol"] = args.security_protocol
-            if args.users is not None:
-                settings["sasl.users.file"] = str(Path(args.users).resolve())
-            run_broker(args.data_dir, args.host, args.port, settings)
-        except (ConfigError, ValueError) as exc:
-            print(f"oncelog broker: {exc}", file=sys.stderr)
-            return 2
-        except OSError as exc:
-            # In words, without errno numbers or asyncio's address tuples (an error of ours,
-            # with no errno, says it all already).
-            if exc.errno == errno.EADDRINUSE:
-                text = f"failed to bind to {args.host}:{args.port}: {os.strerror(exc.errno)}"
-            elif exc.errno:
-                text = os.strerror(exc.errno) + (f": {exc.filename}" if exc.filename else "")
-            else:
-                text = str(exc)
-            print(f"oncelog broker: cannot start: {text}", file=sys.stderr)
-            return 1
-        return 0
+        return run_broker_command(args)
     if args.command == "cluster":
         from ..harness.local_cluster import run_command as run_cluster
 

@@ -114,6 +114,14 @@ def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _ssl_context(value: Any) -> Any:
+    import ssl
+
+    if value is not None and not isinstance(value, ssl.SSLContext):
+        raise ValueError(f"expected an ssl.SSLContext, got {type(value).__name__}")
+    return value
+
+
 def _assignors(value: Any) -> list[str]:
     """Kafka's names ("range", "roundrobin", "cooperative-sticky"; also the Java class names),
     a list or a comma-separated string, in order of preference."""
@@ -159,11 +167,52 @@ _COMMON = (
     Key("socket.connection.setup.timeout.ms", 10000, _positive_int),
     Key("metadata.max.age.ms", 300000, _positive_int),
     # SASL (the broker's SASL_PLAINTEXT listener): kafka-python's and librdkafka's names.
-    Key("security.protocol", "PLAINTEXT", _upper_choice("PLAINTEXT", "SASL_PLAINTEXT")),
+    Key("security.protocol", "PLAINTEXT",
+        _upper_choice("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")),
     Key("sasl.mechanism", "PLAIN", _upper_choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
     Key("sasl.plain.username", None, _optional_str),
     Key("sasl.plain.password", None, _optional_str),
+    # TLS (SSL, SASL_SSL): kafka-python's names; Kafka's and librdkafka's are accepted too
+    # (_ALIASES). The broker's certificate is always verified: against ssl.cafile, else the
+    # system's CAs. ssl.context: a ready ssl.SSLContext instead (kafka-python's ssl_context).
+    Key("ssl.cafile", None, _optional_str),
+    Key("ssl.certfile", None, _optional_str),
+    Key("ssl.keyfile", None, _optional_str),
+    Key("ssl.password", None, _optional_str),
+    Key("ssl.check.hostname", True, _bool),
+    Key("ssl.context", None, _ssl_context),
 )
+
+# Kafka's (Java) and librdkafka's names for the TLS settings, as the keys above; None: a
+# setting accepted for what it says (PEM stores), checked, and otherwise not needed.
+_ALIASES: dict[str, str | None] = {
+    "ssl.truststore.location": "ssl.cafile",
+    "ssl.ca.location": "ssl.cafile",
+    "ssl.keystore.location": "ssl.certfile",  # a PEM file with the chain and the key
+    "ssl.certificate.location": "ssl.certfile",
+    "ssl.key.location": "ssl.keyfile",
+    "ssl.key.password": "ssl.password",
+    "ssl.endpoint.identification.algorithm": "ssl.check.hostname",
+    "ssl.keystore.type": None,
+    "ssl.truststore.type": None,
+}
+
+
+def _alias(name: str, value: Any) -> tuple[str | None, Any]:
+    """(our key's dotted name, value) for one of _ALIASES' names (dotted or underscored)."""
+    dotted = name.replace("_", ".") if "." not in name else name
+    target = _ALIASES[dotted]
+    if target is None:
+        if str(value).strip().upper() != "PEM":
+            raise ValueError(f"{dotted}={value}: oncelog's client reads PEM files only")
+        return None, value
+    if dotted == "ssl.endpoint.identification.algorithm":  # "https": check; "" / none: not
+        return target, str(value).strip().lower() == "https"
+    return target, value
+
+
+def is_alias(name: str) -> bool:
+    return (name.replace("_", ".") if "." not in name else name) in _ALIASES
 
 PRODUCER_KEYS = _table(
     *_COMMON,
@@ -247,12 +296,23 @@ def resolve(kind: str, keys: dict[str, Key], config: Mapping[str, Any] | None,
         if not isinstance(config, Mapping):
             raise TypeError(f"{kind} config must be a dict of Kafka config names, "
                             f"got {type(config).__name__}")
-        for name, value in config.items():
+        for given, value in config.items():
+            name = given
+            if is_alias(given):
+                target, value = _resolve_alias(kind, given, value)
+                if target is None:
+                    continue
+                name = target
             key = keys.get(name) or by_attr.get(name)
             if key is None:
                 raise ValueError(_unknown(kind, name, keys))
             merged[key.attr] = value
     for attr, value in kwargs.items():
+        if is_alias(attr):
+            dotted, value = _resolve_alias(kind, attr, value)
+            if dotted is None:
+                continue
+            attr = dotted.replace(".", "_")
         key = by_attr.get(attr)
         if key is None:
             raise ValueError(_unknown(kind, attr, keys))
@@ -269,6 +329,13 @@ def resolve(kind: str, keys: dict[str, Key], config: Mapping[str, Any] | None,
         else:
             values[key.attr] = key.default
     return ClientConfig(kind, values, frozenset(merged))
+
+
+def _resolve_alias(kind: str, name: str, value: Any) -> tuple[str | None, Any]:
+    try:
+        return _alias(name, value)
+    except ValueError as exc:
+        raise ValueError(f"invalid value for {kind} config {name!r}: {exc}") from None
 
 
 def _unknown(kind: str, name: str, keys: dict[str, Key]) -> str:

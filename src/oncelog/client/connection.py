@@ -21,6 +21,7 @@ import logging
 import math
 import select
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +41,7 @@ from ..primitives import encode_string
 from ..protocol import ApiKey, ProtocolError, decode_response, request_class
 from ..protocol.apis import SUPPORTED_VERSIONS
 from ..protocol.framing import ClientFraming
+from .errors import SslAuthenticationError
 from .frame_reader import FrameReader
 from .messages import build_request
 
@@ -93,9 +95,19 @@ def _request_head(api_key: int, version: int, correlation_id: int, client_id: st
                               correlation_id) + head
 
 
+def _pending(sock: socket.socket) -> int:
+    """Bytes TLS has already decrypted and holds for us: the socket need not be readable
+    for them, so they must be read before waiting on it."""
+    return sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+
+
 def _send_parts(sock: socket.socket, parts: list[bytes]) -> None:
     """Write ``parts`` in order without joining them (a Produce request's batches are most of
-    its bytes): one sendmsg, then whatever it left with sendall."""
+    its bytes): one sendmsg, then whatever it left with sendall. TLS has no sendmsg: the
+    parts are joined (encryption copies them anyway)."""
+    if isinstance(sock, ssl.SSLSocket):
+        sock.sendall(b"".join(parts))
+        return
     sent = sock.sendmsg(parts)
     for part in parts:
         if sent >= len(part):
@@ -132,9 +144,11 @@ class InFlightRequest:
 class BrokerConnection:
     def __init__(self, node_id: int, host: str, port: int, *, client_id: str | None,
                  request_timeout_ms: int, connect_timeout_ms: int,
-                 sasl: tuple[str, str, str] | None = None) -> None:
+                 sasl: tuple[str, str, str] | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
-        self.sasl = sasl  # (mechanism, username, password) for SASL_PLAINTEXT
+        self.sasl = sasl  # (mechanism, username, password) for SASL_PLAINTEXT and SASL_SSL
+        self.ssl_context = ssl_context  # SSL and SASL_SSL
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -168,6 +182,8 @@ class BrokerConnection:
                 f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {exc}"
             ) from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ssl_context is not None:
+            sock = self._tls_handshake(sock)
         # Writes block at most this long; reads only happen once select says data is there.
         sock.settimeout(self.request_timeout)
         self._sock = sock
@@ -180,6 +196,33 @@ class BrokerConnection:
             self.close()
             self._completed.clear()  # only the handshake request can be there
             raise
+
+    def _tls_handshake(self, sock: socket.socket) -> ssl.SSLSocket:
+        """The TLS handshake, within the connection setup timeout. A broker whose certificate
+        we do not trust (or that refuses ours) is SslAuthenticationError: retrying cannot
+        help; a connection dropped during the handshake is a network error, as any other."""
+        assert self.ssl_context is not None
+        try:
+            return self.ssl_context.wrap_socket(sock, server_hostname=self.host)
+        except OSError as exc:
+            sock.close()
+            raise self._tls_error(exc) from None
+
+    def _tls_error(self, exc: OSError) -> KafkaError:
+        where = f"node {self.node_id} at {self.host}:{self.port}"
+        if isinstance(exc, TimeoutError):
+            return NetworkExceptionError(f"TLS handshake with {where} did not finish within "
+                                         f"{self.connect_timeout * 1000:.0f} ms")
+        if not isinstance(exc, ssl.SSLError) or \
+                isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+            return NetworkExceptionError(f"TLS handshake with {where} failed: the connection "
+                                         f"closed ({exc}); is it a TLS listener?")
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            reason = f"certificate verify failed: {exc.verify_message} (the CA that signed " \
+                "the broker's certificate goes in ssl_cafile / ssl.truststore.location)"
+        else:
+            reason = exc.reason or str(exc)
+        return SslAuthenticationError(f"TLS handshake with {where} failed: {reason}")
 
     def close(self, error: KafkaError | None = None) -> None:
         """Close the socket; every request still in flight ends with ``error``."""
@@ -357,14 +400,18 @@ class BrokerConnection:
 
     def receive(self) -> list[InFlightRequest]:
         """Read what the socket has (call when it is readable) and return finished requests."""
-        for i in range(_MAX_READS):  # what the socket has, without blocking
+        i = 0
+        while True:  # what the socket has, without blocking
             sock = self._sock
             if sock is None:
                 break
             # The caller's select said readable for the first read only. (A socket with a
-            # timeout waits for data before a read, whatever its flags: ask first.)
-            if i and not _readable(sock, 0):
+            # timeout waits for data before a read, whatever its flags: ask first.) What
+            # TLS holds decrypted is read whatever the count: nothing would wake us for it.
+            pending = _pending(sock)
+            if i and not pending and (i >= _MAX_READS or not _readable(sock, 0)):
                 break
+            i += 1
             buffer = self._reader.buffer()
             try:
                 n = sock.recv_into(buffer)
@@ -384,7 +431,7 @@ class BrokerConnection:
                 break
             for frame in frames:
                 self._handle_frame(frame)
-            if n < len(buffer):
+            if n < len(buffer) and not _pending(sock):
                 break  # nothing more there now
         return self.take_completed()
 
@@ -472,14 +519,22 @@ class BrokerConnection:
             except TimeoutError:
                 raise RequestTimedOutError(
                     f"node {self.node_id}: no ApiVersions response") from None
+            except ssl.SSLError as exc:  # TLS 1.3: the broker refuses our certificate now
+                raise self._tls_error(exc) from None
             except OSError as exc:
                 raise NetworkExceptionError(f"node {self.node_id}: {exc}") from exc
             finally:
                 if self._sock is not None:
                     self._sock.settimeout(self.request_timeout)
             if not n:
+                # A TLS listener closes a plaintext connection without a word, and a listener
+                # with ssl.client.auth=required one without a certificate it trusts (TLS 1.3:
+                # after the handshake, which succeeded on our side)
+                hint = " (does the broker require a client certificate? ssl_certfile, " \
+                    "ssl_keyfile)" if self.ssl_context is not None else \
+                    " (if it is a TLS listener: security.protocol SSL or SASL_SSL)"
                 raise NetworkExceptionError(
-                    f"node {self.node_id} closed the connection during ApiVersions")
+                    f"node {self.node_id} closed the connection during ApiVersions{hint}")
             try:
                 frames = self._reader.received(n)
                 if frames:  # the response to ``req``, the only request in flight

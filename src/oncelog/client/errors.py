@@ -16,6 +16,12 @@ class KafkaTimeoutError(RetriableError, TimeoutError):
     ``TimeoutError``."""
 
 
+class SslAuthenticationError(KafkaError):
+    """The TLS handshake with a broker failed: its certificate is not trusted or does not
+    name it, or it refused ours (the Java client's SslAuthenticationException). Not retried:
+    the settings must change."""
+
+
 class NoOffsetForPartitionError(KafkaError):
     """A consumer partition has no position and auto.offset.reset is "none" (Java's
     NoOffsetForPartitionException): call ``seek`` first."""

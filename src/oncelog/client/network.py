@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import selectors
 import socket
+import ssl
 import time
 from typing import Any
 
@@ -23,18 +24,31 @@ from ..errors import (
     UnsupportedSaslMechanismError,
 )
 from ..protocol import ApiKey
+from ..security.tls import client_ssl_context
 from . import retries
 from .backoff import reconnect_backoff, retry_backoff
 from .config import ClientConfig
 from .connection import BrokerConnection, Decoder, InFlightRequest, RequestValues
-from .errors import KafkaTimeoutError
+from .errors import KafkaTimeoutError, SslAuthenticationError
 from .metadata import Cluster, metadata_request
 
 log = logging.getLogger(__name__)
 
 
 _AUTHENTICATION_ERRORS = (SaslAuthenticationFailedError, UnsupportedSaslMechanismError,
-                          IllegalSaslStateError)
+                          IllegalSaslStateError, SslAuthenticationError)
+
+
+def ssl_context_of(config: ClientConfig) -> ssl.SSLContext | None:
+    """The TLS context of an SSL or SASL_SSL client (None otherwise): ``ssl_context`` as
+    given, else one built from the ``ssl_*`` settings (security/tls.py)."""
+    if config.security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    if config.ssl_context is not None:
+        return config.ssl_context
+    return client_ssl_context(cafile=config.ssl_cafile, certfile=config.ssl_certfile,
+                              keyfile=config.ssl_keyfile, password=config.ssl_password,
+                              check_hostname=config.ssl_check_hostname)
 
 
 class NetworkClient:
@@ -44,18 +58,21 @@ class NetworkClient:
         self.bootstrap = {-(i + 1): addr for i, addr in enumerate(config.bootstrap_servers)}
         self.cluster = Cluster()
         self._sasl: tuple[str, str, str] | None = None
-        if config.security_protocol == "SASL_PLAINTEXT":
+        protocol = config.security_protocol
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
             if config.sasl_plain_username is None or config.sasl_plain_password is None:
-                raise ValueError("security.protocol=SASL_PLAINTEXT needs sasl.plain.username "
+                raise ValueError(f"security.protocol={protocol} needs sasl.plain.username "
                                  "and sasl.plain.password")
             self._sasl = (config.sasl_mechanism, config.sasl_plain_username,
                           config.sasl_plain_password)
+        self._ssl_context = ssl_context_of(config)  # SSL, SASL_SSL; a bad file fails here
         self._conns: dict[int, BrokerConnection] = {}
         # Coordinators' addresses from FindCoordinator: a coordinator need not be in the
         # metadata we hold (a client that has only asked its bootstrap server so far).
         self._learned: dict[int, tuple[str, int]] = {}
         self._reconnect_at: dict[int, float] = {}
         self._failures: dict[int, int] = {}
+        self._connect_errors: dict[int, KafkaError] = {}  # why a node's last connect failed
         self._selector = selectors.DefaultSelector()
         self._registered: dict[int, int] = {}  # node id -> fd registered in the selector
         self._wake_r, self._wake_w = socket.socketpair()
@@ -101,7 +118,7 @@ class NetworkClient:
                 node_id, addr[0], addr[1], client_id=self.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
                 connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
-                sasl=self._sasl)
+                sasl=self._sasl, ssl_context=self._ssl_context)
             self._conns[node_id] = conn
         try:
             conn.connect()
@@ -111,11 +128,13 @@ class NetworkClient:
             self._reconnect_at[node_id] = time.monotonic() + \
                 self._reconnect_backoff.backoff(failures - 1)
             log.info("%s", exc)
+            self._connect_errors[node_id] = exc
             if isinstance(exc, _AUTHENTICATION_ERRORS):
                 raise  # wrong credentials: retrying cannot help, tell the caller
             return None
         self._failures.pop(node_id, None)
         self._reconnect_at.pop(node_id, None)
+        self._connect_errors.pop(node_id, None)
         self._register(conn)
         return conn
 
@@ -271,7 +290,9 @@ class NetworkClient:
         """Send and wait. Raises NetworkExceptionError if the node is unreachable."""
         req = self.send(node_id, api_key, values, timeout_ms=timeout_ms, max_version=max_version)
         if req is None:
-            raise NetworkExceptionError(f"node {node_id} is not reachable")
+            why = self._connect_errors.get(node_id)
+            raise NetworkExceptionError(f"node {node_id} is not reachable"
+                                        + (f": {why}" if why is not None else ""))
         while not req.done:
             self._poll_into(max(0.0, req.deadline - time.monotonic()), keep_waiting=True)
         self._done = [r for r in self._done if r is not req]

@@ -181,12 +181,13 @@ class KafkaZkClient(ZkConfigStore):
     # -- brokers ------------------------------------------------------------------------------
 
     def register_broker(self, node_id: int, host: str, port: int, rack: str | None = None,
-                        *, timeout_s: float = 0.0) -> BrokerInfo:
+                        *, timeout_s: float = 0.0, security_protocol: str = "PLAINTEXT"
+                        ) -> BrokerInfo:
         """Register this broker (ephemeral ``/brokers/ids/<id>``); it is registered again by
         itself after a session expiry. BrokerIdInUseError if another live session holds the id
         (after waiting up to ``timeout_s`` seconds for it to go: a broker restarted right after a
         crash waits out its old session)."""
-        data = BrokerIdZNode.encode(host, port, rack)
+        data = BrokerIdZNode.encode(host, port, rack, security_protocol)
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -87,9 +87,16 @@ class BrokerIdZNode:
         return f"{BrokerIdsZNode.path()}/{node_id}"
 
     @staticmethod
-    def encode(host: str, port: int, rack: str | None = None) -> bytes:
-        return _dumps({"version": 5, "host": host, "port": port,
-                       "endpoints": [f"PLAINTEXT://{host}:{port}"], "rack": rack})
+    def encode(host: str, port: int, rack: str | None = None,
+               security_protocol: str = "PLAINTEXT") -> bytes:
+        # As Kafka: host and port name the PLAINTEXT listener (null and -1 without one); the
+        # endpoints name every listener, the map gives each its security protocol.
+        plain = security_protocol == "PLAINTEXT"
+        return _dumps({"version": 5, "host": host if plain else None,
+                       "port": port if plain else -1,
+                       "endpoints": [f"{security_protocol}://{host}:{port}"],
+                       "listener_security_protocol_map": {security_protocol: security_protocol},
+                       "rack": rack})
 
     @staticmethod
     def decode(node_id: int, data: bytes, epoch: int = -1) -> BrokerInfo:

@@ -144,6 +144,22 @@ def _stop_processes(processes: list[BrokerProcess], timeout: float) -> None:
         raise LocalClusterError(f"broker processes {survivors} survived SIGKILL")
 
 
+def _tls_client_config(settings: Mapping[str, str]) -> dict[str, Any]:
+    """An SSL cluster's settings for our client, from the brokers' own: their truststore as
+    the CA and, for mutual TLS, their keystore's certificate (a broker's certificate is a
+    client certificate too: the brokers show it to each other)."""
+    if settings.get("security.protocol", "").upper() != "SSL":
+        return {}
+    out: dict[str, Any] = {"security_protocol": "SSL"}
+    if settings.get("ssl.truststore.location"):
+        out["ssl_cafile"] = settings["ssl.truststore.location"]
+    if settings.get("ssl.client.auth", "none") != "none" and \
+            settings.get("ssl.keystore.location"):
+        out["ssl_certfile"] = settings["ssl.keystore.location"]
+        out["ssl_password"] = settings.get("ssl.key.password") or None
+    return out
+
+
 def read_cluster_file(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """``data_dir/cluster.json`` (FileNotFoundError when there is no cluster there)."""
     loaded: dict[str, Any] = json.loads((Path(data_dir) / CLUSTER_FILE).read_text())
@@ -169,7 +185,8 @@ class LocalCluster:
                  host: str = "127.0.0.1", chroot: str = DEFAULT_CHROOT,
                  die_with_parent: bool = False, zookeeper_fsync: bool = True,
                  startup_timeout: float = 60.0, relays: bool = False,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None,
+                 client_config: Mapping[str, Any] | None = None) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
         self.data_dir = Path(data_dir).resolve()
@@ -177,6 +194,10 @@ class LocalCluster:
         self.broker_settings = {k: str(v) for k, v in (broker_settings or {}).items()}
         self.die_with_parent = die_with_parent
         self.env = dict(env or {})  # added to each broker's environment (BrokerProcess's env)
+        # what our Admin client needs besides the address (a TLS listener's security_protocol,
+        # ssl_cafile ...), to see whether the brokers are up and to describe topics
+        self.client_config = dict(client_config) if client_config is not None \
+            else _tls_client_config(self.broker_settings)
         self.startup_timeout = startup_timeout
         self.zookeeper_fsync = zookeeper_fsync
         self._external_zookeeper = zookeeper
@@ -347,7 +368,8 @@ class LocalCluster:
             try:
                 with Admin(bootstrap_servers=b.address, request_timeout_ms=1000,
                            default_api_timeout_ms=1000, retry_backoff_ms=50,
-                           reconnect_backoff_ms=50, reconnect_backoff_max_ms=200) as admin:
+                           reconnect_backoff_ms=50, reconnect_backoff_max_ms=200,
+                           **self.client_config) as admin:
                     seen = set(admin.describe_cluster().nodes)
                 if expect <= seen:
                     return
@@ -469,7 +491,8 @@ class LocalCluster:
         for n in self.running() or list(self.brokers):
             try:
                 with Admin(bootstrap_servers=self.brokers[n].address, request_timeout_ms=2000,
-                           default_api_timeout_ms=3000, retry_backoff_ms=50) as admin:
+                           default_api_timeout_ms=3000, retry_backoff_ms=50,
+                           **self.client_config) as admin:
                     described = admin.describe_topics([topic])[topic]
                 return {p.partition: p for p in described.partitions}
             except (KafkaError, OSError) as exc:  # that broker is away: ask another

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from ..log import LogConfig
+from ..security.tls import SECURITY_PROTOCOLS
 from . import kafka_only_configs
 from .kafka_only_configs import KAFKA_ONLY_DEFAULTS
 from .topic_configs import (
@@ -30,6 +31,8 @@ from .topic_configs import (
 )
 
 log = logging.getLogger("oncelog.config")
+
+TYPE_PASSWORD = 9  # DescribeConfigs' type of Kafka's PASSWORD settings
 
 __all__ = ["BROKER_DEFAULTS", "TOPIC_CONFIGS", "BrokerConfig", "ConfigError", "TopicConfigKey",
            "validate_topic_configs"]
@@ -108,6 +111,21 @@ BROKER_DEFAULTS: dict[str, str] = {
     "sasl.users.file": "",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "super.users": "",
+    # TLS (KIP-519's PEM stores, Kafka's names; docs/security.md): a listener with
+    # security.protocol SSL or SASL_SSL needs the keystore. PEM is the only store type read
+    # here (Kafka's default type is JKS). Empty inter-broker protocol: the listener's.
+    "security.inter.broker.protocol": "",
+    "ssl.keystore.type": "PEM",
+    "ssl.keystore.location": "",
+    "ssl.keystore.certificate.chain": "",
+    "ssl.keystore.key": "",
+    "ssl.key.password": "",
+    "ssl.truststore.type": "PEM",
+    "ssl.truststore.location": "",
+    "ssl.truststore.certificates": "",
+    "ssl.client.auth": "none",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.endpoint.identification.algorithm": "https",
     # Connections (Kafka's names and defaults; the read timeout is oncelog's own: Kafka has
     # no bound on how long one request may take to arrive).
     "connections.max.idle.ms": "600000",
@@ -162,10 +180,29 @@ def _transaction_version(v: str) -> int:
 
 
 def _security_protocol(v: str) -> str:
-    if v not in ("PLAINTEXT", "SASL_PLAINTEXT"):
-        raise ConfigError(f"security.protocol must be PLAINTEXT or SASL_PLAINTEXT, not {v!r} "
-                          "(TLS is not supported)")
-    return v
+    if v.upper() not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"security.protocol must be {', '.join(SECURITY_PROTOCOLS)}, "
+                          f"not {v!r}")
+    return v.upper()
+
+
+def _inter_broker_protocol(v: str) -> str:
+    return _security_protocol(v) if v else ""
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        if v.strip().lower() not in [c.lower() for c in choices]:
+            raise ConfigError(f"expected one of {', '.join(choices)}, not {v!r}")
+        return v.strip()
+
+    return parse
+
+
+# Kafka's PASSWORD settings: DescribeConfigs answers them with no value, marked sensitive.
+SENSITIVE_BROKER_CONFIGS = frozenset({"ssl.key.password", "ssl.keystore.key",
+                                      "ssl.keystore.certificate.chain",
+                                      "ssl.truststore.certificates"})
 
 
 def _mechanisms(v: str) -> str:
@@ -187,6 +224,18 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "zookeeper.connect": str,
     "advertised.listeners": str,
     "security.protocol": _security_protocol,
+    "security.inter.broker.protocol": _inter_broker_protocol,
+    "ssl.keystore.type": _one_of("PEM", "JKS", "PKCS12"),
+    "ssl.keystore.location": str,
+    "ssl.keystore.certificate.chain": str,
+    "ssl.keystore.key": str,
+    "ssl.key.password": str,
+    "ssl.truststore.type": _one_of("PEM", "JKS", "PKCS12"),
+    "ssl.truststore.location": str,
+    "ssl.truststore.certificates": str,
+    "ssl.client.auth": _one_of("none", "requested", "required"),
+    "ssl.enabled.protocols": str,
+    "ssl.endpoint.identification.algorithm": str,
     "sasl.users.file": str,
     "sasl.enabled.mechanisms": _mechanisms,
     "super.users": str,
@@ -216,8 +265,9 @@ def broker_config_type(key: str) -> int:
     parser = _BROKER_PARSERS.get(key, _long)
     if parser in (_bool, _optional_bool):
         return TYPE_BOOLEAN
-    if parser in (str, _security_protocol, _mechanisms):
-        return TYPE_STRING
+    if parser in (str, _security_protocol, _mechanisms, _inter_broker_protocol) \
+            or key.startswith("ssl."):
+        return TYPE_PASSWORD if key in SENSITIVE_BROKER_CONFIGS else TYPE_STRING
     return TYPE_INT if parser in (_positive_int, _transaction_version) else TYPE_LONG
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -69,8 +70,10 @@ class _ChannelProtocol(asyncio.Protocol):
 
 class BrokerChannel:
     def __init__(self, node_id: int, host: str, port: int, client_id: str,
-                 connect_timeout_s: float = 5.0) -> None:
+                 connect_timeout_s: float = 5.0, ssl_context: ssl.SSLContext | None = None
+                 ) -> None:
         self.node_id = node_id
+        self.ssl_context = ssl_context  # TLS to the other broker's SSL/SASL_SSL listener
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -90,7 +93,9 @@ class BrokerChannel:
             try:
                 _, protocol = await asyncio.wait_for(
                     loop.create_connection(lambda: _ChannelProtocol(self), self.host,
-                                           self.port),
+                                           self.port, ssl=self.ssl_context,
+                                           server_hostname=self.host if self.ssl_context
+                                           else None),
                     self.connect_timeout_s)
             except (TimeoutError, OSError) as exc:
                 raise ChannelError(f"cannot connect to broker {self.node_id} at "
@@ -191,10 +196,11 @@ class InterBrokerClient:
     for replication, such as a transaction-log write the coordinator makes for a partition
     verification."""
 
-    def __init__(self, node_id: int, address_of: Callable[[int], tuple[str, int] | None]
-                 ) -> None:
+    def __init__(self, node_id: int, address_of: Callable[[int], tuple[str, int] | None],
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
         self.address_of = address_of
+        self.ssl_context = ssl_context
         self._channels: dict[tuple[int, str], BrokerChannel] = {}
 
     def channel(self, node_id: int, purpose: str = "control") -> BrokerChannel:
@@ -207,7 +213,8 @@ class InterBrokerClient:
             ch = None
         if ch is None or ch.closed:
             ch = BrokerChannel(node_id, address[0], address[1],
-                               f"broker-{self.node_id}-{purpose}")
+                               f"broker-{self.node_id}-{purpose}",
+                               ssl_context=self.ssl_context)
             self._channels[(node_id, purpose)] = ch
         return ch
 

@@ -16,6 +16,7 @@ import time
 
 from ..protocol.framing import FrameSizeError, Framing
 from ..records.region import FileRegion
+from ..security.tls import server_ssl_context
 from .broker import Broker
 from .console import ConsoleServer, start_console_server
 from .context import CloseConnection
@@ -61,7 +62,11 @@ class KafkaConnection(asyncio.Protocol):
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
         sock = transport.get_extra_info("socket")
-        if sock is not None and transport.get_extra_info("sslcontext") is None:
+        # sendfile only on a plain socket: on a TLS connection it would put the segment's
+        # bytes on the wire unencrypted, under the TLS stream; those take _write_chunks.
+        tls = self.server.ssl_context is not None or \
+            transport.get_extra_info("sslcontext") is not None
+        if sock is not None and not tls:
             self.socket_fd = sock.fileno()
             self.zero_copy = self.socket_fd >= 0
             # can_write set exactly when the transport holds nothing: a record set sent by
@@ -278,6 +283,8 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._metrics: asyncio.base_events.Server | None = None
         self.metrics_port: int | None = None  # where the metrics page is served, if it is
+        # SSL and SASL_SSL listeners (security/tls.py); a bad setting fails here, at startup
+        self.ssl_context = server_ssl_context(config)
         self.console: ConsoleServer | None = None  # the web console, when console.port is set
 
     # -- connection limits ---------------------------------------------------------------------
@@ -336,8 +343,10 @@ class BrokerServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=512
-        )
+            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=512,
+            ssl=self.ssl_context,
+            # a handshake is not yet a connection the sweeper sees: bound it as a request
+            ssl_handshake_timeout=self.read_timeout_ms / 1000 if self.ssl_context else None)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self.broker.host = self.host
@@ -349,7 +358,9 @@ class BrokerServer:
             self.metrics_port = self._metrics.sockets[0].getsockname()[1]
         console_port = self.broker.config.int("console.port")
         if console_port >= 0:
-            self.console = await start_console_server(self.broker, self.host, console_port)
+            # over HTTPS with the listener's own context when it is SSL or SASL_SSL
+            self.console = await start_console_server(self.broker, self.host, console_port,
+                                                      ssl_context=self.ssl_context)
         self.broker.start_maintenance()
         self._sweeper = loop.create_task(self._sweep_forever())
 

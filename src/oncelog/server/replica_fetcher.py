@@ -23,6 +23,7 @@ its next request, as the fetcher loop is.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from typing import NamedTuple
 
@@ -193,11 +194,14 @@ class FetcherConnection(asyncio.BufferedProtocol):
             self.transport.close()
 
 
-async def connect(host: str, port: int, timeout_s: float = 5.0) -> FetcherConnection:
+async def connect(host: str, port: int, timeout_s: float = 5.0,
+                  ssl_context: ssl.SSLContext | None = None) -> FetcherConnection:
+    """A connection to the leader at host:port (over TLS with ``ssl_context``)."""
     loop = asyncio.get_running_loop()
     try:
         _, protocol = await asyncio.wait_for(
-            loop.create_connection(FetcherConnection, host, port), timeout_s)
+            loop.create_connection(FetcherConnection, host, port, ssl=ssl_context,
+                                   server_hostname=host if ssl_context else None), timeout_s)
     except (TimeoutError, OSError) as exc:
         raise ChannelError(f"cannot connect to {host}:{port}: {exc!r}") from None
     if protocol.lost:

@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log import LogAppendError, LogWriteError
 from ..protocol import ApiKey, ProtocolError, make, request_module
+from ..security.tls import inter_broker_ssl_context
 from . import replica_fetcher
 from .clock import now_ms
 from .interbroker import ChannelError, InterBrokerClient
@@ -122,7 +123,9 @@ class ReplicaManager:
         self.fetch_max_bytes = cfg.int("replica.fetch.max.bytes")
         self.view: Any = None  # the latest cluster view
         self.replicas: dict[TP, Replica] = {}
-        self.client = InterBrokerClient(self.node_id, self._address_of)
+        # security.inter.broker.protocol (default the listener's): TLS between brokers too
+        self.ssl_context = inter_broker_ssl_context(cfg)
+        self.client = InterBrokerClient(self.node_id, self._address_of, self.ssl_context)
         self._fetchers: dict[int, asyncio.Task] = {}
         # leader -> the fetcher's connection to it and the address it was opened to
         self._fetch_connections: dict[int, tuple[replica_fetcher.FetcherConnection,
@@ -699,7 +702,7 @@ class ReplicaManager:
                 return conn
             conn.close()
             del self._fetch_connections[leader]
-        conn = await replica_fetcher.connect(*address)
+        conn = await replica_fetcher.connect(*address, ssl_context=self.ssl_context)
         self._fetch_connections[leader] = (conn, address)
         return conn
 

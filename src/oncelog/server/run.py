@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..loop_thread import new_event_loop
+from ..security.tls import check_broker_settings
 from .broker import Broker
 from .config import BrokerConfig
 from .network import BrokerServer
@@ -23,7 +24,9 @@ async def _serve(data_dir: Path, host: str, port: int, config: BrokerConfig) -> 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"oncelog broker listening on {host}:{server.port} (data dir {data_dir}, "
+    protocol = str(config.get("security.protocol"))
+    tls = f" with {protocol}" if protocol != "PLAINTEXT" else ""
+    print(f"oncelog broker listening on {host}:{server.port}{tls} (data dir {data_dir}, "
           f"cluster {broker.cluster_id})", flush=True)
     if server.metrics_port is not None:
         print(f"oncelog metrics at http://{host}:{server.metrics_port}/metrics", flush=True)
@@ -53,6 +56,7 @@ def run_broker(data_dir: str | Path, host: str = "127.0.0.1", port: int = 9092,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     set_log_levels(os.environ.get("ONCELOG_LOG_LEVEL", ""))
     config = BrokerConfig(overrides)
+    check_broker_settings(config)  # a bad certificate file is named before anything starts
     loop = new_event_loop()
     try:
         loop.run_until_complete(_serve(Path(data_dir), host, port, config))

@@ -1,7 +1,7 @@
 """The broker's security: SASL authentication per connection and the ACL authorizer.
 
-``security.protocol=SASL_PLAINTEXT`` (``oncelog broker --security-protocol SASL_PLAINTEXT
---users FILE``): a connection may send ApiVersions, SaslHandshake and SaslAuthenticate, and
+``security.protocol=SASL_PLAINTEXT`` or ``SASL_SSL`` (``oncelog broker --security-protocol
+SASL_PLAINTEXT --users FILE``): a connection may send ApiVersions, SaslHandshake and SaslAuthenticate, and
 nothing else until it has authenticated (Kafka closes the connection; so do we). SaslHandshake
 v1 is followed by SaslAuthenticate requests; v0 by bare SASL tokens in size-prefixed frames (the
 pre-KIP-152 way, still used by some clients). A failed authentication is answered
@@ -30,7 +30,8 @@ _SIZE = struct.Struct(">i")
 
 class Security:
     def __init__(self, config, data_dir: Path) -> None:
-        self.sasl_enabled = config.get("security.protocol") == "SASL_PLAINTEXT"
+        protocol = str(config.get("security.protocol"))
+        self.sasl_enabled = protocol in ("SASL_PLAINTEXT", "SASL_SSL")
         self.mechanisms = [m for m in str(config.get("sasl.enabled.mechanisms")).split(",") if m]
         self.failed_delay_ms = config.int("connection.failed.authentication.delay.ms")
         self.passwords: dict[str, str] = {}
@@ -41,7 +42,7 @@ class Security:
         if self.sasl_enabled:
             users_file = str(config.get("sasl.users.file"))
             if not users_file:
-                raise ValueError("security.protocol=SASL_PLAINTEXT needs a users file "
+                raise ValueError(f"security.protocol={protocol} needs a users file "
                                  "(--users FILE, or sasl.users.file)")
             self.passwords = load_users(users_file)
         allow = config.get("allow.everyone.if.no.acl.found")

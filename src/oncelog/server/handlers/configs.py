@@ -17,6 +17,7 @@ from collections import Counter
 from ...protocol import ApiKey, make, response_module
 from ..config import (
     BROKER_DEFAULTS,
+    SENSITIVE_BROKER_CONFIGS,
     TOPIC_CONFIGS,
     ConfigError,
     broker_config_type,
@@ -252,10 +253,15 @@ def _broker_synonyms(config, name: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def _entry(mod, request, name: str, value: str, synonyms, *, read_only: bool, config_type: int):
+def _entry(mod, request, name: str, value: str | None, synonyms, *, read_only: bool,
+           config_type: int):
     source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
+    sensitive = name in SENSITIVE_BROKER_CONFIGS
+    if sensitive:  # Kafka's PASSWORD settings: neither the value nor its synonyms' values
+        value = None
+        synonyms = [(n, None, s) for n, _v, s in synonyms]
     return make(mod.DescribeConfigsResourceResult, name=name, value=value, read_only=read_only,
-                config_source=source, is_sensitive=False,
+                config_source=source, is_sensitive=sensitive,
                 synonyms=tuple(make(mod.DescribeConfigsSynonym, name=n, value=v, source=s)
                                for n, v, s in synonyms) if request.include_synonyms else (),
                 config_type=config_type, documentation=None)
