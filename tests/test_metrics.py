@@ -36,7 +36,7 @@ def scrape(broker) -> dict[str, float]:
     for line in text.splitlines():
         if line.startswith("#"):
             continue
-        m = re.fullmatch(r"(\S+) (-?[\d.]+)", line)
+        m = re.fullmatch(r"(\S+) (\S+)", line)
         assert m, line
         out[m.group(1)] = float(m.group(2))
     return out
