@@ -6,13 +6,17 @@ broker process with SASL (so that a failed login can be counted too)."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
+from pathlib import Path
 
+import promql_parser
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentTP
-from support.metrics import families, fetch, metrics_url, openmetrics, value
+from support.metrics import families, fetch, metrics_url, openmetrics, sample_names, value
 from support.raw_wire import RawConnection
 from support.security import USERS, creds, sasl_config
 from support.waiting import wait_until
@@ -209,3 +213,60 @@ def test_an_accept_header_of_any_bytes_gets_the_text_format(broker):
                                                      .split("/")[0])), timeout=10) as s:
         s.sendall(b"GET /metrics HTTP/1.0\r\nAccept: \xff\xfe\r\n\r\n")
         assert b"200 OK" in s.recv(100)
+
+
+# -- the Grafana dashboard ---------------------------------------------------------------------
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "oncelog.json"
+# Grafana's interval variables, as a duration PromQL accepts (Grafana substitutes them)
+_GRAFANA_INTERVALS = re.compile(r"\$__(rate_)?interval|\$__range")
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads, from its syntax tree (promql-parser, the
+    Rust parser of Prometheus' grammar): a syntax error fails the test."""
+    names: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            assert node.name, f"a selector without a metric name in {expr}"
+            names.add(node.name)
+
+    promql_parser.walk(promql_parser.parse(_GRAFANA_INTERVALS.sub("5m", expr)), visit)
+    return names
+
+
+def dashboard_expressions(dashboard: dict) -> list[str]:
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]
+    for var in dashboard["templating"]["list"]:
+        query = var.get("query")
+        query = query.get("query") if isinstance(query, dict) else None
+        if query:  # label_values(METRIC{...}, label): the metric
+            m = re.fullmatch(r"label_values\((.*),\s*\w+\)", query)
+            assert m, query
+            exprs.append(m.group(1))
+    return exprs
+
+
+def test_promql_metric_names_are_found():
+    assert promql_metric_names(
+        'histogram_quantile(0.99, sum by (request, le) (rate(x_bucket{a=~"$i"}'
+        '[$__rate_interval]))) / on(instance) y_total offset 5m') == {"x_bucket", "y_total"}
+    with pytest.raises(ValueError):
+        promql_metric_names("sum by (topic) (rate(x_total[5m])")
+
+
+def test_the_grafana_dashboard_reads_only_what_the_broker_serves(broker, traffic):
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = dashboard_expressions(dashboard)
+    used = set().union(*(promql_metric_names(e) for e in exprs))
+    served = sample_names(families(broker.metrics_url))
+    assert used - served == set()
+    # what the issue asks the dashboard to show
+    for needed in ("oncelog_bytes_in_total", "oncelog_bytes_out_total",
+                   "oncelog_messages_in_total", "oncelog_requests_total",
+                   "oncelog_request_total_time_seconds_bucket", "oncelog_connections",
+                   "oncelog_partition_last_stable_offset", "oncelog_partition_high_watermark",
+                   "oncelog_partition_open_transactions", "oncelog_under_replicated_partitions",
+                   "oncelog_failed_authentication_total"):
+        assert needed in used, needed
