@@ -71,7 +71,10 @@ class BrokerStats:
             out[topic] = out.get(topic, 0) + size
 
     def request_done(self, api_key: int, started: float) -> None:
-        """A request answered ``started`` (perf_counter) seconds in: its TotalTimeMs."""
+        """A request answered, handled since ``started`` (perf_counter): Kafka's TotalTimeMs
+        less the time in its request queue (a request is handled as soon as it is read) and
+        the time its answer takes to leave (a large fetch's record sets go later, by
+        sendfile). A long-poll fetch counts its wait, as in Kafka."""
         took = perf_counter() - started
         buckets = self.latency_buckets.get(api_key)
         if buckets is None:
@@ -108,7 +111,7 @@ class BrokerStats:
         for api_key, buckets in sorted(self.latency_buckets.items()):
             yield from histogram(
                 "oncelog_request_total_time_seconds",
-                "TotalTimeMs: from a request's arrival to its answer, by API (seconds)",
+                "TotalTimeMs: from a request's decoding to its encoded answer, by API (s)",
                 LATENCY_BUCKETS, buckets, self.latency_sum[api_key],
                 (("request", request_name(api_key)),))
         yield Sample("oncelog_connections", "connection-count: client connections open",
