@@ -270,3 +270,11 @@ def test_the_grafana_dashboard_reads_only_what_the_broker_serves(broker, traffic
                    "oncelog_partition_open_transactions", "oncelog_under_replicated_partitions",
                    "oncelog_failed_authentication_total"):
         assert needed in used, needed
+
+
+def test_every_family_on_the_page_is_documented(broker, traffic):
+    docs = (DASHBOARD.parent.parent / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(oncelog_\w+)` \|", docs, re.MULTILINE))
+    _ctype, text = fetch(broker.metrics_url)
+    served = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert served - documented == set()
