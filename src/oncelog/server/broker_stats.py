@@ -114,13 +114,14 @@ class BrokerStats:
                 "TotalTimeMs: from a request's decoding to its encoded answer, by API (s)",
                 LATENCY_BUCKETS, buckets, self.latency_sum[api_key],
                 (("request", request_name(api_key)),))
-        yield Sample("oncelog_connections", "connection-count: client connections open",
+        yield Sample("oncelog_connections",
+                     "connection-count: connections open (clients and other brokers)",
                      self.connections_created - self.connections_closed)
         yield Sample("oncelog_connection_creation_total",
-                     "connection-creation-total: client connections accepted",
+                     "connection-creation-total: connections accepted",
                      self.connections_created, type=COUNTER)
         yield Sample("oncelog_connection_close_total",
-                     "connection-close-total: client connections closed",
+                     "connection-close-total: connections closed",
                      self.connections_closed, type=COUNTER)
         security = broker.security
         yield Sample("oncelog_successful_authentication_total",
