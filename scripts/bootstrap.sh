@@ -6,18 +6,20 @@
 #   --with-postgres   a PostgreSQL server (the dual-write tests start one of their own)
 #   --with-zookeeper  Apache ZooKeeper (cluster mode; the cluster tests start their own)
 #   --with-node       Node.js and the npm clients of tests/node/package.json (the Node interop)
+#   --with-chromium   Chromium (the web console's tests load its pages in headless Chromium)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-want_kcat="" want_postgres="" want_zookeeper="" want_node=""
+want_kcat="" want_postgres="" want_zookeeper="" want_node="" want_chromium=""
 for arg in "$@"; do
   case "$arg" in
     --with-kcat) want_kcat=1 ;;
     --with-postgres) want_postgres=1 ;;
     --with-zookeeper) want_zookeeper=1 ;;
     --with-node) want_node=1 ;;
+    --with-chromium) want_chromium=1 ;;
     *) echo "bootstrap.sh: unknown option $arg (--with-kcat, --with-postgres," \
-            "--with-zookeeper, --with-node)" >&2; exit 2 ;;
+            "--with-zookeeper, --with-node, --with-chromium)" >&2; exit 2 ;;
   esac
 done
 if [ ! -x .venv/bin/python ]; then
@@ -45,6 +47,9 @@ if [ -n "$want_zookeeper" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
 fi
 if [ -n "$want_node" ] && ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)
+fi
+if [ -n "$want_chromium" ] && ! command -v chromium >/dev/null 2>&1; then
+  packages+=(chromium)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   sudo=""

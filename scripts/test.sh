@@ -15,7 +15,8 @@ fi
 if [ -n "$fast" ]; then
   bash "$root/scripts/bootstrap.sh"
 else
-  bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper --with-node
+  bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper --with-node \
+    --with-chromium
 fi
 cd "$root"
 .venv/bin/ruff check src

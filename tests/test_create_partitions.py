@@ -160,7 +160,7 @@ def test_our_admin_and_the_cli(broker):
     assert _partitions(bootstrap, "ours") == 6
     failed = oncelog("topics", "add-partitions", "--bootstrap-server", bootstrap, "--topic",
                      "ours", "--partitions", "2", check=False)
-    assert failed.returncode == 1 and "InvalidPartitionsError" in failed.stderr
+    assert failed.returncode == 1 and "INVALID_PARTITIONS" in failed.stderr
     described = oncelog("topics", "describe", "--bootstrap-server", bootstrap, "--topic", "ours")
     assert "PartitionCount: 6" in described.stdout
 

@@ -141,7 +141,7 @@ def test_our_admin_the_cli_and_the_producer_state(broker, tmp_path):
     assert _earliest(bootstrap, "ours-dr") == 5
     failed = oncelog("delete-records", "--bootstrap-server", bootstrap, "--topic", "ours-dr",
                      "--partition", "0", "--offset", "99", check=False)
-    assert failed.returncode == 1 and "OffsetOutOfRangeError" in failed.stderr
+    assert failed.returncode == 1 and "OFFSET_OUT_OF_RANGE" in failed.stderr
     bad = oncelog("delete-records", "--bootstrap-server", bootstrap, "--topic", "ours-dr",
                   check=False)
     assert bad.returncode == 2 and "--offset" in bad.stderr

@@ -218,7 +218,7 @@ def test_acls_decide_the_operations_and_a_denied_group_raises(tmp_path):
         out = cli(b.bootstrap_servers, "--group", "bobs-group", "--user", "alice",
                   "--password", USERS["alice"])
         assert out.returncode == 1
-        assert "GroupAuthorizationFailedError" in out.stderr
+        assert "GROUP_AUTHORIZATION_FAILED" in out.stderr
 
 
 def test_the_cli_on_a_group_with_offsets_and_no_members(group):

@@ -274,7 +274,7 @@ def test_the_cli_adds_describes_and_deletes(broker):
     assert not logs_in(bs, "hank", "hank-secret")
     out = run("--alter", "--entity-type", "users", "--entity-name", "hank", "--delete-config",
               "SCRAM-SHA-512")
-    assert out.returncode == 1 and "ResourceNotFoundError" in out.stderr
+    assert out.returncode == 1 and "RESOURCE_NOT_FOUND" in out.stderr
     out = run("--alter", "--entity-type", "users", "--entity-name", "hank", "--add-config",
               "SCRAM-SHA-256=[iterations=100,password=x]")
     assert out.returncode == 1 and "Too few iterations" in out.stderr

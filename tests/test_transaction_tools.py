@@ -6,6 +6,9 @@ refuses an id that does not exist and works whatever the broker's transaction.ma
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from support.cli import broker, oncelog  # noqa: F401 (broker: a fixture)
 from support.raw_wire import (
@@ -57,11 +60,35 @@ def test_admin_sees_an_open_transaction_then_its_end(broker):  # noqa: F811
         assert d.start_ms is None and not d.partitions
         with pytest.raises(TransactionalIdNotFoundError):
             admin.describe_transactions(["nobody"])
-    out = oncelog("transactions", "list", "--bootstrap-server", bs).stdout
-    assert "tools-1" in out and "CompleteCommit" in out
-    out = oncelog("transactions", "describe", "--transactional-id", "tools-1",
-                  "--bootstrap-server", bs).stdout
-    assert out.splitlines()[0].startswith("TransactionalId\tProducerId")
+    lines = oncelog("transactions", "list", "--bootstrap-server", bs).stdout.splitlines()
+    assert cells(lines[0]) == ["TransactionalId", "Coordinator", "ProducerId",
+                               "TransactionState"]  # Kafka's columns
+    assert ["tools-1", "1", str(d.producer_id), "CompleteCommit"] in map(cells, lines[1:])
+    assert len({len(line) for line in lines}) == 1  # aligned, as Kafka's prettyPrintTable
+    lines = oncelog("transactions", "describe", "--transactional-id", "tools-1",
+                    "--bootstrap-server", bs).stdout.splitlines()
+    assert cells(lines[0]) == [
+        "CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+        "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
+        "TopicPartitions"]
+    assert cells(lines[1]) == ["1", "tools-1", str(d.producer_id), str(d.producer_epoch),
+                               "CompleteCommit", "60000", "None", "None", ""]
+    (js,) = json.loads(oncelog("transactions", "describe", "--transactional-id", "tools-1",
+                               "--bootstrap-server", bs, "--output", "json").stdout)
+    assert (js["CoordinatorId"], js["TransactionState"], js["CurrentTransactionStartTimeMs"]) \
+        == (1, "CompleteCommit", None)
+    js = json.loads(oncelog("transactions", "list", "--bootstrap-server", bs, "--output",
+                            "json").stdout)
+    assert {"TransactionalId": "tools-1", "Coordinator": 1, "ProducerId": d.producer_id,
+            "TransactionState": "CompleteCommit"} in js
+    with Admin(bootstrap_servers=bs) as admin:
+        assert admin.describe_transactions(["tools-1"])["tools-1"].coordinator_id == 1
+        assert {t.coordinator_id for t in admin.list_transactions()} == {1}
+
+
+def cells(line: str) -> list[str]:
+    """A row of Kafka's table: padded cells, each followed by a tab."""
+    return [c.strip() for c in line.split("\t")][:-1]
 
 
 def test_a_hanging_transaction_is_found_and_aborted_by_its_start_offset(broker):  # noqa: F811
@@ -87,6 +114,50 @@ def test_a_hanging_transaction_is_found_and_aborted_by_its_start_offset(broker):
                       "--start-offset", "1", "--bootstrap-server", bs).stdout
         assert f"producer {pid}" in out
         assert lso(conn, "tools-h") == latest_offset(conn, "tools-h") == 4
+
+
+def test_find_hanging_lists_the_transaction_no_coordinator_will_end(broker):  # noqa: F811
+    """As kafka-transactions.sh find-hanging: an open transaction whose producer id no
+    coordinator knows is hanging; one its coordinator holds (Ongoing, this partition) is not;
+    neither is one younger than --max-transaction-timeout."""
+    bs = broker.bootstrap_servers
+    with Admin(bootstrap_servers=bs) as admin:
+        admin.create_topics([NewTopic("tools-fh", num_partitions=2)])
+    find = ["transactions", "find-hanging", "--bootstrap-server", bs]
+    with Producer(bootstrap_servers=bs, transactional_id="tools-fh1") as p, \
+            RawConnection(bs) as conn:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("tools-fh", b"live", partition=0).result()  # Ongoing: its coordinator ends it
+        pid = conn.request(init_producer_id_request()).producer_id
+        # written 20 minutes ago (its records' timestamps: the producer's LastTimestamp)
+        twenty_minutes_ago = int(time.time() * 1000) - 20 * 60_000
+        produce(conn, "tools-fh", 1, idempotent_batch(pid, 0, 0, [b"h"], is_transactional=True,
+                                                      timestamp=twenty_minutes_ago))
+        # with a 0-minute limit the live transaction is a candidate too, but its coordinator
+        # holds it
+        for scope in (["--topic", "tools-fh"], ["--topic", "tools-fh", "--partition", "1"],
+                      ["--broker-id", "1"]):
+            lines = oncelog(*find, *scope, "--max-transaction-timeout", "0").stdout.splitlines()
+            assert cells(lines[0]) == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
+                                       "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+                                       "Duration(min)"]
+            rows = [cells(line) for line in lines[1:]]
+            assert [r[:6] for r in rows] == [["tools-fh", "1", str(pid), "0", "-1", "0"]], rows
+            assert rows[0][6:] == [str(twenty_minutes_ago), "20"]
+        (js,) = json.loads(oncelog(*find, "--topic", "tools-fh", "--output", "json").stdout)
+        assert js == {"Topic": "tools-fh", "Partition": 1, "ProducerId": pid, "ProducerEpoch": 0,
+                      "CoordinatorEpoch": -1, "StartOffset": 0,
+                      "LastTimestamp": twenty_minutes_ago, "Duration(min)": 20}
+        # the default limit (15 minutes) finds it; 30 minutes: not old enough to be suspect
+        assert len(oncelog(*find, "--topic", "tools-fh").stdout.splitlines()) == 2
+        assert oncelog(*find, "--topic", "tools-fh", "--max-transaction-timeout",
+                       "30").stdout.splitlines()[1:] == []
+        p.abort_transaction()
+    bad = oncelog(*find, check=False)
+    assert bad.returncode == 1 and "requires either --topic or --broker-id" in bad.stderr
+    bad = oncelog(*find, "--broker-id", "1", "--partition", "0", check=False)
+    assert bad.returncode == 1 and "--partition argument requires --topic" in bad.stderr
 
 
 def test_force_terminate_of_an_unknown_id_fails_and_creates_nothing(broker):  # noqa: F811

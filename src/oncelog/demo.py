@@ -1,4 +1,5 @@
-"""``oncelog demo``: spec 001's pipeline on Spark, exactly once through a driver crash.
+"""``oncelog demo``: the purchases pipeline on Spark (each purchase -> one invoice and one
+shipment), exactly once through a driver crash.
 
 1. starts an embedded broker (two-phase commit enabled) and creates ``purchases``, ``invoices``
    and ``shipments``;

@@ -29,3 +29,12 @@ def oncelog(*args: str, stdin: str | None = None, check: bool = True,
 def broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("cli") / "data") as b:
         yield b
+
+
+@pytest.fixture(scope="module")
+def groups_broker(tmp_path_factory):
+    """A broker process whose groups rebalance at once (no initial rebalance delay): for
+    tests where a command joins a group (tests/test_cli_groups.py, test_cli_consume.py)."""
+    with BrokerProcess(tmp_path_factory.mktemp("cli") / "data",
+                       settings={"group.initial.rebalance.delay.ms": "0"}) as b:
+        yield b

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import time
 
+from ..client.reachable import SaslRequiredError, check_reachable
 from ..errors import KafkaError
 from . import partition_commands
+from .errors import describe as describe_error
+from .errors import sasl_message, show_retries
+from .table import print_table
 
 
 def run(args) -> int:
+    show_retries(args.command)
     try:
+        if args.command == "groups":  # also consumer-groups (the same parser)
+            return _consumer_groups(args)
         if args.command == "topics":
             return _topics(args)
         if args.command == "produce":
@@ -20,7 +25,9 @@ def run(args) -> int:
         if args.command == "consume":
             return _consume(args)
         if args.command == "transactions":
-            return _transactions(args)
+            from .transaction_commands import run as run_transactions
+
+            return run_transactions(args, connect(args))
         if args.command == "acls":
             return _acls(args)
         if args.command == "delete-records":
@@ -29,57 +36,50 @@ def run(args) -> int:
             from .configs_command import run as run_configs
 
             return run_configs(args, connect)
+        if args.command == "users":
+            from .. import Admin
+            from .users_command import run as run_users
+
+            with Admin(**connect(args)) as admin:
+                return run_users(args, admin)
         if args.command == "consumer-groups":
             return _consumer_groups(args)
     except KafkaError as exc:
-        print(f"oncelog {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"oncelog {args.command}: {describe_error(exc, args)}", file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while waiting on a broker: stop, no traceback
+        print(f"oncelog {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # stdout closed early (| head): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except ConnectionError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 1
     except (OSError, TimeoutError) as exc:
-        print(f"oncelog {args.command}: cannot reach {args.bootstrap_server}: {exc}",
-              file=sys.stderr)
+        print(f"oncelog {args.command}: cannot reach {args.bootstrap_server}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug of ours: say so in a line, the traceback on request
+        if os.environ.get("ONCELOG_DEBUG"):
+            raise
+        print(f"oncelog {args.command}: unexpected error ({exc or 'no message'}); "
+              "ONCELOG_DEBUG=1 shows where", file=sys.stderr)
         return 1
     raise AssertionError(args.command)
-
-
-_REACHED: set[str] = set()
-CONNECT_TIMEOUT_S = 5.0
-
-
-def check_reachable(bootstrap_servers: str) -> None:
-    """Fail at once, naming the address and what happened, when no bootstrap server takes a
-    TCP connection (the clients would retry until their timeouts, then say only that a node
-    was not reachable). Once per process and list."""
-    if bootstrap_servers in _REACHED:
-        return
-    failures = []
-    for address in (a.strip() for a in bootstrap_servers.split(",") if a.strip()):
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
-                                          timeout=CONNECT_TIMEOUT_S):
-                _REACHED.add(bootstrap_servers)
-                return
-        except ValueError:
-            failures.append(f"bad address {address!r} (HOST:PORT)")
-        except ConnectionRefusedError:
-            failures.append(f"connection refused to {address}")
-        except TimeoutError:
-            failures.append(f"no answer from {address} within {CONNECT_TIMEOUT_S:g} s")
-        except OSError as exc:
-            failures.append(f"cannot connect to {address}: {exc.strerror or exc}")
-    raise ConnectionError("; ".join(failures) or "no bootstrap server given")
 
 
 def connect(args) -> dict:
     """Client settings from the common flags: the bootstrap server and, with --user, SASL.
     Checks first that a bootstrap server takes connections (``check_reachable``)."""
-    check_reachable(args.bootstrap_server)
+    try:
+        check_reachable(args.bootstrap_server,
+                        without_credentials=not getattr(args, "user", None))
+    except SaslRequiredError as exc:
+        raise ConnectionError(sasl_message(exc.address)) from None
     out: dict = {"bootstrap_servers": args.bootstrap_server}
     if getattr(args, "user", None):
         password = args.password if args.password is not None else \
@@ -93,10 +93,10 @@ def connect(args) -> dict:
 
 def _consumer_groups(args) -> int:
     from .. import Admin
-    from .group_commands import run_describe, run_list
+    from .group_commands import run as run_groups
 
     with Admin(**connect(args)) as admin:
-        return run_describe(args, admin) if args.describe else run_list(args, admin)
+        return run_groups(args, admin)
 
 
 def _acls(args) -> int:
@@ -123,11 +123,11 @@ def _acls(args) -> int:
             rtype, name = given[0] if given else (ResourceType.ANY, None)
             found = admin.describe_acls(AclFilter(
                 rtype, name, pattern if given else PatternType.ANY, args.principal))
-            _table(["ResourceType", "Name", "PatternType", "Principal", "Host", "Operation",
-                    "Permission"],
-                   [[display(b.resource_type), b.resource_name, display(b.pattern_type),
-                     b.principal, b.host, display(b.operation), display(b.permission)]
-                    for b in found])
+            print_table(["ResourceType", "Name", "PatternType", "Principal", "Host",
+                         "Operation", "Permission"],
+                        [[display(b.resource_type), b.resource_name, display(b.pattern_type),
+                          b.principal, b.host, display(b.operation), display(b.permission)]
+                         for b in found])
             return 0
         if len(given) != 1:
             raise ValueError("give exactly one of --topic, --group, --transactional-id, "
@@ -157,89 +157,6 @@ def _acls(args) -> int:
     return 0
 
 
-def _table(header: list[str], rows: list[list[object]]) -> None:
-    print("\t".join(header))
-    for row in rows:
-        print("\t".join(str(v) for v in row))
-
-
-def _transactions(args) -> int:
-    from .. import Admin, TopicPartition
-
-    with Admin(**connect(args)) as admin:
-        action = args.transactions_command
-        if action == "list":
-            _table(["TransactionalId", "ProducerId", "TransactionState"],
-                   [[t.transactional_id, t.producer_id, t.state]
-                    for t in admin.list_transactions(states=args.state)])
-        elif action == "describe":
-            d = admin.describe_transactions([args.transactional_id])[args.transactional_id]
-            now = int(time.time() * 1000)
-            _table(["TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
-                    "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
-                    "TransactionDurationMs", "TopicPartitions"],
-                   [[d.transactional_id, d.producer_id, d.producer_epoch, d.state,
-                     d.timeout_ms, d.start_ms if d.start_ms is not None else "None",
-                     now - d.start_ms if d.start_ms is not None else "None",
-                     ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.partitions))]])
-        elif action == "describe-producers":
-            tp = TopicPartition(args.topic, args.partition)
-            _table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
-                    "LastTimestamp", "CurrentTransactionStartOffset"],
-                   [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
-                     p.last_timestamp, p.current_txn_start_offset]
-                    for p in admin.describe_producers([tp])[tp]])
-        elif action == "abort":
-            return _abort(admin, args)
-        elif action == "force-terminate":
-            return _force_terminate(admin, args.transactional_id)
-    return 0
-
-
-def _force_terminate(admin, txn_id: str) -> int:
-    from ..errors import TransactionalIdNotFoundError
-
-    try:
-        before = admin.force_terminate_transaction(txn_id)
-    except TransactionalIdNotFoundError:
-        # Not created by mistake (a typo would otherwise register a new id and print success).
-        print(f"oncelog transactions: transactional id {txn_id!r} does not exist (its "
-              "coordinator does not know it); nothing was terminated", file=sys.stderr)
-        return 1
-    if before.state == "Ongoing":
-        print(f"Terminated the transaction of {txn_id!r} (aborted; its producer is fenced).")
-    else:
-        print(f"Fenced the producer of {txn_id!r} (it had no open transaction to abort: "
-              f"{before.state}).")
-    return 0
-
-
-def _abort(admin, args) -> int:
-    from .. import TopicPartition
-
-    tp = TopicPartition(args.topic, args.partition)
-    given = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
-    if args.start_offset is not None:
-        # As kafka-transactions.sh: the producer whose open transaction starts there.
-        matches = [p for p in admin.describe_producers([tp])[tp]
-                   if p.current_txn_start_offset == args.start_offset]
-        if not matches:
-            print(f"oncelog transactions: no open transaction starts at offset "
-                  f"{args.start_offset} in {tp.topic}-{tp.partition}", file=sys.stderr)
-            return 1
-        p = matches[0]
-        given = (p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
-    elif None in given:
-        print("oncelog transactions abort: give --start-offset, or --producer-id, "
-              "--producer-epoch and --coordinator-epoch", file=sys.stderr)
-        return 2
-    pid, epoch, coordinator_epoch = given
-    admin.abort_transaction(tp, pid, epoch, coordinator_epoch)
-    print(f"Aborted the transaction of producer {pid} (epoch {epoch}) in "
-          f"{tp.topic}-{tp.partition}.")
-    return 0
-
-
 def _topics(args) -> int:
     from .. import Admin, NewTopic
 
@@ -259,100 +176,19 @@ def _topics(args) -> int:
         elif action in ("add-partitions", "alter"):
             return partition_commands.add_partitions(admin, args)
         elif action == "describe":
-            names = args.topic or sorted(admin.list_topics())
-            for name, desc in admin.describe_topics(names).items():
-                overrides = ",".join(f"{k}={v}" for k, v in sorted(desc.config.items()))
-                print(f"Topic: {name}\tPartitionCount: {len(desc.partitions)}\t"
-                      f"ReplicationFactor: {len(desc.partitions[0].replicas) if desc.partitions else 0}"
-                      f"\tConfigs: {overrides}")
-                for p in desc.partitions:
-                    print(f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
-                          f"Replicas: {','.join(map(str, p.replicas))}\t"
-                          f"Isr: {','.join(map(str, p.isr))}")
+            from .topic_describe import describe
+
+            return describe(admin, args)
     return 0
 
 
 def _produce(args) -> int:
-    from .. import Producer
+    from .console_tools import produce
 
-    acks = "all" if args.acks in ("all", "-1") else int(args.acks)
-    count = 0
-    with Producer(**connect(args), acks=acks,
-                  enable_idempotence=acks == "all",
-                  compression_type=args.compression_type) as producer:
-        futures = []
-        refused = None
-        sep = args.key_separator.encode() if args.key_separator is not None else None
-        for number, line in enumerate(sys.stdin.buffer, start=1):
-            line = line.rstrip(b"\r\n")
-            key = None
-            if sep is not None:
-                if sep not in line:  # as Kafka's console producer (parse.key=true)
-                    refused = (f"No key separator found on line number {number}: "
-                               f"'{line.decode(errors='replace')}'")
-                    break
-                key, line = line.split(sep, 1)
-            futures.append(producer.send(args.topic, value=line, key=key,
-                                         partition=args.partition))
-            count += 1
-        producer.flush()
-        for f in futures:
-            f.result()
-    print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
-    if refused is not None:
-        print(f"error: {refused}", file=sys.stderr)
-        return 1
-    return 0
+    return produce(args, connect(args))
 
 
 def _consume(args) -> int:
-    from .. import Admin, Consumer, TopicPartition
-    from ..errors import UnknownTopicOrPartitionError
+    from .console_tools import consume
 
-    with Admin(**connect(args)) as admin:
-        desc = admin.describe_topics([args.topic])[args.topic]
-    existing = [p.partition for p in desc.partitions]
-    partitions = args.partition if args.partition is not None else existing
-    for p in partitions:  # as produce refuses it: not a consumer waiting on nothing
-        if p not in existing:
-            raise UnknownTopicOrPartitionError(
-                f"partition {p} of topic {args.topic!r} does not exist (it has "
-                f"{len(existing)})")
-    tps = [TopicPartition(args.topic, p) for p in partitions]
-    seen = 0
-    out = sys.stdout
-    with Consumer(**connect(args),
-                  isolation_level=args.isolation_level) as consumer:
-        consumer.assign(tps)
-        if args.offset is not None:
-            for tp in tps:
-                consumer.seek(tp, args.offset)
-        elif args.from_beginning:
-            consumer.seek_to_beginning(*tps)
-        else:
-            consumer.seek_to_end(*tps)
-        last_record = time.monotonic()
-        while args.max_messages is None or seen < args.max_messages:
-            records = consumer.poll(timeout=0.5)
-            if not records:
-                if args.timeout_ms is not None and \
-                        (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
-                    break
-                continue
-            last_record = time.monotonic()
-            for r in records:
-                parts = []
-                if args.print_offset:
-                    parts.append(f"{r.partition}:{r.offset}")
-                if args.print_key:
-                    parts.append("null" if r.key is None else
-                                 r.key.decode("utf-8", "backslashreplace"))
-                parts.append("null" if r.value is None else
-                             r.value.decode("utf-8", "backslashreplace"))
-                out.write("\t".join(parts) + "\n")
-                seen += 1
-                if args.max_messages is not None and seen >= args.max_messages:
-                    break
-            out.flush()
-    print(f"Processed a total of {seen} messages", file=sys.stderr)
-    return 0
+    return consume(args, connect(args))

@@ -194,7 +194,8 @@ def dump_files(paths: list[str], print_data: bool, decoder: str | None = None) -
     problems = 0
     for path in paths:
         if not os.path.isfile(path):
-            print(f"oncelog dump-log: {path}: no such file", file=sys.stderr)
+            what = "a directory, not a segment file" if os.path.isdir(path) else "no such file"
+            print(f"oncelog dump-log: {path}: {what}", file=sys.stderr)
             return 2
         name = path.removesuffix(".cleaned").removesuffix(".swap")
         if name.endswith(INDEX_KINDS):

@@ -8,6 +8,7 @@ $ONCELOG_BOOTSTRAP_SERVER, else 127.0.0.1:9092), as Kafka's own tools do.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.metadata
 import os
 import sys
@@ -22,15 +23,15 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "ONCELOG_BOOTSTRAP_SERVER"
 
 
-def _add_bootstrap(p: argparse.ArgumentParser) -> None:
+def _add_bootstrap(p: argparse.ArgumentParser, password_flag: str = "--password") -> None:
     default = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
     p.add_argument("--bootstrap-server", default=default, metavar="HOST:PORT",
                    help=f"broker to connect to (default ${BOOTSTRAP_ENV}, else "
                    f"{DEFAULT_BOOTSTRAP}; now {default})")
     p.add_argument("--user", default=None,
-                   help="authenticate as this user (SASL_PLAINTEXT; password from --password "
-                   "or $ONCELOG_PASSWORD)")
-    p.add_argument("--password", default=None, help="the user's password")
+                   help=f"authenticate as this user (SASL_PLAINTEXT; password from "
+                   f"{password_flag} or $ONCELOG_PASSWORD)")
+    p.add_argument(password_flag, dest="password", default=None, help="the user's password")
     p.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
                    choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--metrics-port", type=int, default=None, help="serve the metrics as "
                    "Prometheus text at http://HOST:PORT/metrics (metrics.port; 0 picks a free "
                    "port)")
+    b.add_argument("--console-port", type=int, default=None, help="serve the read-only web "
+                   "console at http://HOST:PORT/ (console.port; 0 picks a free port)")
     b.add_argument("--set", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="a broker setting under Kafka's name, e.g. log.segment.bytes=1048576 "
                    "or log.flush.interval.messages=1 (repeatable)")
@@ -84,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     td = tsub.add_parser("describe", help="describe topics (all if --topic is not given)")
     _add_bootstrap(td)
     td.add_argument("--topic", action="append", default=[])
+    from .topic_describe import add_arguments as _describe_arguments
+
+    _describe_arguments(td)
     tx = tsub.add_parser("delete", help="delete a topic")
     _add_bootstrap(tx)
     tx.add_argument("--topic", required=True)
@@ -110,33 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--offset", type=int, default=None,
                     help="with --topic: the new first offset (-1: the high watermark)")
 
-    p = sub.add_parser("produce", help="produce lines from stdin, one record per line")
-    _add_bootstrap(p)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, default=None)
-    p.add_argument("--key-separator", default=None,
-                   help="split each line into key and value at the first occurrence; a "
-                   "line without it stops the producer with an error, as Kafka's console "
-                   "producer does (the lines before it are sent)")
-    p.add_argument("--compression-type", default="none",
-                   choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"])
+    from .console_args import add_parsers as _console_parsers
 
-    c = sub.add_parser("consume", help="print records to stdout, one per line")
-    _add_bootstrap(c)
-    c.add_argument("--topic", required=True)
-    c.add_argument("--partition", type=int, action="append", default=None,
-                   help="partition(s) to read (default: all)")
-    c.add_argument("--from-beginning", action="store_true",
-                   help="start at the earliest offset instead of the end")
-    c.add_argument("--offset", type=int, default=None, help="start at this offset")
-    c.add_argument("--isolation-level", default="read_uncommitted",
-                   choices=["read_uncommitted", "read_committed"])
-    c.add_argument("--max-messages", type=int, default=None, help="exit after this many")
-    c.add_argument("--timeout-ms", type=int, default=None,
-                   help="exit after this long without a new record")
-    c.add_argument("--print-key", action="store_true")
-    c.add_argument("--print-offset", action="store_true")
+    _console_parsers(sub, _add_bootstrap)
 
     x = sub.add_parser("transactions", help="list, describe or abort transactions",
                        description="Inspect transactions, as Kafka's kafka-transactions.sh.")
@@ -155,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bootstrap(xp)
     xp.add_argument("--topic", required=True)
     xp.add_argument("--partition", type=int, required=True)
+    from .transaction_commands import add_arguments as _transactions_arguments
+
+    _transactions_arguments(xsub, _add_bootstrap)
     xf = xsub.add_parser("force-terminate",
                          help="abort a transactional id's open (even prepared) transaction",
                          description="KIP-939's --forceTerminateTransaction: abort the open "
@@ -209,29 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .configs_command import add_arguments as _configs_arguments
 
     _configs_arguments(g)
-    cg = sub.add_parser("consumer-groups", help="list or describe consumer groups",
-                        description="As Kafka's kafka-consumer-groups.sh. --list: every consumer "
-                        "group, optionally only in some states (--state Stable) or of some "
-                        "types (--type classic); either flag adds its column. --describe "
-                        "--group G: per partition the committed offset, log end offset, lag "
-                        "and consumer; with --members the members (--verbose: and their "
-                        "partitions), with --state the coordinator, assignor and state.")
-    _add_bootstrap(cg)
-    action = cg.add_mutually_exclusive_group(required=True)
-    action.add_argument("--list", action="store_true")
-    action.add_argument("--describe", action="store_true")
-    cg.add_argument("--group", action="append", default=None,
-                    help="with --describe: the group (repeatable)")
-    cg.add_argument("--all-groups", action="store_true", help="with --describe: every group")
-    cg.add_argument("--members", action="store_true", help="with --describe: the members")
-    cg.add_argument("--verbose", action="store_true",
-                    help="with --describe --members: each member's partitions")
-    cg.add_argument("--state", nargs="?", action="append", const="", default=None,
-                    help="--list: only groups in this state (repeatable; alone: show the "
-                    "states); --describe: the group's state view")
-    cg.add_argument("--type", nargs="?", action="append", const="", default=None,
-                    help="only groups of this type: classic, consumer (repeatable; alone: "
-                    "show the types)")
+    from .users_command import add_arguments as _users_arguments
+
+    _users_arguments(sub, _add_bootstrap)
+    from .group_commands import add_parser as _groups_parser
+
+    _groups_parser(sub, _add_bootstrap)
 
     k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
@@ -249,8 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _verify_arguments(v)
 
-    sub.add_parser("demo", help="spec 001's pipeline on Spark, exactly once through a driver "
-                   "SIGKILL (oncelog demo --help)", add_help=False)
+    sub.add_parser("demo", help="the purchases pipeline on Spark (a transactional producer, "
+                   "a Spark job copying exactly once, a read_committed check) through a "
+                   "driver SIGKILL (oncelog demo --help)", add_help=False)
 
     d = sub.add_parser("dump-log", help="print the batches of a segment file",
                        description="One line per batch, as Kafka's DumpLogSegments prints them.")
@@ -272,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         from ..demo import main as demo
 
         return demo(argv[1:])
-    args = build_parser().parse_args(argv)
+    from .group_commands import kafka_style
+
+    args = build_parser().parse_args(kafka_style(argv))
     if args.command == "broker":
         from ..server import ConfigError, run_broker
 
@@ -280,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
             settings = dict(args.set)
             if args.metrics_port is not None:
                 settings["metrics.port"] = str(args.metrics_port)
+            if args.console_port is not None:
+                settings["console.port"] = str(args.console_port)
             if args.node_id is not None:
                 settings["node.id"] = str(args.node_id)
             if args.zookeeper is not None:
@@ -293,7 +266,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oncelog broker: {exc}", file=sys.stderr)
             return 2
         except OSError as exc:
-            print(f"oncelog broker: cannot start: {exc}", file=sys.stderr)
+            # In words, without errno numbers or asyncio's address tuples (an error of ours,
+            # with no errno, says it all already).
+            if exc.errno == errno.EADDRINUSE:
+                text = f"failed to bind to {args.host}:{args.port}: {os.strerror(exc.errno)}"
+            elif exc.errno:
+                text = os.strerror(exc.errno) + (f": {exc.filename}" if exc.filename else "")
+            else:
+                text = str(exc)
+            print(f"oncelog broker: cannot start: {text}", file=sys.stderr)
             return 1
         return 0
     if args.command == "cluster":

@@ -35,8 +35,11 @@ def offsets_from_json(path: str) -> dict[tuple[str, int], int]:
     ``{"partitions": [{"topic": "t", "partition": 0, "offset": 10}], "version": 1}``."""
     try:
         doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--offset-json-file {path}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"--offset-json-file {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--offset-json-file {path}: not JSON ({exc.msg} at line "
+                         f"{exc.lineno} column {exc.colno})") from None
     out: dict[tuple[str, int], int] = {}
     try:
         entries = list(doc["partitions"])
@@ -49,7 +52,7 @@ def offsets_from_json(path: str) -> dict[tuple[str, int], int]:
             offset = int(e["offset"])
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"--offset-json-file {path}: each partition needs topic, "
-                             f"partition and offset, not {e!r}") from None
+                             f"partition (a number) and offset (a number), not {json.dumps(e)}") from None
         if tp in out:
             raise ValueError(f"--offset-json-file {path}: {tp[0]}-{tp[1]} is listed twice")
         out[tp] = offset

@@ -16,6 +16,7 @@ import re
 import sys
 
 from ..security.scram import MECHANISM_CODES
+from .errors import describe as describe_error
 
 _ENTRY = re.compile(r"\s*([A-Za-z0-9-]+)\s*=\s*\[([^\]]*)\]\s*")
 
@@ -88,7 +89,7 @@ def run_users(args, admin) -> int:
     failed = False
     for user, error in admin.alter_user_scram_credentials(alterations).items():
         if error is not None:
-            print(f"oncelog configs: {type(error).__name__}: {error}", file=sys.stderr)
+            print(f"oncelog configs: {describe_error(error)}", file=sys.stderr)
             failed = True
         else:
             print(f"Completed updating config for user {user}.")

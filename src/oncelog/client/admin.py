@@ -391,7 +391,8 @@ class Admin:
             if int(r.error_code):
                 raise error_for_code(int(r.error_code))("list transactions")
             out.extend(TransactionListing(t.transactional_id, int(t.producer_id),
-                                          t.transaction_state) for t in r.transaction_states)
+                                          t.transaction_state, node)
+                       for t in r.transaction_states)
         return sorted(out, key=lambda t: t.transactional_id)
 
     def describe_transactions(self, transactional_ids: Iterable[str]
@@ -403,10 +404,13 @@ class Admin:
                 for txn_id in transactional_ids}
 
     def _describe_transaction(self, txn_id: str, deadline: float) -> TransactionDescription:
+        found = Coordinators()
         r = self._to_coordinator(
             KEY_TYPE_TRANSACTION, txn_id, ApiKey.DESCRIBE_TRANSACTIONS,
             {"transactional_ids": [txn_id]}, deadline,
-            lambda r: int(r.transaction_states[0].error_code), f"transactional id {txn_id!r}")
+            lambda r: int(r.transaction_states[0].error_code), f"transactional id {txn_id!r}",
+            coordinators=found)
+        coordinator = found.get(KEY_TYPE_TRANSACTION, txn_id)
         (s,) = r.transaction_states
         if int(s.error_code):
             raise error_for_code(int(s.error_code))(f"transactional id {txn_id!r}")
@@ -414,12 +418,15 @@ class Admin:
         return TransactionDescription(
             txn_id, s.transaction_state, int(s.producer_id), int(s.producer_epoch),
             millis(s.transaction_timeout), start if start > 0 else None,
-            frozenset(TopicPartition(t.topic, int(p)) for t in s.topics for p in t.partitions))
+            frozenset(TopicPartition(t.topic, int(p)) for t in s.topics for p in t.partitions),
+            coordinator.node_id if coordinator is not None else -1)
 
-    def describe_producers(self, partitions: Iterable[TopicPartition]
+    def describe_producers(self, partitions: Iterable[TopicPartition],
+                           broker_id: int | None = None
                            ) -> dict[TopicPartition, list[ProducerState]]:
-        """The producer state of each partition, from its leader: who writes there, and where
-        each open transaction starts (to find a hanging one)."""
+        """The producer state of each partition, from its leader (or from the replica on
+        ``broker_id``, as Kafka's DescribeProducersOptions.brokerId): who writes there, and
+        where each open transaction starts (to find a hanging one)."""
         tps = [TopicPartition(*tp) for tp in partitions]
         deadline = self._deadline()
         cluster = self._metadata(sorted({tp.topic for tp in tps}))
@@ -427,7 +434,7 @@ class Admin:
         for tp in tps:
             r = self._net.request_any(ApiKey.DESCRIBE_PRODUCERS, {"topics": [
                 {"name": tp.topic, "partition_indexes": [tp.partition]}]}, deadline,
-                node_id=cluster.leader_for(tp))
+                node_id=cluster.leader_for(tp) if broker_id is None else broker_id)
             (p,) = r.topics[0].partitions
             if int(p.error_code):
                 raise error_for_code(int(p.error_code))(
@@ -548,6 +555,22 @@ class Admin:
             self._to_coordinator, group_id, None if partitions is None else list(partitions),
             self._deadline())
 
+    def alter_consumer_group_offsets(self, group_id: str,
+                                     offsets: Mapping[TopicPartition, int]) -> None:
+        """Kafka's Admin.alterConsumerGroupOffsets (OffsetCommit outside the group): set the
+        group's committed offset (the next offset to read) of each partition. The group must
+        have no active members: one with members answers UnknownMemberIdError."""
+        admin_groups.alter_consumer_group_offsets(self._to_coordinator, group_id, offsets,
+                                                  self._deadline())
+
+    def delete_consumer_groups(self, group_ids: Iterable[str]
+                               ) -> dict[str, KafkaError | None]:
+        """Kafka's Admin.deleteConsumerGroups (DeleteGroups): delete these groups and their
+        committed offsets. Per group: None, or the error that kept it (NonEmptyGroupError
+        while it has members, GroupIdNotFoundError, GroupAuthorizationFailedError)."""
+        return admin_groups.delete_consumer_groups(self._to_coordinator, group_ids,
+                                                   self._deadline())
+
     def list_offsets(self, specs: Mapping[TopicPartition, int],
                      isolation_level: str = "read_uncommitted"
                      ) -> dict[TopicPartition, ListOffsetsResultInfo]:
@@ -559,15 +582,16 @@ class Admin:
                                          isolation_level == "read_committed", self._deadline())
 
     def _to_coordinator(self, key_type: int, key: str, api_key: ApiKey, values: dict,
-                        deadline: float, error_of: Callable[[Any], int], what: str) -> Any:
+                        deadline: float, error_of: Callable[[Any], int], what: str,
+                        coordinators: Coordinators | None = None) -> Any:
         """Send to the coordinator of ``key`` (a transactional id or a group) and return its
         answer, retrying retriable ones (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...)
         and an unreachable node until ``deadline`` (a coordinator moves when its broker
-        fails)."""
+        fails). ``coordinators``: where the coordinator found is left (who answered)."""
         # Each call finds the coordinator afresh (Kafka's admin CoordinatorStrategy): admin
         # calls are rare and independent, and a coordinator found calls ago may have moved.
         return coordinator_request.do(
-            self._net, Coordinators(),
+            self._net, coordinators if coordinators is not None else Coordinators(),
             _CoordinatorHandler(api_key, key_type, key, values, error_of, what), deadline)
 
     # --- ACLs (KIP-11; CreateAcls / DescribeAcls / DeleteAcls) ---------------------------------
@@ -647,6 +671,7 @@ class Admin:
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the connections. A closed Admin cannot be used again."""
         if not self._closed:
             self._closed = True
             self._net.close()

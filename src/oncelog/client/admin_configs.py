@@ -58,14 +58,17 @@ class ConfigResource:
 
     @classmethod
     def topic(cls, name: str) -> ConfigResource:
+        """A topic's configs."""
         return cls(ConfigResourceType.TOPIC, name)
 
     @classmethod
     def broker(cls, node_id: int | str) -> ConfigResource:
+        """One broker's configs (its dynamic overrides when altered)."""
         return cls(ConfigResourceType.BROKER, str(node_id))
 
     @classmethod
     def broker_default(cls) -> ConfigResource:
+        """The cluster-wide dynamic broker defaults (Kafka's --entity-default)."""
         return cls(ConfigResourceType.BROKER, "")
 
 

@@ -254,3 +254,57 @@ def list_offsets(net: NetworkClient, metadata: Callable[[list[str]], Any],
 
 def _remaining_ms(net: NetworkClient, deadline: float) -> int:
     return max(1, min(int((deadline - time.monotonic()) * 1000), net.config.request_timeout_ms))
+
+
+def alter_consumer_group_offsets(to_coordinator: Callable[..., Any], group_id: str,
+                                 offsets: Mapping[TopicPartition, int], deadline: float
+                                 ) -> None:
+    """Kafka's Admin.alterConsumerGroupOffsets: an OffsetCommit to the group's coordinator
+    without membership (generation -1, no member id), which the coordinator accepts only
+    while the group has no members. Raises the first partition's error, as Kafka's
+    ``all()``: UnknownMemberIdError for a group with active members, GroupAuthorizationFailed,
+    TopicAuthorizationFailed, UnknownTopicOrPartition ..."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for tp, offset in offsets.items():
+        tp = TopicPartition(*tp)
+        by_topic.setdefault(tp.topic, []).append({
+            "partition_index": tp.partition, "committed_offset": int(offset),
+            "committed_leader_epoch": -1, "committed_metadata": ""})
+    if not by_topic:
+        return
+    what = f"altering offsets of group {group_id!r}"
+    r = to_coordinator(KEY_TYPE_GROUP, group_id, ApiKey.OFFSET_COMMIT, {
+        "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+        "group_instance_id": None, "retention_time": -1,
+        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
+        deadline, _commit_error, what)
+    for t in r.topics:
+        for p in t.partitions:
+            if int(p.error_code):
+                raise error_for_code(int(p.error_code))(
+                    f"{what}: {t.name}-{p.partition_index}")
+
+
+def _commit_error(response: Any) -> int:
+    return next((int(p.error_code) for t in response.topics for p in t.partitions
+                 if int(p.error_code)), 0)
+
+
+def delete_consumer_groups(to_coordinator: Callable[..., Any], group_ids: Iterable[str],
+                           deadline: float) -> dict[str, KafkaError | None]:
+    """Kafka's Admin.deleteConsumerGroups (DeleteGroups to each group's coordinator): per
+    group None (deleted with its committed offsets) or the error that kept it:
+    NonEmptyGroupError while it has members, GroupIdNotFoundError for a group nobody knows,
+    GroupAuthorizationFailedError."""
+    out: dict[str, KafkaError | None] = {}
+    for group_id in dict.fromkeys(group_ids):
+        what = f"deleting group {group_id!r}"
+        r = to_coordinator(KEY_TYPE_GROUP, group_id, ApiKey.DELETE_GROUPS,
+                           {"groups_names": [group_id]}, deadline, _delete_error, what)
+        code = _delete_error(r)
+        out[group_id] = error_for_code(code)(what) if code else None
+    return out
+
+
+def _delete_error(response: Any) -> int:
+    return next((int(g.error_code) for g in response.results), 0)

@@ -197,6 +197,10 @@ CONSUMER_KEYS = _table(
     Key("max.partition.fetch.bytes", 1048576, _non_negative_int),
     Key("check.crcs", True, _bool),
     Key("max.poll.records", 500, _positive_int),
+    # how long iterating a Consumer (``for record in consumer``) waits for a record before the
+    # loop ends; -1: forever (the old Scala consumer's consumer.timeout.ms, kafka-python's
+    # consumer_timeout_ms)
+    Key("consumer.timeout.ms", -1, _int),
     Key("default.api.timeout.ms", 60000, _positive_int),
     Key("group.id", None, _optional_str),
     Key("group.instance.id", None, _optional_str),

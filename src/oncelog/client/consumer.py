@@ -3,7 +3,7 @@ committed offsets.
 
     consumer = Consumer(bootstrap_servers=addr, group_id="billing", auto_offset_reset="earliest")
     consumer.subscribe(["events"])
-    for record in consumer.poll(timeout=1.0):
+    for record in consumer:          # or: for record in consumer.poll(timeout=1.0)
         ...
 
 Everything but the group heartbeats runs on the caller's thread; one consumer must not be used
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
 from ..records.columnar import RecordColumns
@@ -123,9 +123,11 @@ class Consumer:
         self._fetcher.metadata_stale = True
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now (assigned, or given by its group)."""
         return set(self._subs.assigned())
 
     def unsubscribe(self) -> None:
+        """Leave the group and drop the assignment; subscribe() or assign() may follow."""
         if self._subscribed and self._group is not None:
             self._group.close(self._deadline(None))
             self._group = GroupCoordinator(self.config, self.client_id, self._net, self._subs,
@@ -186,6 +188,7 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition],
                           timeout: float | None = None) -> dict[TopicPartition, int]:
+        """The log start offset of each partition (the first offset still in the log)."""
         tps = [TopicPartition(*tp) for tp in partitions]
         return self._fetcher.list_offsets(dict.fromkeys(tps, LIST_OFFSETS_EARLIEST),
                                           self._deadline(timeout))
@@ -290,9 +293,29 @@ class Consumer:
             for req in self._net.poll(remaining):
                 fetcher.handle(req)
 
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """``for record in consumer``: the records ``poll`` returns, one at a time.
+
+        The loop waits for records as long as it takes, or, with ``consumer_timeout_ms`` set
+        (>= 0), ends once that long has passed without a record (as kafka-python's consumer).
+        Positions, auto-commits and group callbacks behave as with ``poll``: the next records
+        are fetched once the ones returned before have been iterated over.
+        """
+        quiet_ms = self.config.consumer_timeout_ms
+        while True:
+            if quiet_ms < 0:
+                records = self.poll(1.0)
+            else:
+                records = self.poll(quiet_ms / 1000)
+                if not records:
+                    return
+            yield from records
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Leave the group (auto-committing first if enable.auto.commit) and close the
+        connections. A closed consumer cannot be used again."""
         if self._closed:
             return
         self._closed = True

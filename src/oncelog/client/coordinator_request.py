@@ -32,6 +32,7 @@ from ..errors import (
     error_for_code,
 )
 from ..protocol import ApiKey
+from . import retries
 from .backoff import ExponentialBackoff
 from .connection import RequestValues
 from .errors import KafkaTimeoutError
@@ -252,6 +253,7 @@ class CoordinatorCall:
             self.fail(self.handler.timeout_error(error))
         else:
             self.retry_at = now + delay
+            retries.note(self.handler.api.name, error, self.attempts + 1, self.deadline - now)
 
 
 def do(net: NetworkClient, coordinators: Coordinators, handler: CoordinatorRequestHandler,

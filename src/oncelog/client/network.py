@@ -23,6 +23,7 @@ from ..errors import (
     UnsupportedSaslMechanismError,
 )
 from ..protocol import ApiKey
+from . import retries
 from .backoff import reconnect_backoff, retry_backoff
 from .config import ClientConfig
 from .connection import BrokerConnection, Decoder, InFlightRequest, RequestValues
@@ -308,6 +309,7 @@ class NetworkClient:
                     last = exc
                     failed.add(target)
             attempt += 1
+            retries.note(ApiKey(api_key).name, last, attempt + 1, deadline - time.monotonic())
             self._backoff(attempt, deadline)
 
     def _backoff(self, attempt: int, deadline: float) -> None:

@@ -31,6 +31,7 @@ from ..records.columnar import (
     headers_arg,
     int64_column,
 )
+from . import retries
 from .accumulator import EncodedBatch, RecordAccumulator, estimate_record_size
 from .bulk_send import BatchGroup, route_rows
 from .config import producer_config
@@ -142,6 +143,8 @@ class Producer:
         self._transactions().complete(prepared_txn_state, timeout)
 
     def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until commit_transaction or abort_transaction
+        belong to it. Needs init_transactions first; one transaction at a time."""
         self._transactions().begin_transaction()
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int] | Any,
@@ -371,6 +374,8 @@ class Producer:
         if partitions is not None and topic in sender.topics:
             return partitions
         sender.request_metadata(topic)
+        last_noted: KafkaError | None = None
+        attempt = 1
         with sender.metadata_changed:
             while True:
                 partitions = sender.net.cluster.partitions_for(topic)
@@ -385,6 +390,10 @@ class Producer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
+                if error is not None and error is not last_noted:
+                    # a metadata answer without the topic: say what send() waits for
+                    last_noted, attempt = error, attempt + 1
+                    retries.note("METADATA", error, attempt, remaining)
                 sender.metadata_changed.wait(remaining)
         sender.forget_topic(topic)
         waited = self.config.max_block_ms

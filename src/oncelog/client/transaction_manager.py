@@ -117,6 +117,7 @@ class PreparedTxnState:
 
     @property
     def has_transaction(self) -> bool:
+        """False for the state of "no prepared transaction" (producer id -1)."""
         return self.producer_id >= 0
 
     def __str__(self) -> str:

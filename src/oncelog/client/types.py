@@ -103,6 +103,7 @@ class TransactionListing:
     transactional_id: str
     producer_id: int
     state: str  # as Kafka names it: Empty, Ongoing, PrepareCommit, CompleteAbort ...
+    coordinator_id: int = -1  # the broker that answered (Kafka's allByBrokerId key)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class TransactionDescription:
     timeout_ms: int
     start_ms: int | None  # when the open transaction began; None when none is open
     partitions: frozenset[TopicPartition]
+    coordinator_id: int = -1  # the broker coordinating the id (Kafka's coordinatorId())
 
 
 @dataclass(frozen=True)

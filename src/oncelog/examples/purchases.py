@@ -1,4 +1,4 @@
-"""The application of spec 001: purchases in, invoices and shipments out, exactly once.
+"""The purchases application: purchases in, invoices and shipments out, exactly once.
 
 For every purchase consumed from ``purchases`` the app produces one invoice to ``invoices`` and
 one shipment to ``shipments``, and commits the consumed offset in the same transaction

@@ -1,5 +1,5 @@
 """A tour of the client (the demo before the Spark one): start an embedded broker on a free port, produce purchases with our client
-(idempotent), read them back with confluent-kafka (librdkafka), then run spec 001's
+(idempotent), read them back with confluent-kafka (librdkafka), then run the purchases
 exactly-once application on our client (purchases -> invoices + shipments, consume-transform-
 produce in transactions with the consumed offsets), abort one stray transaction, and check with
 a read_committed confluent-kafka consumer that each purchase has exactly one invoice and one

@@ -610,7 +610,10 @@ def run_command(args: Any) -> int:
         cluster.start()
     except (ValueError, LocalClusterError, ZooKeeperError, ZooKeeperNotFoundError,
             OSError) as exc:
-        print(f"oncelog cluster up: {exc}", file=sys.stderr)
+        # an OSError in words (no errno number), naming the path it is about
+        text = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and \
+            exc.strerror and exc.filename else str(exc)
+        print(f"oncelog cluster up: {text}", file=sys.stderr)
         return 1
     # The processes run in sessions of their own: they outlive this command.
     print(f"zookeeper: {cluster.connect_string}")

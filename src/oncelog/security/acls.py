@@ -123,6 +123,12 @@ class AclBinding:
     operation: Operation
     permission: Permission
 
+    def __str__(self) -> str:
+        # What error messages show (the dataclass repr is Python's, not the user's words).
+        return (f"{self.principal} {display(self.permission)} {display(self.operation)} on "
+                f"{display(self.resource_type)} {self.resource_name!r} "
+                f"({display(self.pattern_type)}, host {self.host})")
+
     def matches_resource(self, resource_type: ResourceType, name: str) -> bool:
         if self.resource_type != resource_type:
             return False

@@ -88,6 +88,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     # oncelog's own: per-topic and per-partition metrics of __consumer_offsets and
     # __transaction_state too (100 partitions by default: 800 series no dashboard reads).
     "metrics.internal.topics": "false",
+    # oncelog's own: serve the read-only web console on this port (-1: off, 0: any free).
+    "console.port": "-1",
     # The transaction coordinator (spec 000, "Transaction Coordinator"; Kafka's defaults).
     "transaction.state.log.num.partitions": "50",
     "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),

@@ -294,3 +294,6 @@ class GroupService:
 
         yield Sample("oncelog_groups", "consumer groups the group coordinator holds",
                      len(self.core.groups))
+        from .group_lag import lag_samples
+
+        yield from lag_samples(self.broker)

@@ -17,6 +17,7 @@ import time
 from ..protocol.framing import FrameSizeError, Framing
 from ..records.region import FileRegion
 from .broker import Broker
+from .console import ConsoleServer, start_console_server
 from .context import CloseConnection
 from .metrics import start_metrics_server
 
@@ -277,6 +278,7 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._metrics: asyncio.base_events.Server | None = None
         self.metrics_port: int | None = None  # where the metrics page is served, if it is
+        self.console: ConsoleServer | None = None  # the web console, when console.port is set
 
     # -- connection limits ---------------------------------------------------------------------
 
@@ -347,6 +349,9 @@ class BrokerServer:
         if metrics_port >= 0:
             self._metrics = await start_metrics_server(self.broker, self.host, metrics_port)
             self.metrics_port = self._metrics.sockets[0].getsockname()[1]
+        console_port = self.broker.config.int("console.port")
+        if console_port >= 0:
+            self.console = await start_console_server(self.broker, self.host, console_port)
         self.broker.start_maintenance()
         self._sweeper = loop.create_task(self._sweep_forever())
 
@@ -356,6 +361,8 @@ class BrokerServer:
             self._server.close()
         if self._metrics is not None:
             self._metrics.close()
+        if self.console is not None:
+            self.console.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         for conn in list(self.connections):

@@ -27,6 +27,9 @@ async def _serve(data_dir: Path, host: str, port: int, config: BrokerConfig) -> 
           f"cluster {broker.cluster_id})", flush=True)
     if server.metrics_port is not None:
         print(f"oncelog metrics at http://{host}:{server.metrics_port}/metrics", flush=True)
+    if server.console is not None:
+        print(f"oncelog console at {server.console.scheme}://{host}:{server.console.port}/",
+              flush=True)
     await stop.wait()
     await server.stop()
     print("oncelog broker stopped cleanly", flush=True)

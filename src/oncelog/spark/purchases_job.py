@@ -1,4 +1,4 @@
-"""Spec 001's application as a Spark Structured Streaming job: every purchase read from
+"""The purchases application as a Spark Structured Streaming job: every purchase read from
 ``purchases`` (read_committed) becomes one invoice in ``invoices`` and one shipment in
 ``shipments``, written by the exactly-once ``oncelog`` sink (each micro-batch is one atomic
 two-phase commit across its tasks)::

@@ -102,6 +102,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"oncelog verify: unknown client(s) {', '.join(bad) or '(none)'} (known: "
               f"{', '.join(WRITER_KINDS)})", file=sys.stderr)
         return 2
+    if args.bootstrap_server:
+        from ..client.reachable import check_reachable
+
+        try:  # at once, naming the address (the workload's clients would wait out timeouts)
+            check_reachable(args.bootstrap_server, without_credentials=True)
+        except ConnectionError as exc:
+            print(f"oncelog verify: {exc}", file=sys.stderr)
+            return 1
     return _run_workload(args, faults, clients)
 
 

@@ -1,0 +1,141 @@
+"""``oncelog groups reset-offsets``: Kafka's kafka-consumer-groups.sh --reset-offsets.
+
+Scope: ``--topic T`` (every partition) or ``--topic T:0,2`` (repeatable), or ``--all-topics``
+(every partition the group has committed). Scenario: ``--to-earliest``, ``--to-latest``,
+``--to-current``, ``--to-offset N``, ``--shift-by N``, ``--to-datetime ISO``. The plan (GROUP
+TOPIC PARTITION NEW-OFFSET) is printed; it is written only with ``--execute`` (``--dry-run``
+is the default, as Kafka's). Only a group without active members (Empty, or unknown: Dead) is
+reset, as Kafka's tool refuses: a live member would overwrite the offsets with its own.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+
+from ..client.types import TopicPartition
+from .group_commands import group_ids, print_json, table_line, topic_partitions
+
+EARLIEST, LATEST = -2, -1  # ListOffsets specs
+
+
+def run_reset(args, admin) -> int:
+    if not args.execute and not args.dry_run:
+        print("WARN: No action will be performed as the --execute option is missing.",
+              file=sys.stderr)
+    if not args.topic and not args.all_topics:
+        raise ValueError("One of the reset scopes should be defined: --all-topics, --topic.")
+    timestamp = parse_datetime(args.to_datetime) if args.to_datetime is not None else None
+    described = admin.describe_consumer_groups(group_ids(args, admin))
+    plans: dict[str, dict[TopicPartition, int]] = {}
+    refused = False
+    for group_id, group in described.items():
+        if group.state not in ("Empty", "Dead"):
+            print(f"\nError: Assignments can only be reset if the group '{group_id}' is "
+                  f"inactive, but the current state is {group.state}.", file=sys.stderr)
+            refused = True
+            continue
+        partitions = _partitions(args, admin, group_id)
+        plans[group_id] = _new_offsets(args, admin, group_id, partitions, timestamp)
+        if args.execute:
+            admin.alter_consumer_group_offsets(group_id, plans[group_id])
+    if args.output == "json":
+        print_json([{"group": g, "topic": tp.topic, "partition": tp.partition,
+                     "new_offset": offset}
+                    for g, plan in plans.items() for tp, offset in plan.items()])
+    elif plans:
+        # Kafka's printOffsetsToReset: "%n%-30s %-30s %-10s %-15s" per line
+        print()
+        print(table_line(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], [30, 30, 10]))
+        for g, plan in plans.items():
+            for tp, offset in plan.items():
+                print(table_line([g, tp.topic, str(tp.partition), str(offset)], [30, 30, 10]))
+    return 1 if refused else 0
+
+
+def _partitions(args, admin, group_id: str) -> list[TopicPartition]:
+    """``--all-topics``: the partitions the group has committed offsets for; ``--topic``:
+    those named."""
+    if args.all_topics:
+        return sorted(admin.list_consumer_group_offsets(group_id))
+    return topic_partitions(admin, args.topic)
+
+
+def _new_offsets(args, admin, group_id: str, partitions: list[TopicPartition],
+                 timestamp: int | None) -> dict[TopicPartition, int]:
+    """Kafka's prepareOffsetsToReset: the new offset of each partition for the scenario."""
+    if not partitions:
+        return {}
+    if args.to_earliest:
+        return _offsets(admin, partitions, EARLIEST)
+    if args.to_latest:
+        return _offsets(admin, partitions, LATEST)
+    if args.to_offset is not None:
+        return _in_range(admin, dict.fromkeys(partitions, args.to_offset))
+    if args.shift_by is not None or args.to_current:
+        committed = admin.list_consumer_group_offsets(group_id, partitions)
+        if args.to_current:  # a partition without a committed offset: its end
+            ends = _offsets(admin, [tp for tp in partitions if committed.get(tp) is None],
+                            LATEST)
+            return {tp: ends[tp] if committed.get(tp) is None else committed[tp]
+                    for tp in partitions}
+        for tp in partitions:
+            if committed.get(tp) is None:
+                raise ValueError(f"Cannot shift offset for partition {tp.topic}-"
+                                 f"{tp.partition} since there is no current committed "
+                                 "offset")
+        return _in_range(admin, {tp: committed[tp] + args.shift_by for tp in partitions})
+    if timestamp is not None:
+        found = admin.list_offsets(dict.fromkeys(partitions, timestamp))
+        out = {tp: found[tp].offset for tp in partitions}
+        empty = [tp for tp in partitions if out[tp] < 0]
+        for tp in empty:
+            print(f"\nWarn: Partition {tp.partition} from topic {tp.topic} is empty. "
+                  "Falling back to latest known offset.", file=sys.stderr)
+        out.update(_offsets(admin, empty, LATEST))
+        return out
+    raise ValueError("reset-offsets needs one of --to-earliest, --to-latest, --to-current, "
+                     "--to-offset, --shift-by, --to-datetime")
+
+
+def _offsets(admin, partitions: list[TopicPartition], spec: int) -> dict[TopicPartition, int]:
+    if not partitions:
+        return {}
+    found = admin.list_offsets(dict.fromkeys(partitions, spec))
+    return {tp: found[tp].offset for tp in partitions}
+
+
+def _in_range(admin, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Kafka's checkOffsetsRange: an offset past the log end is set to the end, one before
+    the log start to the start, with its warning."""
+    starts = _offsets(admin, list(wanted), EARLIEST)
+    ends = _offsets(admin, list(wanted), LATEST)
+    out = {}
+    for tp, offset in wanted.items():
+        name = f"{tp.topic}-{tp.partition}"
+        if offset > ends[tp]:
+            print(f"New offset ({offset}) is higher than latest offset for topic partition "
+                  f"{name}. Value will be set to {ends[tp]}", file=sys.stderr)
+            offset = ends[tp]
+        elif offset < starts[tp]:
+            print(f"New offset ({offset}) is lower than earliest offset for topic partition "
+                  f"{name}. Value will be set to {starts[tp]}", file=sys.stderr)
+            offset = starts[tp]
+        out[tp] = offset
+    return out
+
+
+def parse_datetime(text: str) -> int:
+    """Kafka's Utils.getDateTime: ``YYYY-MM-DDTHH:mm:SS.sss`` with an optional zone (``Z``,
+    ``+01:00``); without one, UTC. Milliseconds since the epoch."""
+    if "T" not in text:
+        raise ValueError(f"--to-datetime {text!r}: Error parsing timestamp. It does not "
+                         "contain a 'T' according to ISO8601 format")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--to-datetime {text!r}: expected YYYY-MM-DDTHH:mm:SS.sss with an "
+                         "optional zone (Z, +01:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
