@@ -69,6 +69,7 @@ def traffic(broker):
         m = c.poll(10)
         assert m is not None and m.error() is None, m and m.error()
         got += 1
+    c.commit(offsets=[ConfluentTP("theirs", 0, 5)], asynchronous=False)  # a lag of 15
     c.close()
 
 
@@ -268,7 +269,7 @@ def test_the_grafana_dashboard_reads_only_what_the_broker_serves(broker, traffic
                    "oncelog_request_total_time_seconds_bucket", "oncelog_connections",
                    "oncelog_partition_last_stable_offset", "oncelog_partition_high_watermark",
                    "oncelog_partition_open_transactions", "oncelog_under_replicated_partitions",
-                   "oncelog_failed_authentication_total"):
+                   "oncelog_failed_authentication_total", "oncelog_consumer_group_lag"):
         assert needed in used, needed
 
 
@@ -278,3 +279,9 @@ def test_every_family_on_the_page_is_documented(broker, traffic):
     _ctype, text = fetch(broker.metrics_url)
     served = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
     assert served - documented == set()
+
+
+def test_consumer_group_lag(broker, traffic):
+    fams = families(broker.metrics_url)
+    assert value(fams, "oncelog_consumer_group_lag", group="metrics-test", topic="theirs",
+                 partition="0") == RECORDS // 2 - 5
