@@ -85,7 +85,7 @@ def test_a_compacted_topic_is_cleaned_in_the_background(broker, tmp_path):
     def samples() -> dict[str, float]:
         return {s.name: s.value for s in broker.call(collect, broker.broker)}
 
-    while samples()["oncelog_log_cleaner_cleanings"] < 1:  # counted once the swap is back
+    while samples()["oncelog_log_cleaner_cleanings_total"] < 1:  # counted once the swap is back
         assert time.monotonic() < deadline, "no cleaning counted"
         time.sleep(0.05)
     got = samples()

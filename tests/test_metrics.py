@@ -36,7 +36,7 @@ def scrape(broker) -> dict[str, float]:
     for line in text.splitlines():
         if line.startswith("#"):
             continue
-        m = re.fullmatch(r"(\S+) (-?[\d.]+)", line)
+        m = re.fullmatch(r"(\S+) (\S+)", line)
         assert m, line
         out[m.group(1)] = float(m.group(2))
     return out
@@ -113,3 +113,47 @@ def test_verification_and_open_transaction_time_are_exposed(broker):
         assert m["oncelog_active_transaction_open_time_max_ms"] >= 200
         p.commit_transaction()
     assert scrape(broker)["oncelog_active_transaction_open_time_max_ms"] == 0
+
+
+def test_label_values_and_help_are_escaped_for_both_parsers():
+    """A label value may hold anything (a group id, a transactional id): quotes, backslashes
+    and newlines are escaped so that both reference parsers read back what was written."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+    from prometheus_client.parser import text_string_to_metric_families as prom
+
+    from oncelog.server.metrics import COUNTER, Sample, histogram, render
+
+    odd = 'a "quoted" \\ back\nslash'
+    samples = [Sample("x_total", "help with \\ and\nnewline", 3, (("group", odd),), COUNTER),
+               *histogram("lat_seconds", "h", (0.1, 1.0), [1, 0, 2], 7.5, (("group", odd),)),
+               Sample("x_total", "help with \\ and\nnewline", 4, (("group", "plain"),), COUNTER)]
+    for text, parse in ((render(samples), prom), (render(samples, openmetrics=True), om)):
+        fams = {f.name: f for f in parse(text)}
+        assert fams["x"].type == "counter" and fams["x"].documentation == \
+            "help with \\ and\nnewline"
+        assert [(s.labels["group"], s.value) for s in fams["x"].samples
+                if s.name == "x_total"] == [(odd, 3), ("plain", 4)]
+        buckets = [(s.labels["le"], s.value) for s in fams["lat_seconds"].samples
+                   if s.name == "lat_seconds_bucket"]
+        assert buckets == [("0.1", 1), ("1.0", 1), ("+Inf", 3)]
+
+
+def test_a_family_must_be_typed_consistently():
+    from oncelog.server.metrics import COUNTER, Sample, render
+
+    with pytest.raises(ValueError, match="must end in _total"):
+        render([Sample("x_count", "h", 1, type=COUNTER)])
+    with pytest.raises(ValueError, match="both a gauge and a counter"):
+        render([Sample("x_total", "h", 1), Sample("x_total", "h", 1, type=COUNTER)])
+
+
+def test_other_modules_contribute_samples(broker):
+    from oncelog.server.metrics import Sample, histogram
+
+    broker.broker.stats.add_source(lambda: [
+        Sample("oncelog_test_lag", "a contributed gauge", 5, (("group", "g"),)),
+        *histogram("oncelog_test_seconds", "a contributed histogram", (1.0,), [2, 1], 3.0)])
+    m = scrape(broker)
+    assert m['oncelog_test_lag{group="g"}'] == 5
+    assert m['oncelog_test_seconds_bucket{le="1.0"}'] == 2
+    assert m["oncelog_test_seconds_count"] == 3

@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections import Counter
 from pathlib import Path
+from time import perf_counter
 
 from kio.schema.errors import ErrorCode
 
@@ -23,6 +24,7 @@ from ..protocol import ApiKey, ProtocolError
 from ..protocol.apis import TRANSACTION_VERSION_FEATURE, supported_versions
 from ..protocol.error_response import error_response
 from . import dynamic_config
+from .broker_stats import BrokerStats
 from .clock import now_ms
 from .config import BrokerConfig
 from .context import CloseConnection, RequestContext, Session
@@ -79,6 +81,7 @@ class Broker:
         # Requests answered, by (api key, version): Kafka's RequestsPerSec{request,version}
         # (KIP-272), which shows the versions clients negotiate.
         self.request_counts: Counter[tuple[int, int]] = Counter()
+        self.stats = BrokerStats()  # bytes, messages, latency, connections (metrics page)
         # A single node is a cluster of one (server/metadata_local.py); with
         # zookeeper.connect, a broker of a ZooKeeper-coordinated cluster (docs/cluster.md).
         # The same code runs either way: the replica manager leads and follows partitions as
@@ -170,6 +173,7 @@ class Broker:
                 f"unsupported version {version} of {protocol.API_NAMES[api_key]} "
                 f"(supported {supported[0]}-{supported[1]})"
             )
+        started = perf_counter()
         large = len(frame) > LARGE_REQUEST_BYTES
         try:
             if large:  # decoding a huge request must not stall every other connection
@@ -200,6 +204,8 @@ class Broker:
                 raise CloseConnection("a Produce with acks=0 failed") from None
             response = error_response(protocol.response_class(api_key, version), request)
             return protocol.encode_response_parts(header.correlation_id, response)
+        finally:
+            self.stats.request_done(api_key, started)
 
     def api_versions_response(self, version: int, error: ErrorCode = ErrorCode.none):
         mod = protocol.response_module(ApiKey.API_VERSIONS, version)

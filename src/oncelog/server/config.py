@@ -88,6 +88,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.preallocate.ahead.bytes": "0",
     # oncelog's own: serve the metrics as Prometheus text on this port (-1: off, 0: any free).
     "metrics.port": "-1",
+    # oncelog's own: per-topic and per-partition metrics of __consumer_offsets and
+    # __transaction_state too (100 partitions by default: 800 series no dashboard reads).
+    "metrics.internal.topics": "false",
     # oncelog's own: serve the read-only web console on this port (-1: off, 0: any free).
     "console.port": "-1",
     # The transaction coordinator (spec 000, "Transaction Coordinator"; Kafka's defaults).
@@ -250,6 +253,7 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "socket.request.read.timeout.ms": _positive_int,
     "sasl.server.max.receive.size": _positive_int,
     "log.cleaner.enable": _bool,
+    "metrics.internal.topics": _bool,
     "log.cleaner.threads": _positive_int,
     "log.cleaner.dedupe.buffer.size": _positive_int,
     "log.cleaner.backoff.ms": _positive_int,

@@ -305,12 +305,14 @@ class BrokerServer:
         if self.per_ip.get(conn.ip, 0) >= self.max_per_ip:
             return f"max.connections.per.ip ({self.max_per_ip}) reached for {conn.ip}"
         self.connections.add(conn)
+        self.broker.stats.connections_created += 1
         self.per_ip[conn.ip] = self.per_ip.get(conn.ip, 0) + 1
         return None
 
     def release(self, conn: KafkaConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
+            self.broker.stats.connections_closed += 1
             left = self.per_ip[conn.ip] - 1
             if left:
                 self.per_ip[conn.ip] = left

@@ -35,6 +35,8 @@ class Security:
         self.mechanisms = [m for m in str(config.get("sasl.enabled.mechanisms")).split(",") if m]
         self.failed_delay_ms = config.int("connection.failed.authentication.delay.ms")
         self.passwords: dict[str, str] = {}
+        self.successful_authentications = 0  # Kafka's successful-authentication-total
+        self.failed_authentications = 0  # and failed-authentication-total (metrics page)
         # The SCRAM users (KIP-554), loaded from the metadata's store when the broker joins
         # its cluster (before it serves anything), seeded from the users file.
         self.credentials = ScramCredentials()
@@ -84,6 +86,7 @@ class Security:
         try:
             answer = server.step(token)
         except AuthenticationFailed as exc:
+            self.failed_authentications += 1
             session.close_after_response = True
             session.sasl = None
             log.warning("failed authentication of user %r from %s with %s: %s",
@@ -91,6 +94,7 @@ class Security:
             await asyncio.sleep(self.failed_delay_ms / 1000)
             return "sasl_authentication_failed", str(exc), b""
         if server.done:
+            self.successful_authentications += 1
             session.authenticated = True
             session.principal = f"User:{server.username}"
             session.sasl = None

@@ -215,15 +215,16 @@ class TxnVerifier:
             t.cancel()
 
     def metric_samples(self):
-        from .metrics import Sample
+        from .metrics import COUNTER, Sample, summary
 
         yield Sample("oncelog_txn_verification_total",
                      "transaction verifications and implicit partition adds (KIP-890)",
-                     self.count)
-        yield Sample("oncelog_txn_verification_time_ms_sum",
-                     "VerificationTimeMs: time spent verifying, summed", round(self.total_ms, 3))
+                     self.count, type=COUNTER)
+        yield from summary("oncelog_txn_verification_time_ms",
+                           "VerificationTimeMs: time spent verifying (ms)",
+                           round(self.total_ms, 3), self.count)
         yield Sample("oncelog_txn_verification_time_ms_max",
                      "VerificationTimeMs: the longest verification", round(self.max_ms, 3))
         yield Sample("oncelog_txn_verification_failures_total",
                      "VerificationFailureRate: verifications that failed (a counter; its rate "
-                     "is the failure rate)", self.failures)
+                     "is the failure rate)", self.failures, type=COUNTER)

@@ -217,6 +217,7 @@ async def handle_fetch(broker, ctx, request):
         if name is not None and not may_read(name):
             err, data, aborted, hw, lso, start = "topic_authorization_failed", b"", (), -1, -1, -1
         sp.high_watermark, sp.last_stable_offset, sp.log_start_offset = hw, lso, start
+        broker.stats.fetched(name, len(data), replica_id)
         leader = None
         if ctx.version >= 16 and err in ("not_leader_or_follower", "fenced_leader_epoch"):
             leader = _current_leader(broker, mod, name, index, node_endpoints)

@@ -165,6 +165,7 @@ async def handle_produce(broker, ctx, request):
               for tp, (_partition, batches) in prepared.items() if tp not in failed}
     appended = await broker.replication.append_records(writes, required_acks=acks,
                                                        timeout_ms=millis(request.timeout))
+    broker.stats.produced(appended, records_of)
     for tp, result in appended.items():
         results[tp] = (result.error_name, str(result), result.record_errors) \
             if isinstance(result, AppendError) else result
