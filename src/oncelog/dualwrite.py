@@ -1,4 +1,4 @@
-"""Atomic writes to a database and oncelog: the dual-write recipe of KIP-939 (spec 002,
+"""Atomic writes to a database and oncelog: the dual-write recipe of KIP-939 (its
 "Motivation").
 
 A database transaction and an oncelog transaction commit together, or neither does::
