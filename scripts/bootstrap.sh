@@ -7,10 +7,11 @@
 #   --with-zookeeper  Apache ZooKeeper (cluster mode; the cluster tests start their own)
 #   --with-node       Node.js and the npm clients of tests/node/package.json (the Node interop)
 #   --with-chromium   Chromium (the web console's tests load its pages in headless Chromium)
+#   --with-openssl    the openssl command (the TLS tests make their certificates with it)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-want_kcat="" want_postgres="" want_zookeeper="" want_node="" want_chromium=""
+want_kcat="" want_postgres="" want_zookeeper="" want_node="" want_chromium="" want_openssl=""
 for arg in "$@"; do
   case "$arg" in
     --with-kcat) want_kcat=1 ;;
@@ -18,8 +19,9 @@ for arg in "$@"; do
     --with-zookeeper) want_zookeeper=1 ;;
     --with-node) want_node=1 ;;
     --with-chromium) want_chromium=1 ;;
+    --with-openssl) want_openssl=1 ;;
     *) echo "bootstrap.sh: unknown option $arg (--with-kcat, --with-postgres," \
-            "--with-zookeeper, --with-node, --with-chromium)" >&2; exit 2 ;;
+            "--with-zookeeper, --with-node, --with-chromium, --with-openssl)" >&2; exit 2 ;;
   esac
 done
 if [ ! -x .venv/bin/python ]; then
@@ -50,6 +52,9 @@ if [ -n "$want_node" ] && ! command -v npm >/dev/null 2>&1; then
 fi
 if [ -n "$want_chromium" ] && ! command -v chromium >/dev/null 2>&1; then
   packages+=(chromium)
+fi
+if [ -n "$want_openssl" ] && ! command -v openssl >/dev/null 2>&1; then
+  packages+=(openssl)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   sudo=""

@@ -16,7 +16,7 @@ if [ -n "$fast" ]; then
   bash "$root/scripts/bootstrap.sh"
 else
   bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper --with-node \
-    --with-chromium
+    --with-chromium --with-openssl
 fi
 cd "$root"
 .venv/bin/ruff check src

@@ -9,7 +9,6 @@ import asyncio
 import re
 import socket
 import ssl
-import subprocess
 import urllib.request
 
 import pytest
@@ -311,18 +310,17 @@ def test_scram_user_logs_in_and_sees_what_its_acls_let_it_describe(sasl_broker):
 
 
 def test_console_over_https(embedded_broker, tmp_path):
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    from support.tls import make_certificates
+
+    certs = make_certificates(tmp_path / "certs")
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ctx.load_cert_chain(cert, key)
+    server_ctx.load_cert_chain(certs.server_cert, certs.server_key)
     console = asyncio.run_coroutine_threadsafe(
         start_console_server(embedded_broker.broker, "127.0.0.1", 0, server_ctx),
         embedded_broker.loop).result(30)
     try:
         assert console.scheme == "https"
-        client_ctx = ssl.create_default_context(cafile=str(cert))
+        client_ctx = ssl.create_default_context(cafile=certs.ca)
         status, _h, body = get(f"https://127.0.0.1:{console.port}/brokers", context=client_ctx)
         assert status == 200 and rows(body, node_id=1)
         # plain HTTP to the TLS port: no answer, and the console goes on

@@ -135,14 +135,27 @@ class Reader:
             else:
                 self._run([str(VENV_BIN / "python"), "-c", code], env, where, timeout)
 
-    def _run(self, argv: list[str], env: dict[str, str], where: str, timeout: float
-             ) -> subprocess.CompletedProcess:
-        run = subprocess.run(argv, cwd=self.scratch, env=env, capture_output=True, text=True,
-                             timeout=timeout, start_new_session=True)
-        if run.returncode != 0:
-            raise AssertionError(f"{where} failed (exit {run.returncode}):\n--- stdout\n"
-                                 f"{run.stdout[-4000:]}\n--- stderr\n{run.stderr[-4000:]}")
-        return run
+    def _run(self, argv: list[str], env: dict[str, str], where: str, timeout: float) -> None:
+        # Output to files, not pipes: a process a block leaves behind (`cmd &`) would hold a
+        # pipe open and the run would wait for it.
+        out, err = self.scratch / ".block-stdout", self.scratch / ".block-stderr"
+        with open(out, "w") as o, open(err, "w") as e:
+            proc = subprocess.Popen(argv, cwd=self.scratch, env=env, stdout=o, stderr=e,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise AssertionError(f"{where} did not finish in {timeout} s:\n"
+                                     + err.read_text()[-4000:]) from None
+        left = _kill_group(proc.pid)
+        if code != 0:
+            raise AssertionError(f"{where} failed (exit {code}):\n--- stdout\n"
+                                 f"{out.read_text()[-4000:]}\n--- stderr\n{err.read_text()[-4000:]}")
+        if left:
+            raise AssertionError(f"{where} left processes running (a `cmd &`?): mark a "
+                                 "long-running command as a background block instead")
 
     def _run_bash(self, code: str, env: dict[str, str], where: str, timeout: float
                   ) -> dict[str, str]:
@@ -174,6 +187,7 @@ class Reader:
             time.sleep(0.1)
 
     def close(self) -> None:
+        """Stop the background commands (SIGTERM, as Ctrl-C would; SIGKILL after 20 s)."""
         for proc in self.background:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -183,3 +197,22 @@ class Reader:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def _kill_group(pgid: int, grace: float = 15.0) -> bool:
+    """Kill what is left of a block's process group after a grace period (a JVM that Spark
+    started goes away by itself, a moment after its Python); True if anything was left."""
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
