@@ -126,6 +126,7 @@ class Reader:
     def run_section(self, section: Section, timeout: float = 300) -> None:
         env = dict(self.env)
         for block in section.runnable:
+            started = time.monotonic()
             code = self.localize(block.code)
             where = f"{section.title!r}, the block at line {block.line}"
             if block.directive.startswith("background"):
@@ -134,6 +135,7 @@ class Reader:
                 env = self._run_bash(code, env, where, timeout)
             else:
                 self._run([str(VENV_BIN / "python"), "-c", code], env, where, timeout)
+            print(f"{time.monotonic() - started:6.1f} s  line {block.line} ({section.title})")
 
     def _run(self, argv: list[str], env: dict[str, str], where: str, timeout: float) -> None:
         # Output to files, not pipes: a process a block leaves behind (`cmd &`) would hold a
