@@ -56,7 +56,29 @@ class _OnOneThread:
         self._executor.shutdown(wait=False)
 
 
-class AsyncProducer:
+class _AsyncClient:
+    """What both faces share: the worker thread, and ``async with`` closing the client."""
+
+    _thread: _OnOneThread
+
+    async def close(self) -> None:
+        """Close the client (and stop its worker thread)."""
+        raise NotImplementedError
+
+    async def _close_on_thread(self, close: Callable[..., Any], *args: Any) -> None:
+        try:
+            await self._thread.call(close, *args)
+        finally:
+            self._thread.shutdown()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class AsyncProducer(_AsyncClient):
     """``Producer`` for asyncio: the same configuration (``Producer``'s docstring), awaited
     methods. ``send`` queues a record and returns an asyncio future of its RecordMetadata;
     ``send_and_wait`` waits for the acknowledgement too."""
@@ -135,19 +157,10 @@ class AsyncProducer:
 
     async def close(self, timeout: float | None = None) -> None:
         """Send what is queued, wait for it, then stop."""
-        try:
-            await self._thread.call(self.producer.close, timeout)
-        finally:
-            self._thread.shutdown()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self._close_on_thread(self.producer.close, timeout)
 
 
-class AsyncConsumer:
+class AsyncConsumer(_AsyncClient):
     """``Consumer`` for asyncio: the same configuration (``Consumer``'s docstring), awaited
     methods, and ``async for record in consumer`` (ending after ``consumer_timeout_ms``
     without a record when that is set, as iterating a Consumer does)."""
@@ -241,13 +254,4 @@ class AsyncConsumer:
 
     async def close(self) -> None:
         """Leave the group and close the connections."""
-        try:
-            await self._thread.call(self.consumer.close)
-        finally:
-            self._thread.shutdown()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self._close_on_thread(self.consumer.close)
