@@ -207,6 +207,8 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_inter_broker_mechanism = _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
 # Kafka's PASSWORD settings: DescribeConfigs answers them with no value, marked sensitive.
 SENSITIVE_BROKER_CONFIGS = frozenset({"ssl.key.password", "ssl.keystore.key",
                                       "ssl.keystore.certificate.chain",
@@ -257,7 +259,7 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "sasl.users.file": str,
     "sasl.enabled.mechanisms": _mechanisms,
     "super.users": str,
-    "sasl.mechanism.inter.broker.protocol": _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+    "sasl.mechanism.inter.broker.protocol": _inter_broker_mechanism,
     "allow.everyone.if.no.acl.found": _optional_bool,
     "transaction.version": _transaction_version,
     "transaction.partition.verification.enable": _bool,
@@ -287,7 +289,8 @@ def broker_config_type(key: str) -> int:
     parser = _BROKER_PARSERS.get(key, _long)
     if parser in (_bool, _optional_bool):
         return TYPE_BOOLEAN
-    if parser in (str, _security_protocol, _mechanisms, _inter_broker_protocol) \
+    if parser in (str, _security_protocol, _mechanisms, _inter_broker_protocol,
+                  _inter_broker_mechanism) \
             or key.startswith("ssl."):
         return TYPE_PASSWORD if key in SENSITIVE_BROKER_CONFIGS else TYPE_STRING
     return TYPE_INT if parser in (_positive_int, _transaction_version) else TYPE_LONG

@@ -58,6 +58,7 @@ class InterBrokerLogin:
     mechanism: str
     username: str
     password: str
+    setting: str  # the JAAS setting they come from (for the log)
     _failed: dict[int, tuple[float, ChannelError]] = field(default_factory=dict)
 
     def check(self, node_id: int) -> None:
@@ -73,9 +74,8 @@ class InterBrokerLogin:
             await self._exchange(node_id, call)
         except ChannelError as exc:
             if node_id not in self._failed:
-                log.error("%s (this broker's %s, user %r); retrying every %.0f s",
-                          exc, jaas_config_key("<listener>", self.mechanism), self.username,
-                          LOGIN_RETRY_S)
+                log.error("%s (user %r of this broker's %s); retrying every %.0f s", exc,
+                          self.username, self.setting, LOGIN_RETRY_S)
             self._failed[node_id] = (time.monotonic(), exc)
             raise
         if self._failed.pop(node_id, None) is not None:
@@ -135,4 +135,4 @@ def inter_broker_login(config: Any) -> InterBrokerLogin | None:
     options = jaas_options(text)
     if not options.get("username") or "password" not in options:
         raise ConfigError(f"{key}: no username=\"...\" password=\"...\" in it; e.g. {example}")
-    return InterBrokerLogin(mechanism, options["username"], options["password"])
+    return InterBrokerLogin(mechanism, options["username"], options["password"], key)
