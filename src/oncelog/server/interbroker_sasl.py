@@ -57,8 +57,8 @@ class InterBrokerLogin:
 
     mechanism: str
     username: str
-    password: str
-    setting: str  # the JAAS setting they come from (for the log)
+    password: str = field(repr=False)  # never in a log line
+    setting: str = ""  # the JAAS setting they come from (for the log)
     _failed: dict[int, tuple[float, ChannelError]] = field(default_factory=dict)
 
     def check(self, node_id: int) -> None:
