@@ -48,8 +48,9 @@ def sasl_cluster(tmp_path: Path, zookeeper_server, protocol: str,
               "sasl_plain_username": "admin", "sasl_plain_password": USERS["admin"],
               **(client or {})}
     chroot = f"{zookeeper_server.connect_string}/sasl-{uuid.uuid4().hex[:6]}"
+    # (the cluster checks its brokers with their own login: the JAAS setting's user)
     cluster = LocalCluster(tmp_path / "cluster", 3, zookeeper=chroot, broker_settings=settings,
-                           die_with_parent=True, client_config=client)
+                           die_with_parent=True)
     return cluster, client
 
 
