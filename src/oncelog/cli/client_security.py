@@ -14,13 +14,12 @@ The flags win over the file.
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from ..client.config import is_alias
+from ..security.sasl import jaas_options
 from .properties import load_properties
 
-_JAAS_OPTION = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _SSL_KEYS = {"ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.password", "ssl.check.hostname"}
 _SASL_USER = ("sasl.username", "sasl.plain.username")
 _SASL_PASSWORD = ("sasl.password", "sasl.plain.password")
@@ -38,7 +37,7 @@ def security_settings(args) -> dict:
         elif key == "sasl.mechanism":
             out["sasl_mechanism"] = value.strip().upper()
         elif key == "sasl.jaas.config":
-            options = dict(_JAAS_OPTION.findall(value))
+            options = jaas_options(value)
             username = options.get("username", username)
             password = options.get("password", password)
         elif key in _SASL_USER:

@@ -145,10 +145,26 @@ def _stop_processes(processes: list[BrokerProcess], timeout: float) -> None:
 
 
 def _tls_client_config(settings: Mapping[str, str]) -> dict[str, Any]:
-    """An SSL cluster's settings for our client, from the brokers' own: their truststore as
-    the CA and, for mutual TLS, their keystore's certificate (a broker's certificate is a
-    client certificate too: the brokers show it to each other)."""
-    if settings.get("security.protocol", "").upper() != "SSL":
+    """An SSL or SASL cluster's settings for our client, from the brokers' own: their
+    truststore as the CA and, for mutual TLS, their keystore's certificate (a broker's
+    certificate is a client certificate too: the brokers show it to each other); with SASL,
+    the brokers' own login (their JAAS setting, a super user's: docs/cluster.md)."""
+    from ..security.sasl import jaas_options
+    from ..server.interbroker_sasl import SASL_PROTOCOLS, jaas_config_key
+
+    protocol = settings.get("security.protocol", "").upper()
+    if protocol in SASL_PROTOCOLS:
+        mechanism = settings.get("sasl.mechanism.inter.broker.protocol", "PLAIN").upper()
+        options = jaas_options(settings.get(jaas_config_key(protocol, mechanism), ""))
+        if "username" not in options or "password" not in options:
+            return {}
+        sasl = {"security_protocol": protocol, "sasl_mechanism": mechanism,
+                "sasl_plain_username": options["username"],
+                "sasl_plain_password": options["password"]}
+        if protocol == "SASL_PLAINTEXT":
+            return sasl
+        return {**_tls_client_config({**settings, "security.protocol": "SSL"}), **sasl}
+    if protocol != "SSL":
         return {}
     out: dict[str, Any] = {"security_protocol": "SSL"}
     if settings.get("ssl.truststore.location"):

@@ -12,12 +12,31 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 from dataclasses import dataclass
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_ITERATIONS = 4096
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 BAD_CREDENTIALS = "Authentication failed: Invalid username or password"
+_JAAS_OPTION = re.compile(r'\b(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+# The login module Kafka's JAAS configuration names for each mechanism.
+LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def jaas_login_module(text: str) -> str:
+    """The login module a ``sasl.jaas.config`` value names (its first word): Kafka's
+    ``org.apache.kafka.common.security.scram.ScramLoginModule required username="alice"
+    password="secret";``."""
+    words = text.split()
+    return words[0] if words else ""
+
+
+def jaas_options(text: str) -> dict[str, str]:
+    """The quoted options of a ``sasl.jaas.config`` value (``username``, ``password`` ...)."""
+    return dict(_JAAS_OPTION.findall(text))
 
 
 class AuthenticationFailed(Exception):

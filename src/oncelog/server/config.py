@@ -8,6 +8,7 @@ Kafka (``retention.ms`` defaults to ``log.retention.ms``).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 
 from ..log import LogConfig
@@ -114,6 +115,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     "sasl.users.file": "",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "super.users": "",
+    # Between SASL brokers of a cluster: the mechanism a broker logs in to the others with, and
+    # its credentials in listener.name.<listener>.<mechanism>.sasl.jaas.config (Kafka's names;
+    # JAAS_CONFIG_KEY). Kafka's default is GSSAPI (Kerberos), which oncelog does not offer.
+    "sasl.mechanism.inter.broker.protocol": "PLAIN",
     # TLS (KIP-519's PEM stores, Kafka's names; docs/security.md): a listener with
     # security.protocol SSL or SASL_SSL needs the keystore. PEM is the only store type read
     # here (Kafka's default type is JKS). Empty inter-broker protocol: the listener's.
@@ -202,6 +207,8 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_inter_broker_mechanism = _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
 # Kafka's PASSWORD settings: DescribeConfigs answers them with no value, marked sensitive.
 SENSITIVE_BROKER_CONFIGS = frozenset({"ssl.key.password", "ssl.keystore.key",
                                       "ssl.keystore.certificate.chain",
@@ -216,6 +223,16 @@ def _mechanisms(v: str) -> str:
         raise ConfigError(f"sasl.enabled.mechanisms: {', '.join(bad) or 'none given'}; "
                           f"known: {', '.join(known)}")
     return ",".join(names)
+
+
+# Kafka's per-listener JAAS configuration (listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config):
+# what this broker logs in to the other brokers with (server/interbroker_sasl.py).
+JAAS_CONFIG_KEY = re.compile(r"listener\.name\.[a-z0-9_]+\.[a-z0-9-]+\.sasl\.jaas\.config")
+
+
+def is_sensitive_broker_config(key: str) -> bool:
+    """A PASSWORD setting of Kafka's: described without its value."""
+    return key in SENSITIVE_BROKER_CONFIGS or JAAS_CONFIG_KEY.fullmatch(key) is not None
 
 
 def _optional_bool(v: str) -> object:
@@ -242,6 +259,7 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "sasl.users.file": str,
     "sasl.enabled.mechanisms": _mechanisms,
     "super.users": str,
+    "sasl.mechanism.inter.broker.protocol": _inter_broker_mechanism,
     "allow.everyone.if.no.acl.found": _optional_bool,
     "transaction.version": _transaction_version,
     "transaction.partition.verification.enable": _bool,
@@ -266,10 +284,13 @@ def broker_config_type(key: str) -> int:
         return topic_key.config_type
     if key in KAFKA_ONLY_DEFAULTS:
         return KAFKA_ONLY_DEFAULTS[key][1]
+    if JAAS_CONFIG_KEY.fullmatch(key):
+        return TYPE_PASSWORD
     parser = _BROKER_PARSERS.get(key, _long)
     if parser in (_bool, _optional_bool):
         return TYPE_BOOLEAN
-    if parser in (str, _security_protocol, _mechanisms, _inter_broker_protocol) \
+    if parser in (str, _security_protocol, _mechanisms, _inter_broker_protocol,
+                  _inter_broker_mechanism) \
             or key.startswith("ssl."):
         return TYPE_PASSWORD if key in SENSITIVE_BROKER_CONFIGS else TYPE_STRING
     return TYPE_INT if parser in (_positive_int, _transaction_version) else TYPE_LONG
@@ -306,7 +327,7 @@ class BrokerConfig:
         if key in _ALIASES:
             target, factor = _ALIASES[key]
             key, value = target, str(int(value) * factor)
-        if key not in BROKER_DEFAULTS:
+        if key not in BROKER_DEFAULTS and not JAAS_CONFIG_KEY.fullmatch(key):
             raise ConfigError(f"unknown broker setting {key!r}; known: "
                               + ", ".join(sorted(BROKER_DEFAULTS)))
         self.parse(key, value)
@@ -330,7 +351,7 @@ class BrokerConfig:
             return topic_key.check(key, value)
         if key in KAFKA_ONLY_DEFAULTS:
             return kafka_only_configs.parse(key, value)
-        parser = _BROKER_PARSERS.get(key, _long)
+        parser = _BROKER_PARSERS.get(key, str if JAAS_CONFIG_KEY.fullmatch(key) else _long)
         try:
             return parser(value)
         except ValueError as exc:

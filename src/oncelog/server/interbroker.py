@@ -5,7 +5,8 @@ on it and matched to their responses by correlation id (a broker answers a conne
 requests in order). A broken connection fails every request in flight with
 ``ChannelError``; the next request reconnects. ``InterBrokerClient`` keeps the channels, follows
 the cluster view for addresses, and is what replication, the transaction coordinator's markers
-and partition verification use.
+and partition verification use. Between SASL brokers a new connection logs in first
+(server/interbroker_sasl.py): requests issued meanwhile wait for it.
 """
 
 from __future__ import annotations
@@ -70,10 +71,12 @@ class _ChannelProtocol(asyncio.Protocol):
 
 class BrokerChannel:
     def __init__(self, node_id: int, host: str, port: int, client_id: str,
-                 connect_timeout_s: float = 5.0, ssl_context: ssl.SSLContext | None = None
-                 ) -> None:
+                 connect_timeout_s: float = 5.0, ssl_context: ssl.SSLContext | None = None,
+                 login: Any = None) -> None:
         self.node_id = node_id
         self.ssl_context = ssl_context  # TLS to the other broker's SSL/SASL_SSL listener
+        # SASL between brokers: an interbroker_sasl.InterBrokerLogin (None: no SASL)
+        self.login = login
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -89,6 +92,8 @@ class BrokerChannel:
         async with self._connecting:
             if self._protocol is not None:
                 return
+            if self.login is not None:
+                self.login.check(self.node_id)  # a login refused a moment ago: not again yet
             loop = asyncio.get_running_loop()
             try:
                 _, protocol = await asyncio.wait_for(
@@ -106,19 +111,37 @@ class BrokerChannel:
                 raise ChannelError(f"connection to broker {self.node_id} at "
                                    f"{self.host}:{self.port} closed at once")
             self._protocol = protocol
+            if self.login is not None:
+                # Before any request waiting on this lock: the other broker closes a
+                # connection whose first requests are not the SASL ones.
+                try:
+                    await self.login.authenticate(self.node_id, self._login_call)
+                except ChannelError as exc:
+                    self._drop(exc)
+                    raise
+
+    async def _login_call(self, request: Any) -> Any:
+        protocol = self._protocol
+        if protocol is None or protocol.transport is None or protocol.lost:
+            raise ChannelError(f"connection to broker {self.node_id} lost while logging in")
+        return await self._send(protocol, request, self.connect_timeout_s)
 
     async def request(self, request: Any, timeout_s: float = 30.0) -> Any:
         """Send one request (a kio request entity) and return the decoded response."""
         if self.closed:
             raise ChannelError(f"channel to broker {self.node_id} is closed")
         await self._connect()
-        cls: Any = type(request)
         protocol = self._protocol
         if protocol is None or protocol.transport is None or protocol.lost \
                 or protocol.transport.is_closing():
             if protocol is not None:
                 self._drop(ChannelError(f"connection to broker {self.node_id} lost"))
             raise ChannelError(f"connection to broker {self.node_id} lost")
+        return await self._send(protocol, request, timeout_s)
+
+    async def _send(self, protocol: _ChannelProtocol, request: Any, timeout_s: float) -> Any:
+        cls: Any = type(request)
+        assert protocol.transport is not None
         fut = asyncio.get_running_loop().create_future()
         correlation = self._framing.new_correlation_id()
         # In flight until its response (or the connection's end), even if nobody waits for
@@ -197,10 +220,11 @@ class InterBrokerClient:
     verification."""
 
     def __init__(self, node_id: int, address_of: Callable[[int], tuple[str, int] | None],
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, login: Any = None) -> None:
         self.node_id = node_id
         self.address_of = address_of
         self.ssl_context = ssl_context
+        self.login = login  # interbroker_sasl.InterBrokerLogin between SASL brokers
         self._channels: dict[tuple[int, str], BrokerChannel] = {}
 
     def channel(self, node_id: int, purpose: str = "control") -> BrokerChannel:
@@ -214,7 +238,7 @@ class InterBrokerClient:
         if ch is None or ch.closed:
             ch = BrokerChannel(node_id, address[0], address[1],
                                f"broker-{self.node_id}-{purpose}",
-                               ssl_context=self.ssl_context)
+                               ssl_context=self.ssl_context, login=self.login)
             self._channels[(node_id, purpose)] = ch
         return ch
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import ssl
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..primitives import encode_uvarint
+from ..protocol import ProtocolError, decode_response, encode_request
 from ..protocol.fetch_reader import decode_fetch_response
 from .interbroker import MAX_RESPONSE_BYTES, ChannelError
 
@@ -185,6 +186,23 @@ class FetcherConnection(asyncio.BufferedProtocol):
             if not waiter.done():  # the caller was cancelled: the answer is not for anyone
                 self._fail(ChannelError("request abandoned"))
 
+    async def call(self, correlation_id: int, client_id: str, request: Any,
+                   timeout_s: float) -> Any:
+        """One request given as a kio entity (the SASL login's, before the first Fetch) and
+        its decoded response."""
+        cls: Any = type(request)
+        frame = await self.request(encode_request(correlation_id, client_id, request),
+                                   timeout_s)
+        try:
+            got, response = decode_response(cls.__api_key__, cls.__version__, frame)
+        except ProtocolError as exc:
+            self._fail(ChannelError(str(exc)))
+            raise ChannelError(str(exc)) from None
+        if got != correlation_id:
+            self._fail(ChannelError("a response out of step with the request"))
+            raise ChannelError(f"correlation id {got} answers request {correlation_id}")
+        return response
+
     def _timed_out(self, waiter: asyncio.Future, timeout_s: float) -> None:
         if waiter is self._waiter and not waiter.done():
             self._fail(ChannelError(f"the leader did not answer within {timeout_s:.1f} s"))
@@ -195,8 +213,12 @@ class FetcherConnection(asyncio.BufferedProtocol):
 
 
 async def connect(host: str, port: int, timeout_s: float = 5.0,
-                  ssl_context: ssl.SSLContext | None = None) -> FetcherConnection:
-    """A connection to the leader at host:port (over TLS with ``ssl_context``)."""
+                  ssl_context: ssl.SSLContext | None = None, login: Any = None,
+                  node_id: int = -1, client_id: str = "") -> FetcherConnection:
+    """A connection to the leader ``node_id`` at host:port (over TLS with ``ssl_context``),
+    logged in with ``login`` (an interbroker_sasl.InterBrokerLogin) between SASL brokers."""
+    if login is not None:
+        login.check(node_id)  # a login refused a moment ago: not again yet
     loop = asyncio.get_running_loop()
     try:
         _, protocol = await asyncio.wait_for(
@@ -206,4 +228,15 @@ async def connect(host: str, port: int, timeout_s: float = 5.0,
         raise ChannelError(f"cannot connect to {host}:{port}: {exc!r}") from None
     if protocol.lost:
         raise ChannelError(f"connection to {host}:{port} closed at once")
+    if login is not None:
+        correlation_ids = iter(range(1, 1 << 31))
+
+        async def call(request: Any) -> Any:
+            return await protocol.call(next(correlation_ids), client_id, request, timeout_s)
+
+        try:
+            await login.authenticate(node_id, call)
+        except ChannelError:
+            protocol.close()
+            raise
     return protocol

@@ -43,6 +43,7 @@ from ..security.tls import inter_broker_ssl_context
 from . import replica_fetcher
 from .clock import now_ms
 from .interbroker import ChannelError, InterBrokerClient
+from .interbroker_sasl import inter_broker_login
 from .topics import Partition
 
 log = logging.getLogger("oncelog.replication")
@@ -125,7 +126,10 @@ class ReplicaManager:
         self.replicas: dict[TP, Replica] = {}
         # security.inter.broker.protocol (default the listener's): TLS between brokers too
         self.ssl_context = inter_broker_ssl_context(cfg)
-        self.client = InterBrokerClient(self.node_id, self._address_of, self.ssl_context)
+        # SASL_PLAINTEXT/SASL_SSL between brokers: every connection logs in first
+        self.login = inter_broker_login(cfg)
+        self.client = InterBrokerClient(self.node_id, self._address_of, self.ssl_context,
+                                        self.login)
         self._fetchers: dict[int, asyncio.Task] = {}
         # leader -> the fetcher's connection to it and the address it was opened to
         self._fetch_connections: dict[int, tuple[replica_fetcher.FetcherConnection,
@@ -702,7 +706,9 @@ class ReplicaManager:
                 return conn
             conn.close()
             del self._fetch_connections[leader]
-        conn = await replica_fetcher.connect(*address, ssl_context=self.ssl_context)
+        conn = await replica_fetcher.connect(*address, ssl_context=self.ssl_context,
+                                             login=self.login, node_id=leader,
+                                             client_id=f"broker-{self.node_id}-fetcher")
         self._fetch_connections[leader] = (conn, address)
         return conn
 

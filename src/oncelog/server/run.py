@@ -13,6 +13,7 @@ from ..loop_thread import new_event_loop
 from ..security.tls import check_broker_settings
 from .broker import Broker
 from .config import BrokerConfig
+from .interbroker_sasl import inter_broker_login
 from .network import BrokerServer
 
 
@@ -57,6 +58,7 @@ def run_broker(data_dir: str | Path, host: str = "127.0.0.1", port: int = 9092,
     set_log_levels(os.environ.get("ONCELOG_LOG_LEVEL", ""))
     config = BrokerConfig(overrides)
     check_broker_settings(config)  # a bad certificate file is named before anything starts
+    inter_broker_login(config)  # so is a SASL cluster broker without its own credentials
     loop = new_event_loop()
     try:
         loop.run_until_complete(_serve(Path(data_dir), host, port, config))

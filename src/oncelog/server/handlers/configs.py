@@ -17,10 +17,10 @@ from collections import Counter
 from ...protocol import ApiKey, make, response_module
 from ..config import (
     BROKER_DEFAULTS,
-    SENSITIVE_BROKER_CONFIGS,
     TOPIC_CONFIGS,
     ConfigError,
     broker_config_type,
+    is_sensitive_broker_config,
     validate_topic_configs,
 )
 from ..dynamic_config import DEFAULT_ENTITY, DYNAMIC_CONFIGS, check_dynamic
@@ -256,7 +256,7 @@ def _broker_synonyms(config, name: str) -> list[tuple[str, str, int]]:
 def _entry(mod, request, name: str, value: str | None, synonyms, *, read_only: bool,
            config_type: int):
     source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
-    sensitive = name in SENSITIVE_BROKER_CONFIGS
+    sensitive = is_sensitive_broker_config(name)
     if sensitive:  # Kafka's PASSWORD settings: neither the value nor its synonyms' values
         value = None
         synonyms = [(n, None, s) for n, _v, s in synonyms]
