@@ -289,7 +289,11 @@ def test_a_user_added_through_one_broker_logs_in_on_another(zookeeper_server, tm
     from oncelog.harness.broker_process import BrokerProcess
 
     connect = f"{zookeeper_server.connect_string}/scram-{uuid.uuid4().hex[:8]}"
-    settings = sasl_config(tmp_path)
+    settings = {**sasl_config(tmp_path),
+                # the brokers log in to each other as admin (a super user), as Kafka's do
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    f'username="admin" password="{USERS["admin"]}";'}
     brokers = [BrokerProcess(tmp_path / f"broker-{n}", settings=settings, node_id=n,
                              zookeeper=connect) for n in (1, 2)]
     try:
