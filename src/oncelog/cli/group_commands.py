@@ -9,8 +9,11 @@ json``): one array of objects keyed by the columns' names in snake case (``curre
 
 from __future__ import annotations
 
-import json
 import sys
+
+from .group_args import group_ids, topic_partitions
+from .group_reset import run_reset
+from .table import MISSING, cell, dump_json, json_key, table_line
 
 
 def run(args, admin) -> int:
@@ -24,8 +27,6 @@ def run(args, admin) -> int:
         return run_delete(args, admin)
     if action == "delete-offsets":
         return run_delete_offsets(args, admin)
-    from .group_reset import run_reset
-
     return run_reset(args, admin)
 
 
@@ -37,7 +38,7 @@ def run_list(args, admin) -> int:
     groups = admin.list_consumer_groups(states=states or None, types=types or None)
     show_state, show_type = args.state is not None, args.type is not None
     if args.output == "json":
-        print_json([{"group": g.group_id, "type": g.type, "state": g.state} for g in groups])
+        dump_json([{"group": g.group_id, "type": g.type, "state": g.state} for g in groups])
         return 0
     if not show_state and not show_type:
         for g in groups:
@@ -62,17 +63,7 @@ def run_list(args, admin) -> int:
 
 # --- describe: Kafka's ConsumerGroupCommand describe views --------------------------------------
 
-MISSING = "-"  # Kafka's MISSING_COLUMN_VALUE
 LATEST = -1  # ListOffsets spec: the log end offset
-
-
-def group_ids(args, admin) -> list[str]:
-    """``--group G`` (repeatable, in the order given) or ``--all-groups``."""
-    if getattr(args, "all_groups", False):
-        return [g.group_id for g in admin.list_consumer_groups()]
-    if args.group:
-        return list(dict.fromkeys(args.group))
-    raise ValueError("give --group or --all-groups")
 
 
 def run_describe(args, admin) -> int:
@@ -92,13 +83,13 @@ def run_describe(args, admin) -> int:
         else:
             header, rows, widths = _offsets(admin, group)
         if as_json:
-            rows_json += [_as_object(header, row) for row in rows]
+            rows_json += [dict(zip(map(json_key, header), row, strict=True)) for row in rows]
         elif rows or args.members:  # as Kafka's printMembers: the header even with no one
             print()
             for row in [header, *rows]:
-                print(table_line([_text(c) for c in row], widths))
+                print(table_line([cell(c) for c in row], widths))
     if as_json:
-        print_json(rows_json)
+        dump_json(rows_json)
     return 0
 
 
@@ -147,8 +138,8 @@ def _offsets(admin, group) -> tuple[list[str], list[list], list[int]]:
     if not _should_print(group, len(rows)):
         rows = []
     widths = [max([15, *(len(r[0]) for r in rows)]), max([15, *(len(r[1]) for r in rows)]),
-              10, 15, 15, 15, max([15, *(len(_text(r[6])) for r in rows)]),
-              max([15, *(len(_text(r[7])) for r in rows)])]
+              10, 15, 15, 15, max([15, *(len(cell(r[6])) for r in rows)]),
+              max([15, *(len(cell(r[7])) for r in rows)])]
     return OFFSETS_HEADER, rows, widths
 
 
@@ -167,7 +158,7 @@ def _members(group, verbose: bool) -> tuple[list[str], list[list], list[int]]:
             row.append(m.group_instance_id or "")
         row += [m.host, m.client_id, len(m.assignment)]
         if verbose:
-            row.append(_assignment_text(m.assignment))
+            row.append(_assignmentcell(m.assignment))
         rows.append(row)
     header = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else []) + [
         "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else [])
@@ -176,7 +167,7 @@ def _members(group, verbose: bool) -> tuple[list[str], list[list], list[int]]:
     return header, rows, widths
 
 
-def _assignment_text(assignment) -> str:
+def _assignmentcell(assignment) -> str:
     """Kafka's verbose ASSIGNMENT: ``topic(0,1), other(2)``."""
     if not assignment:
         return MISSING
@@ -224,31 +215,8 @@ DELETE_OFFSETS_ERRORS = {
 }
 
 
-def error_text(exc: BaseException) -> str:
+def errorcell(exc: BaseException) -> str:
     return ERROR_TEXT.get(type(exc).__name__, str(exc))
-
-
-def topic_partitions(admin, topics: list[str]) -> list:
-    """``--topic`` values as Kafka's tool reads them: ``T:0,1`` names partitions, ``T`` alone
-    every partition of the topic."""
-    from ..client.types import TopicPartition
-
-    named: list[TopicPartition] = []
-    whole: list[str] = []
-    for arg in topics:
-        topic, colon, parts = arg.partition(":")
-        if not colon:
-            whole.append(topic)
-            continue
-        try:
-            named += [TopicPartition(topic, int(p)) for p in parts.split(",")]
-        except ValueError:
-            raise ValueError(f"--topic {arg!r}: expected TOPIC or TOPIC:PARTITION,PARTITION"
-                             ) from None
-    if whole:
-        for name, desc in admin.describe_topics(whole).items():
-            named += [TopicPartition(name, p.partition) for p in desc.partitions]
-    return list(dict.fromkeys(named))
 
 
 def run_delete(args, admin) -> int:
@@ -259,8 +227,8 @@ def run_delete(args, admin) -> int:
     deleted = [g for g, e in results.items() if e is None]
     failed = {g: e for g, e in results.items() if e is not None}
     if args.output == "json":
-        print_json([{"group": g, "deleted": e is None,
-                     "error": None if e is None else error_text(e)}
+        dump_json([{"group": g, "deleted": e is None,
+                     "error": None if e is None else errorcell(e)}
                     for g, e in results.items()])
     elif not failed:
         print("Deletion of requested consumer groups ('" + "', '".join(deleted)
@@ -268,7 +236,7 @@ def run_delete(args, admin) -> int:
     else:
         print("\nError: Deletion of some consumer groups failed:")
         for g, e in failed.items():
-            print(f"* Group '{g}' could not be deleted due to: {error_text(e)}")
+            print(f"* Group '{g}' could not be deleted due to: {errorcell(e)}")
         if deleted:
             print("\nThese consumer groups were deleted successfully: '"
                   + "', '".join(deleted) + "'")
@@ -297,8 +265,8 @@ def run_delete_offsets(args, admin) -> int:
     rows = sorted(results.items(), key=lambda item: (item[0].topic, item[0].partition))
     failed = any(e is not None for _, e in rows)
     if args.output == "json":
-        print_json([{"topic": tp.topic, "partition": tp.partition,
-                     "error": None if e is None else error_text(e)} for tp, e in rows])
+        dump_json([{"topic": tp.topic, "partition": tp.partition,
+                     "error": None if e is None else errorcell(e)} for tp, e in rows])
         return 1 if failed else 0
     if failed:
         print("\nError: Encounter some partition level error, see the follow-up details:")
@@ -309,33 +277,9 @@ def run_delete_offsets(args, admin) -> int:
     print(table_line(["TOPIC", "PARTITION", "STATUS"], [30, 15]))
     for tp, e in rows:
         print(table_line([tp.topic, str(tp.partition),
-                          "Successful" if e is None else f"Error: :{error_text(e)}"],
+                          "Successful" if e is None else f"Error: :{errorcell(e)}"],
                          [30, 15]))
     return 1 if failed else 0
-
-
-# --- output -------------------------------------------------------------------------------------
-
-def table_line(cells: list[str], widths: list[int]) -> str:
-    """Cells left-justified to their widths, one space apart; the last cell as it is."""
-    return " ".join([c.ljust(w) for c, w in zip(cells, widths, strict=False)]
-                    + cells[len(widths):]).rstrip()
-
-
-def _text(value) -> str:
-    return MISSING if value is None else str(value)
-
-
-def _as_object(header: list[str], row: list) -> dict:
-    """A table row as JSON: the column names lower-cased, ``-`` and spaces as ``_``, ``#``
-    as ``num_`` (``#PARTITIONS``: ``num_partitions``); a missing value is null."""
-    keys = [h.lower().replace("#", "num_").replace(" (id)", "").replace("-", "_")
-            for h in header]
-    return dict(zip(keys, row, strict=True))
-
-
-def print_json(value) -> None:
-    print(json.dumps(value, indent=2))
 
 
 # --- the command line ---------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import sys
 from datetime import UTC, datetime
 
 from ..client.types import TopicPartition
-from .group_commands import group_ids, print_json, table_line, topic_partitions
+from .group_args import group_ids, topic_partitions
+from .table import dump_json, table_line
 
 EARLIEST, LATEST = -2, -1  # ListOffsets specs
 
@@ -40,7 +41,7 @@ def run_reset(args, admin) -> int:
         if args.execute:
             admin.alter_consumer_group_offsets(group_id, plans[group_id])
     if args.output == "json":
-        print_json([{"group": g, "topic": tp.topic, "partition": tp.partition,
+        dump_json([{"group": g, "topic": tp.topic, "partition": tp.partition,
                      "new_offset": offset}
                     for g, plan in plans.items() for tp, offset in plan.items()])
     elif plans:

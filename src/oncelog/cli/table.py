@@ -1,7 +1,8 @@
-"""Tables as Kafka's tools print them (kafka-transactions.sh's ToolsUtils.prettyPrintTable):
-each cell padded to its column's width and followed by a tab, so that columns line up on a
-terminal and ``cut -f`` / ``split('\\t')`` still find them; and the same rows as JSON for
-``--output json``."""
+"""Tables as Kafka's tools print them: kafka-transactions.sh's ToolsUtils.prettyPrintTable
+(``print_table``: each cell padded to its column's width and followed by a tab, so that columns
+line up on a terminal and ``cut -f`` / ``split('\\t')`` still find them) and
+kafka-consumer-groups.sh's fixed-width lines (``table_line``); and the same rows as JSON for
+``--output json``, keyed alike by every command (``json_key``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import TextIO
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
                 out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    cells = [[_cell(v) for v in row] for row in rows]
+    cells = [[cell(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
     for row in [list(headers)] + cells:
         out.write("".join(f"{v:<{w}}\t" for v, w in zip(row, widths, strict=True)) + "\n")
@@ -31,11 +32,28 @@ def print_json(headers: Sequence[str], rows: Sequence[Sequence[object]],
     out.write("\n")
 
 
+def dump_json(value: object) -> None:
+    """Any value as indented JSON on stdout."""
+    print(json.dumps(value, indent=2))
+
+
+def table_line(cells: list[str], widths: list[int]) -> str:
+    """Cells left-justified to their widths, one space apart; the last cell as it is."""
+    return " ".join([c.ljust(w) for c, w in zip(cells, widths, strict=False)]
+                    + cells[len(widths):]).rstrip()
+
+
 def json_key(header: str) -> str:
-    """A column name as a JSON key: ProducerId, CURRENT-OFFSET -> producer_id, current_offset."""
+    """A column name as a JSON key: ProducerId, CURRENT-OFFSET, #MEMBERS, COORDINATOR (ID) ->
+    producer_id, current_offset, num_members, coordinator."""
+    header = re.sub(r" \(id\)", "", header.replace("#", "num_"), flags=re.IGNORECASE)
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", header).lower()
     return re.sub(r"[^a-z0-9]+", "_", snake).strip("_")  # Duration(min) -> duration_min
 
 
-def _cell(value: object) -> str:
-    return "-" if value is None else str(value)
+MISSING = "-"  # Kafka's MISSING_COLUMN_VALUE
+
+
+def cell(value: object) -> str:
+    """A value as a table shows it: ``-`` for none."""
+    return MISSING if value is None else str(value)
