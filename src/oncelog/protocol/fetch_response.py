@@ -17,7 +17,7 @@ import struct
 import uuid
 from typing import Any
 
-from ..primitives import encode_string
+from ..primitives import encode_compact_string, encode_string, encode_uvarint
 from ..records.region import FileRegion
 
 _I32 = struct.Struct(">i")
@@ -28,26 +28,10 @@ _ABORTED = struct.Struct(">qq")  # producer id, first offset
 LARGE = 16 * 1024  # bytes record sets at least this long are kept by reference, not copied
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_SMALL_UVARINTS = [_uvarint(n) for n in range(256)]
-
-
-def uvarint(n: int) -> bytes:
-    return _SMALL_UVARINTS[n] if n < 256 else _uvarint(n)
-
-
 def length_prefix(n: int, flexible: bool) -> bytes:
     """An array's count or a bytes' length: compact (unsigned varint of n + 1) in flexible
     versions, else an int32."""
-    return uvarint(n + 1) if flexible else _I32.pack(n)
+    return encode_uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 class FetchResponseWriter:
@@ -75,9 +59,7 @@ class FetchResponseWriter:
         if self.version >= 13:  # kio reads the all-zero id as None
             small += key.bytes if key is not None else bytes(16)  # type: ignore[union-attr]
         elif self.flexible:
-            raw = key.encode()  # type: ignore[union-attr]
-            small += uvarint(len(raw) + 1)
-            small += raw
+            small += encode_compact_string(key)  # type: ignore[arg-type]
         else:
             small += encode_string(key)  # type: ignore[arg-type]
         small += length_prefix(partitions, self.flexible)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from ..primitives import encode_string
-from .fetch_response import length_prefix, uvarint
+from ..primitives import encode_compact_string, encode_string
+from .fetch_response import length_prefix
 
 _I32 = struct.Struct(">i")
 _PARTITION_V2 = struct.Struct(">ihqq")  # index, error, base offset, log append time
@@ -22,10 +22,7 @@ _PARTITION_V5 = struct.Struct(">ihqqq")  # ... log start offset
 
 
 def _compact_nullable_string(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    raw = s.encode()
-    return uvarint(len(raw) + 1) + raw
+    return b"\x00" if s is None else encode_compact_string(s)
 
 
 class ProduceResponseWriter:
