@@ -70,6 +70,11 @@ class ProducerBatch:
         self.futures: list[Future] = []
         self.size = HEADER_SIZE
         self.closed = False  # no more appends: full, or drained
+        self._init_sending()
+
+    def _init_sending(self) -> None:
+        """The state of sending the batch: attempts, the producer id and sequence it is
+        sent with, its encoded bytes."""
         self.attempts = 0
         self.retry_at = 0.0
         self.producer_id = NO_PRODUCER_ID
@@ -172,14 +177,7 @@ class EncodedBatch(ProducerBatch):
         self.futures = []
         self.size = HEADER_SIZE + len(section)
         self.closed = True
-        self.attempts = 0
-        self.retry_at = 0.0
-        self.producer_id = NO_PRODUCER_ID
-        self.producer_epoch = NO_PRODUCER_EPOCH
-        self.base_sequence = NO_SEQUENCE
-        self.transactional = False
-        self._encoded = None
-        self.done = False
+        self._init_sending()
         self.section = section
         self.count = count
         self.base_timestamp = base_timestamp
