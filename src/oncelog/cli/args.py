@@ -8,7 +8,14 @@ import argparse
 
 def key_value(text: str) -> tuple[str, str]:
     """``KEY=VALUE`` (as Kafka's tools take ``--add-config`` and ``--producer-property``)."""
+    key, value = property_value(text)
+    return key, value.strip()
+
+
+def property_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` as Kafka's console tools take ``--property``: the value as given, spaces
+    and all (a separator may be one)."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
     key, value = text.split("=", 1)
-    return key.strip(), value.strip()
+    return key.strip(), value

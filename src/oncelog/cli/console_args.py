@@ -3,24 +3,13 @@ console producer's and consumer's names, plus kcat's ``--format`` and ``--header
 
 from __future__ import annotations
 
-import argparse
-
-from .args import key_value
+from .args import key_value, property_value
 
 PRODUCE_PROPERTIES = ("parse.key, key.separator, parse.headers, headers.delimiter, "
                       "headers.separator, headers.key.separator, null.marker, ignore.error")
 CONSUME_PROPERTIES = ("print.timestamp, print.partition, print.offset, print.headers, "
                       "print.key, print.value, key.separator, line.separator, "
                       "headers.separator, null.literal")
-
-
-def prop(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` as Kafka's --property: the value as given, spaces and all (a separator
-    may be one)."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    key, value = text.split("=", 1)
-    return key.strip(), value
 
 
 def add_parsers(sub, add_bootstrap) -> None:
@@ -37,7 +26,7 @@ def add_parsers(sub, add_bootstrap) -> None:
                    "(--property parse.key=true key.separator=SEP); a line without it stops "
                    "the producer with an error, as Kafka's console producer does (the lines "
                    "before it are sent)")
-    p.add_argument("--property", action="append", type=prop, default=[],
+    p.add_argument("--property", action="append", type=property_value, default=[],
                    metavar="KEY=VALUE", help="the line reader's settings, as Kafka's: "
                    + PRODUCE_PROPERTIES + " (repeatable)")
     p.add_argument("--header", action="append", type=key_value, default=[],
@@ -79,7 +68,7 @@ def add_parsers(sub, add_bootstrap) -> None:
                        ("partition", "Partition:P"), ("offset", "Offset:O"),
                        ("headers", "k:v,k2:v2 (or NO_HEADERS)"), ("key", "the key")):
         c.add_argument(f"--print-{flag}", action="store_true", help=f"print {text}")
-    c.add_argument("--property", "--formatter-property", action="append", type=prop,
+    c.add_argument("--property", "--formatter-property", action="append", type=property_value,
                    default=[], metavar="KEY=VALUE",
                    help="the formatter's settings, as Kafka's: " + CONSUME_PROPERTIES)
     c.add_argument("--format", default=None, metavar="FMT",
