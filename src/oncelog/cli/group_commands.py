@@ -158,7 +158,7 @@ def _members(group, verbose: bool) -> tuple[list[str], list[list], list[int]]:
             row.append(m.group_instance_id or "")
         row += [m.host, m.client_id, len(m.assignment)]
         if verbose:
-            row.append(_assignmentcell(m.assignment))
+            row.append(_assignment_text(m.assignment))
         rows.append(row)
     header = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else []) + [
         "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else [])
@@ -167,7 +167,7 @@ def _members(group, verbose: bool) -> tuple[list[str], list[list], list[int]]:
     return header, rows, widths
 
 
-def _assignmentcell(assignment) -> str:
+def _assignment_text(assignment) -> str:
     """Kafka's verbose ASSIGNMENT: ``topic(0,1), other(2)``."""
     if not assignment:
         return MISSING
@@ -215,7 +215,7 @@ DELETE_OFFSETS_ERRORS = {
 }
 
 
-def errorcell(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     return ERROR_TEXT.get(type(exc).__name__, str(exc))
 
 
@@ -228,7 +228,7 @@ def run_delete(args, admin) -> int:
     failed = {g: e for g, e in results.items() if e is not None}
     if args.output == "json":
         dump_json([{"group": g, "deleted": e is None,
-                     "error": None if e is None else errorcell(e)}
+                     "error": None if e is None else error_text(e)}
                     for g, e in results.items()])
     elif not failed:
         print("Deletion of requested consumer groups ('" + "', '".join(deleted)
@@ -236,7 +236,7 @@ def run_delete(args, admin) -> int:
     else:
         print("\nError: Deletion of some consumer groups failed:")
         for g, e in failed.items():
-            print(f"* Group '{g}' could not be deleted due to: {errorcell(e)}")
+            print(f"* Group '{g}' could not be deleted due to: {error_text(e)}")
         if deleted:
             print("\nThese consumer groups were deleted successfully: '"
                   + "', '".join(deleted) + "'")
@@ -266,7 +266,7 @@ def run_delete_offsets(args, admin) -> int:
     failed = any(e is not None for _, e in rows)
     if args.output == "json":
         dump_json([{"topic": tp.topic, "partition": tp.partition,
-                     "error": None if e is None else errorcell(e)} for tp, e in rows])
+                     "error": None if e is None else error_text(e)} for tp, e in rows])
         return 1 if failed else 0
     if failed:
         print("\nError: Encounter some partition level error, see the follow-up details:")
@@ -277,7 +277,7 @@ def run_delete_offsets(args, admin) -> int:
     print(table_line(["TOPIC", "PARTITION", "STATUS"], [30, 15]))
     for tp, e in rows:
         print(table_line([tp.topic, str(tp.partition),
-                          "Successful" if e is None else f"Error: :{errorcell(e)}"],
+                          "Successful" if e is None else f"Error: :{error_text(e)}"],
                          [30, 15]))
     return 1 if failed else 0
 
