@@ -29,6 +29,6 @@ def note(api: str, error: BaseException | None, attempt: int, remaining_s: float
     """A call of ``api`` (METADATA, DESCRIBE_TRANSACTIONS ...) failed with ``error`` and will
     be tried again (``attempt`` is the coming one) until ``remaining_s`` have passed."""
     if log.isEnabledFor(logging.INFO):
-        log.info("retrying %s: %s (attempt %d, giving up in %.0f s)", api, error_name(error),
-                 attempt, max(0.0, remaining_s),
-                 extra={"api": api, "error_name": error_name(error)})
+        name = error_name(error)
+        log.info("retrying %s: %s (attempt %d, giving up in %.0f s)", api, name, attempt,
+                 max(0.0, remaining_s), extra={"api": api, "error_name": name})
