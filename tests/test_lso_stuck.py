@@ -131,7 +131,7 @@ def test_a_held_lso_is_named_everywhere_until_its_transaction_commits(broker, he
     assert f"{TXN_ID} (producer {pid}), stuck for " in topics
     detail = page(broker, f"/topics/{TOPIC}")
     m = re.search(r'<p class="stuck-note" data-held-by="([^"]*)" data-stuck-ms="(\d+)">'
-                  r'<span class="badge warn">LSO stuck for [^<]+</span> 6 records past it, '
+                  r'<span class="badge warn">LSO stuck at 10 for [^<]+</span> 6 records past it, '
                   rf"held by {TXN_ID} \(producer {pid}, Ongoing, open since ", detail)
     assert m and m.group(1) == TXN_ID, detail
     assert re.search(rf"<td>{pid}</td><td>{TXN_ID}</td>", detail)  # the open transaction's id

@@ -100,8 +100,8 @@ def _holder_attrs(h: LsoHolder | None) -> dict[str, object]:
 
 
 def _held_text(h: LsoHolder, now: int) -> str:
-    """held by app-1 (producer 1000, Ongoing, open since 2026-11-29 06:01:02 UTC (5 min 12 s)),
-    the LSO stuck at 10 for 5 min 3 s"""
+    """held by app-1 (producer 1000, Ongoing, open since 2026-11-29 06:01:02 UTC (5 min 12 s))
+    (HTML)"""
     what = [f"producer {h.producer_id}"]
     if h.state is not None:
         what.append(h.state)
@@ -112,8 +112,7 @@ def _held_text(h: LsoHolder, now: int) -> str:
         what.append(f"open since {since} ({age(now - h.txn_start_ms)})")
     who = esc(h.transactional_id) if h.transactional_id is not None else \
         "a transaction not coordinated by this broker"
-    return (f"held by {who} ({esc(', '.join(what))}), the LSO stuck at {h.lso} for "
-            f"{age(h.stuck_ms)}")
+    return f"held by {who} ({esc(', '.join(what))})"
 
 
 # -- topics ----------------------------------------------------------------------------------
@@ -201,8 +200,8 @@ def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
         stuck = ""
         if h is not None:
             attrs = "".join(f' {k}="{esc(v)}"' for k, v in _holder_attrs(h).items())
-            stuck = (f'<p class="stuck-note"{attrs}><span class="badge warn">LSO stuck for '
-                     f"{age(h.stuck_ms)}</span> {h.hw - h.lso} records past it, "
+            stuck = (f'<p class="stuck-note"{attrs}><span class="badge warn">LSO stuck at '
+                     f"{h.lso} for {age(h.stuck_ms)}</span> {h.hw - h.lso} records past it, "
                      f"{_held_text(h, now)}: read_committed consumers wait there</p>")
         parts.append(head + figures + stuck + chart + "<h3>Open transactions</h3>" + txns)
     if len(indexes) > MAX_DETAILED:
@@ -380,8 +379,8 @@ def groups_page(broker, viewer) -> tuple[str, str]:
                 attrs = "".join(f' {k}="{esc(v)}"' for k, v in _holder_attrs(h).items())
                 held.append(f'<li class="held" data-group="{esc(name)}" data-topic='
                             f'"{esc(e.topic)}" data-partition="{e.partition}"{attrs}>'
-                            f"{esc(e.topic)}-{e.partition}: lag {e.lag} {_held_text(h, now)}"
-                            "</li>")
+                            f"{esc(e.topic)}-{e.partition}: lag {e.lag} {_held_text(h, now)}, "
+                            f"the LSO stuck at {h.lso} for {age(h.stuck_ms)}</li>")
             rows.append(({"data-group": name, "data-topic": e.topic,
                           "data-partition": e.partition, "data-lag": e.lag,
                           "data-consumer-id": m.member_id if m else "",
