@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import promql_parser
@@ -18,10 +19,19 @@ import pytest
 from support.cli import oncelog
 from support.console import ConsoleBrokerProcess, get, rows
 from support.metrics import families, metrics_url, sample_names, value
+from support.raw_wire import (
+    BASE_TIMESTAMP,
+    RawConnection,
+    create_topics_request,
+    idempotent_batch,
+    init_producer_id_request,
+    produce,
+)
 from support.waiting import wait_until
 from support.yaml_subset import load as load_yaml
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from oncelog.server.stable_offsets import StableOffsetWatch
 
 ALERTS = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "oncelog-alerts.yml"
 STUCK = "oncelog_partition_last_stable_offset_stuck_seconds"
@@ -228,3 +238,41 @@ def test_metric_names_are_found_and_bad_promql_refused():
         == {"a_seconds", "b"}
     with pytest.raises(ValueError):
         metric_names("sum(rate(x[5m])")
+
+
+def test_a_transaction_not_coordinated_here_is_named_by_producer_id_and_first_write(broker):
+    # A transactional batch of a producer id no coordinator gave out (as a late produce of a
+    # finished transaction leaves one): no transactional id to name, its batch's timestamp
+    # says when it began.
+    with RawConnection(broker.bootstrap_servers) as conn:
+        conn.request(create_topics_request("orphan", 1))
+        pid = conn.request(init_producer_id_request()).producer_id
+        produce(conn, "orphan", 0, idempotent_batch(pid, 0, 0, [b"o"], timestamp=BASE_TIMESTAMP,
+                                                    is_transactional=True))
+    detail = page(broker, "/topics/orphan")
+    first_write = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(BASE_TIMESTAMP / 1000))
+    assert (f"held by a transaction not coordinated by this broker (producer {pid}, first "
+            f"write {first_write}") in detail, detail
+    [row] = rows(page(broker, "/topics"), topic="orphan", partition=0)
+    assert row["data-held-by"] == f"producer {pid}"
+
+
+class _Log:
+    def __init__(self, lso: int, hw: int) -> None:
+        self.last_stable_offset, self.high_watermark = lso, hw
+
+
+def test_the_watch_times_an_lso_standing_below_the_hw():
+    watch = StableOffsetWatch()
+    assert watch.stuck_ms("t", 0, _Log(10, 10), 1_000) == 0  # at the HW: not stuck
+    assert watch.stuck_ms("t", 0, _Log(10, 12), 2_000) == 0  # just fell behind
+    assert watch.stuck_ms("t", 0, _Log(10, 20), 7_000) == 5_000  # the HW moves on, the LSO not
+    assert watch.stuck_ms("t", 0, _Log(15, 20), 8_000) == 0  # the LSO moved: timed afresh
+    assert watch.stuck_ms("t", 0, _Log(15, 25), 9_500) == 1_500
+    assert watch.stuck_ms("t", 0, _Log(25, 25), 10_000) == 0  # caught up
+    assert watch.stuck_ms("t", 0, _Log(25, 30), 11_000) == 0  # a new hold starts from 0
+    partition = type("P", (), {"topic": "t", "index": 0, "log": _Log(25, 30)})
+    watch.observe([partition], 12_000)
+    assert watch.stuck_ms("t", 0, _Log(25, 30), 13_000) == 2_000
+    watch.observe([], 14_000)  # no longer hosted: forgotten
+    assert watch.stuck_ms("t", 0, _Log(25, 30), 15_000) == 0

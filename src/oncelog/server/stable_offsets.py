@@ -73,6 +73,8 @@ class LsoHolder:
     state: str | None = None  # the coordinator's state (Ongoing, PrepareCommit, ...)
     txn_start_ms: int | None = None  # when the coordinator began the transaction
     two_phase: bool = False  # KIP-939: it never times out
+    # Not coordinated here: the timestamp of the transaction's first batch in this partition
+    first_write_ms: int | None = None
 
 
 def coordinated_by_producer_id(broker) -> dict[int, TransactionMetadata]:
@@ -82,6 +84,19 @@ def coordinated_by_producer_id(broker) -> dict[int, TransactionMetadata]:
         for m in core.transactions.values():
             out[m.producer_id] = m
     return out
+
+
+def _batch_timestamp(plog, offset: int) -> int | None:
+    """The first timestamp of the batch holding ``offset`` (one index lookup and a header
+    read), or None when it is gone or has none."""
+    try:
+        for _seg, _pos, header in plog.iter_headers_from(offset):
+            if header.base_offset <= offset and header.base_timestamp >= 0:
+                return int(header.base_timestamp)
+            return None
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def holder(broker, partition, now: int, by_pid: dict[int, TransactionMetadata] | None = None
@@ -102,7 +117,8 @@ def holder(broker, partition, now: int, by_pid: dict[int, TransactionMetadata] |
     m = by_pid.get(oldest.producer_id)
     if m is None:
         return LsoHolder(lso, hw, oldest.producer_id, oldest.producer_epoch,
-                         oldest.current_txn_first_offset, stuck)
+                         oldest.current_txn_first_offset, stuck,
+                         first_write_ms=_batch_timestamp(plog, oldest.current_txn_first_offset))
     return LsoHolder(lso, hw, oldest.producer_id, oldest.producer_epoch,
                      oldest.current_txn_first_offset, stuck, m.transactional_id,
                      m.state.display, m.txn_start_ms if m.txn_start_ms >= 0 else None,

@@ -99,6 +99,10 @@ def _holder_attrs(h: LsoHolder | None) -> dict[str, object]:
             else f"producer {h.producer_id}", "data-stuck-ms": h.stuck_ms}
 
 
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
 def _held_text(h: LsoHolder, now: int) -> str:
     """held by app-1 (producer 1000, Ongoing, open since 2026-11-29 06:01:02 UTC (5 min 12 s))
     (HTML)"""
@@ -108,8 +112,9 @@ def _held_text(h: LsoHolder, now: int) -> str:
     if h.two_phase:
         what.append("two-phase commit")
     if h.txn_start_ms is not None:
-        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(h.txn_start_ms / 1000))
-        what.append(f"open since {since} ({age(now - h.txn_start_ms)})")
+        what.append(f"open since {_utc(h.txn_start_ms)} ({age(now - h.txn_start_ms)})")
+    elif h.first_write_ms is not None:
+        what.append(f"first write {_utc(h.first_write_ms)} ({age(now - h.first_write_ms)} ago)")
     who = esc(h.transactional_id) if h.transactional_id is not None else \
         "a transaction not coordinated by this broker"
     return f"held by {who} ({esc(', '.join(what))})"
