@@ -255,6 +255,16 @@ def test_a_transaction_not_coordinated_here_is_named_by_producer_id_and_first_wr
             f"write {first_write}") in detail, detail
     [row] = rows(page(broker, "/topics"), topic="orphan", partition=0)
     assert row["data-held-by"] == f"producer {pid}"
+    # groups describe: no coordinator lists the producer id, a hanging transaction
+    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id="orphan-readers",
+                  enable_auto_commit=False) as c:
+        c.commit({TopicPartition("orphan", 0): 0})
+    [note] = [line for line in describe(broker, "orphan-readers").stdout.splitlines()
+              if line.startswith("orphan-0:")]
+    written = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(BASE_TIMESTAMP / 1000))
+    assert note == (f"orphan-0: lag 1 held by an open transaction of producer {pid} that no "
+                    "transaction coordinator lists (hanging: oncelog transactions "
+                    f"find-hanging), last written {written}: the last stable offset stays at 0")
 
 
 class _Log:
