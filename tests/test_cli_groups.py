@@ -68,7 +68,8 @@ def test_describe_prints_kafkas_columns_for_a_group_with_lag(bs):
                               "json").stdout)
     assert rows[0] == {"group": "lagging", "topic": "orders", "partition": 0,
                        "current_offset": 4, "log_end_offset": 7, "lag": 3,
-                       "consumer_id": None, "host": None, "client_id": None}
+                       "consumer_id": None, "host": None, "client_id": None,
+                       "held_by_transaction": None}
     # the old name and Kafka's action flags
     kafka_style = oncelog("consumer-groups", "--describe", *bs, "--group", "lagging")
     assert kafka_style.stdout == out.stdout

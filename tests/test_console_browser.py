@@ -136,10 +136,12 @@ def test_chromium_shows_the_lso_behind_the_hw(console, tmp_path):
     [free] = rows(page, topic="payments", partition=1)
     assert free["data-lso"] == free["data-hw"] == "10"
     assert "21 behind" in page
+    assert held["data-held-by"] == TXN_ID and "stuck for" in page  # who holds it, how long
     assert page.count("<polyline") >= 6  # HW and LSO lines of each partition's chart
     screenshot(console, "/topics", tmp_path / "topics.png")
     detail = dom(console, "/topics/payments")
     assert "Open transactions" in detail and "<svg" in detail
+    assert "LSO stuck at 10 for" in detail and f"held by {TXN_ID} (producer" in detail
     assert len([r for r in rows(detail) if "data-producer-id" in r]) == 1  # on payments-0
     screenshot(console, "/topics/payments", tmp_path / "topic.png")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from .group_args import group_ids, topic_partitions
+from .group_lso import lso_holds, note
 from .group_reset import run_reset
 from .table import MISSING, cell, dump_json, json_key, table_line
 
@@ -76,18 +77,27 @@ def run_describe(args, admin) -> int:
     rows_json: list[dict] = []
     for group_id in sorted(described):
         group = described[group_id]
+        holds = None
         if args.members:
             header, rows, widths = _members(group, args.verbose)
         elif args.state is not None:
             header, rows, widths = _state(group)
         else:
             header, rows, widths = _offsets(admin, group)
+            holds = lso_holds(admin, rows)  # oncelog's own: lag an open transaction holds
         if as_json:
             rows_json += [dict(zip(map(json_key, header), row, strict=True)) for row in rows]
+            if holds is not None:
+                for obj in rows_json[len(rows_json) - len(rows):]:
+                    obj["held_by_transaction"] = holds.get((obj["topic"], obj["partition"]))
         elif rows or args.members:  # as Kafka's printMembers: the header even with no one
             print()
             for row in [header, *rows]:
                 print(table_line([cell(c) for c in row], widths))
+            if holds:
+                print()
+                for (topic, partition), hold in sorted(holds.items()):
+                    print(note(topic, partition, hold))
     if as_json:
         dump_json(rows_json)
     return 0

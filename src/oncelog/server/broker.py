@@ -35,6 +35,7 @@ from .metadata import Metadata, ProducerIds
 from .metadata_local import LocalMetadata
 from .replication import ReplicaManager
 from .security_service import PRE_AUTHENTICATION, Security
+from .stable_offsets import StableOffsetWatch
 from .topics import TopicManager
 from .txn_service import TxnService
 from .txn_verification import TxnVerifier
@@ -82,6 +83,7 @@ class Broker:
         # (KIP-272), which shows the versions clients negotiate.
         self.request_counts: Counter[tuple[int, int]] = Counter()
         self.stats = BrokerStats()  # bytes, messages, latency, connections (metrics page)
+        self.lso_watch = StableOffsetWatch()  # how long each LSO has stood below its HW
         # A single node is a cluster of one (server/metadata_local.py); with
         # zookeeper.connect, a broker of a ZooKeeper-coordinated cluster (docs/cluster.md).
         # The same code runs either way: the replica manager leads and follows partitions as
@@ -291,6 +293,7 @@ class Broker:
                 log.exception("retention of %s-%d failed", p.topic, p.index)
 
     def maintain(self, now: int) -> None:
+        self.lso_watch.observe(self.topics.all_partitions(), now)
         for p in list(self.topics.all_partitions()):
             try:
                 p.log.maintain(now)

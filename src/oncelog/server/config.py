@@ -94,6 +94,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "metrics.internal.topics": "false",
     # oncelog's own: serve the read-only web console on this port (-1: off, 0: any free).
     "console.port": "-1",
+    # oncelog's own: the console's Transactions page marks a two-phase-commit transaction
+    # (KIP-939: it never times out) open longer than this.
+    "console.two.phase.commit.warn.ms": "300000",
     # The transaction coordinator (spec 000, "Transaction Coordinator"; Kafka's defaults).
     "transaction.state.log.num.partitions": "50",
     "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from .clock import now_ms
 from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger("oncelog.metrics")
@@ -85,6 +86,7 @@ def _shown(broker) -> bool:
 def partition_samples(broker) -> Iterable[Sample]:
     total = 0
     internal = _shown(broker)
+    now = now_ms()
     for p in broker.topics.all_partitions():
         plog = p.log
         live = len(plog.producer_state.producers)
@@ -101,6 +103,11 @@ def partition_samples(broker) -> Iterable[Sample]:
         yield Sample("oncelog_partition_open_transactions",
                      "transactions open in this partition",
                      len(plog.producer_state.open_transactions()), labels)
+        # oncelog's own (server/stable_offsets.py): an LSO held by a transaction left open
+        yield Sample("oncelog_partition_last_stable_offset_stuck_seconds",
+                     "seconds the last stable offset has stood still below the high watermark "
+                     "(0 when it is at the high watermark)",
+                     broker.lso_watch.stuck_ms(p.topic, p.index, plog, now) / 1000, labels)
         # Kafka's kafka.log:type=Log,name=Size|LogStartOffset|LogEndOffset|NumLogSegments
         yield Sample("oncelog_log_size_bytes", "bytes of the partition's log segments",
                      plog.size_bytes, labels)

@@ -82,7 +82,7 @@ th, td { border-bottom: 1px solid #d0d7de; padding: 3px 10px; text-align: left;
 th { background: #f6f8fa; font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.stuck td { background: #fff8c5; }
-tr.hanging td, tr.offline td { background: #ffebe9; }
+tr.hanging td, tr.offline td, tr.two-phase-long td { background: #ffebe9; }
 .badge { display: inline-block; padding: 0 6px; border-radius: 8px; font-size: 12px;
          background: #ddf4ff; }
 .badge.warn { background: #fff8c5; } .badge.bad { background: #ffebe9; }

@@ -9,11 +9,14 @@ its own share of the partitions, groups and transactions.
 
 from __future__ import annotations
 
+import time
+
 from ...group.coordinator import Member
 from ...security.acls import ResourceType
 from ...txn.state import TransactionMetadata, TransactionState
 from ..clock import now_ms
 from ..group_lag import group_lags
+from ..stable_offsets import LsoHolder, coordinated_by_producer_id, holder
 from ..topics import INTERNAL_TOPICS
 from .chart import offsets_chart
 from .layout import Html, age, esc, link, path_part, table
@@ -81,9 +84,46 @@ def _open_txns(plog) -> list:
     return [e for e in plog.producer_state.producers.values() if e.current_txn_first_offset >= 0]
 
 
+def _holder_name(h: LsoHolder) -> str:
+    """The transaction holding an LSO as an operator names it: its transactional id when this
+    broker coordinates it, else its producer id."""
+    if h.transactional_id is not None:
+        return f"{h.transactional_id} (producer {h.producer_id})"
+    return f"producer {h.producer_id}"
+
+
+def _holder_attrs(h: LsoHolder | None) -> dict[str, object]:
+    if h is None:
+        return {}
+    return {"data-held-by": h.transactional_id if h.transactional_id is not None
+            else f"producer {h.producer_id}", "data-stuck-ms": h.stuck_ms}
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def _held_text(h: LsoHolder, now: int) -> str:
+    """held by app-1 (producer 1000, Ongoing, open since 2026-11-29 06:01:02 UTC (5 min 12 s))
+    (HTML)"""
+    what = [f"producer {h.producer_id}"]
+    if h.state is not None:
+        what.append(h.state)
+    if h.two_phase:
+        what.append("two-phase commit")
+    if h.txn_start_ms is not None:
+        what.append(f"open since {_utc(h.txn_start_ms)} ({age(now - h.txn_start_ms)})")
+    elif h.first_write_ms is not None:
+        what.append(f"first write {_utc(h.first_write_ms)} ({age(now - h.first_write_ms)} ago)")
+    who = esc(h.transactional_id) if h.transactional_id is not None else \
+        "a transaction not coordinated by this broker"
+    return f"held by {who} ({esc(', '.join(what))})"
+
+
 # -- topics ----------------------------------------------------------------------------------
 
-def _partition_row(broker, sampler, name: str, index: int) -> tuple[dict[str, object], list]:
+def _partition_row(broker, sampler, name: str, index: int, by_pid: dict
+                   ) -> tuple[dict[str, object], list]:
     leader, replicas, isr = _leadership(broker, name, index)
     row_attrs: dict[str, object] = {"data-topic": name, "data-partition": index}
     topic_link = link(f"/topics/{path_part(name)}", name)
@@ -99,7 +139,11 @@ def _partition_row(broker, sampler, name: str, index: int) -> tuple[dict[str, ob
     behind: object = "0"
     if lso < hw:
         row_attrs["class"] = "stuck"
-        behind = Html(f'<span class="badge warn">{hw - lso} behind</span>')
+        h = holder(broker, p, now_ms(), by_pid)
+        row_attrs.update(_holder_attrs(h))
+        held = (f" {esc(_holder_name(h))}, stuck for {age(h.stuck_ms)}" if h is not None
+                else "")
+        behind = Html(f'<span class="badge warn">{hw - lso} behind</span>{held}')
     history, last_seen = sampler.history(name, index)
     chart = Html(offsets_chart(history, last_seen, sampler.window_s, label=f"{name}-{index}"))
     return row_attrs, [topic_link, index, leader, replicas, isr, start, lso, hw, behind,
@@ -109,10 +153,11 @@ def _partition_row(broker, sampler, name: str, index: int) -> tuple[dict[str, ob
 def topics_page(broker, sampler, viewer, internal: bool = False) -> tuple[str, str]:
     rows = []
     total = 0
+    by_pid = coordinated_by_producer_id(broker)
     for name, index, wanted in _partitions(broker, viewer, internal):
         total += 1
         if wanted:
-            rows.append(_partition_row(broker, sampler, name, index))
+            rows.append(_partition_row(broker, sampler, name, index, by_pid))
     more = _more(total, "partitions")
     body = (
         '<p class="note">Per partition: the log start offset, the last stable offset (LSO: '
@@ -132,6 +177,7 @@ def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
         return None
     now = now_ms()
     parts = []
+    by_pid = coordinated_by_producer_id(broker)
     indexes = _partition_indexes(broker, name)
     for index in indexes[:MAX_DETAILED]:
         leader, replicas, isr = _leadership(broker, name, index)
@@ -148,12 +194,21 @@ def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
             plog.log_end_offset])])
         chart = offsets_chart(history, last_seen, sampler.window_s, width=720,
                               height=180, axes=True, label=f"{name}-{index}")
-        txns = table(["Producer id", "Epoch", "First offset", "Last write"],
+        txns = table(["Producer id", "Transactional id", "Epoch", "First offset", "Last write"],
                      [({"data-producer-id": e.producer_id},
-                       [e.producer_id, e.producer_epoch, e.current_txn_first_offset,
+                       [e.producer_id, by_pid[e.producer_id].transactional_id
+                        if e.producer_id in by_pid else None, e.producer_epoch,
+                        e.current_txn_first_offset,
                         f"{age(now - e.last_timestamp)} ago" if e.last_timestamp >= 0 else None])
                       for e in _open_txns(plog)], empty="no open transactions")
-        parts.append(head + figures + chart + "<h3>Open transactions</h3>" + txns)
+        h = holder(broker, p, now, by_pid)
+        stuck = ""
+        if h is not None:
+            attrs = "".join(f' {k}="{esc(v)}"' for k, v in _holder_attrs(h).items())
+            stuck = (f'<p class="stuck-note"{attrs}><span class="badge warn">LSO stuck at '
+                     f"{h.lso} for {age(h.stuck_ms)}</span> {h.hw - h.lso} records past it, "
+                     f"{_held_text(h, now)}: read_committed consumers wait there</p>")
+        parts.append(head + figures + stuck + chart + "<h3>Open transactions</h3>" + txns)
     if len(indexes) > MAX_DETAILED:
         parts.append(f'<p class="note">partitions {MAX_DETAILED} to {len(indexes) - 1} not '
                      "shown: the Topics page lists them</p>")
@@ -174,6 +229,7 @@ def _coordinator_transactions(broker, viewer) -> list[tuple[int, TransactionMeta
 def transactions_page(broker, viewer, show_all: bool = False) -> tuple[str, str]:
     now = now_ms()
     max_timeout = broker.config.int("transaction.max.timeout.ms")
+    warn_2pc = broker.config.int("console.two.phase.commit.warn.ms")
     coordinated = _coordinator_transactions(broker, viewer)
     by_pid: dict[int, TransactionMetadata] = {}
     for _index, m in coordinated:
@@ -187,11 +243,16 @@ def transactions_page(broker, viewer, show_all: bool = False) -> tuple[str, str]
         is_open = m.state in OPEN_STATES
         open_ms = now - m.txn_start_ms if is_open and m.txn_start_ms >= 0 else None
         late = open_ms is not None and not m.two_phase and open_ms > m.txn_timeout_ms
+        # KIP-939: a two-phase-commit transaction never times out; one open long holds the
+        # LSO of its partitions until its external transaction manager decides it
+        long_2pc = open_ms is not None and m.two_phase and open_ms > warn_2pc
         parts = ", ".join(f"{t}-{p}" for t, p in sorted(m.partitions))
+        state = Html(f'<span class="badge">{esc(m.state.display)}</span>' + (
+            ' <span class="badge bad">two-phase commit open long</span>' if long_2pc else ""))
         rows.append(({"data-transactional-id": m.transactional_id, "data-state": m.state.display,
-                      "class": "hanging" if late else ""},
-                     [m.transactional_id, m.producer_id, m.producer_epoch,
-                      Html(f'<span class="badge">{esc(m.state.display)}</span>'),
+                      "data-two-phase": "yes" if m.two_phase else "no",
+                      "class": "hanging" if late else "two-phase-long" if long_2pc else ""},
+                     [m.transactional_id, m.producer_id, m.producer_epoch, state,
                       age(open_ms) if open_ms is not None else None,
                       "none (two-phase commit)" if m.two_phase else age(m.txn_timeout_ms),
                       f"{age(now - m.txn_last_update_ms)} ago" if m.txn_last_update_ms >= 0
@@ -241,7 +302,10 @@ def transactions_page(broker, viewer, show_all: bool = False) -> tuple[str, str]
               else '<a href="/transactions?all=1">all transactional ids</a>')
     body = (f"<h2>At the coordinator</h2><p class=\"note\">The transactional ids this broker "
             f"coordinates ({toggle}). A row is marked when its transaction is open longer than "
-            "its timeout.</p>" + coordinator_side + more
+            "its timeout, or, for a two-phase-commit transaction (KIP-939), which never times "
+            "out and holds its partitions' last stable offset until its transaction manager "
+            f"decides it, open longer than console.two.phase.commit.warn.ms ({age(warn_2pc)})."
+            "</p>" + coordinator_side + more
             + "<h2>In the partitions</h2><p class=\"note\">Transactions the partitions hosted "
             "here hold open (their producer state), with the coordinator's view. Hanging: "
             f"open for over transaction.max.timeout.ms ({age(max_timeout)}) while the "
@@ -274,11 +338,24 @@ def _assignments(group) -> dict[tuple[str, int], Member]:
     return out
 
 
+def _lag_holder(broker, e, now: int, by_pid: dict) -> LsoHolder | None:
+    """The open transaction holding a group's lag on a partition hosted here: the group has
+    committed at or past the LSO and the LSO is under the HW."""
+    if e.committed_offset is None or not e.lag:
+        return None
+    p = broker.topics.partition(e.topic, e.partition)
+    if p is None or e.committed_offset < p.log.last_stable_offset:
+        return None
+    return holder(broker, p, now, by_pid)
+
+
 def groups_page(broker, viewer) -> tuple[str, str]:
     groups = broker.group_coordinator.core.groups
     names = sorted(g for g in groups if viewer.may_see(ResourceType.GROUP, g))
     names, more = _capped(names, "groups")
     lags: dict[str, list] = {}
+    now = now_ms()
+    by_pid = coordinated_by_producer_id(broker)
     for entry in group_lags(broker, names):
         lags.setdefault(entry.group_id, []).append(entry)
     parts = []
@@ -297,20 +374,35 @@ def groups_page(broker, viewer) -> tuple[str, str]:
               [m.member_id, m.group_instance_id, m.client_id, m.client_host])
              for m in g.members.values()], empty="no members"))
         rows = []
+        held = []
         for e in lags.get(name, ()):
             if not viewer.may_see(ResourceType.TOPIC, e.topic):
                 continue
             m = owner.get((e.topic, e.partition))
+            h = _lag_holder(broker, e, now, by_pid)
+            if h is not None:
+                attrs = "".join(f' {k}="{esc(v)}"' for k, v in _holder_attrs(h).items())
+                held.append(f'<li class="held" data-group="{esc(name)}" data-topic='
+                            f'"{esc(e.topic)}" data-partition="{e.partition}"{attrs}>'
+                            f"{esc(e.topic)}-{e.partition}: lag {e.lag} {_held_text(h, now)}, "
+                            f"the LSO stuck at {h.lso} for {age(h.stuck_ms)}</li>")
             rows.append(({"data-group": name, "data-topic": e.topic,
                           "data-partition": e.partition, "data-lag": e.lag,
-                          "data-consumer-id": m.member_id if m else ""}, [
+                          "data-consumer-id": m.member_id if m else "",
+                          "class": "stuck" if h is not None else ""}, [
                 e.topic, e.partition, e.committed_offset, e.log_end_offset, e.lag,
                 m.member_id if m else None, m.client_host if m else None,
                 m.client_id if m else None]))
         # Kafka's kafka-consumer-groups --describe columns
         parts.append(table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                             "CONSUMER-ID", "HOST", "CLIENT-ID"], rows, css="lag",
-                           empty="no committed offsets") + "</section>")
+                           empty="no committed offsets"))
+        if held:
+            parts.append('<p class="note">Lag held by an open transaction: the group has '
+                         "committed up to the last stable offset, which read_committed "
+                         'consumers cannot pass until the transaction ends.</p><ul class="held">'
+                         + "".join(held) + "</ul>")
+        parts.append("</section>")
     if not names:
         parts.append('<p class="empty">no groups coordinated by this broker</p>')
     note = ('<p class="note">The groups this broker coordinates. LAG is the log end offset '
