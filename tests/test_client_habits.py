@@ -5,6 +5,7 @@ when the broker is gone, and ``oncelog consume`` ending at a second Ctrl-C."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import signal
@@ -220,3 +221,36 @@ def test_a_second_ctrl_c_ends_oncelog_consume_at_once(tmp_path):
                 consumer.wait()
     assert consumer.returncode == 130, err
     assert "Interrupted again" in err
+
+
+def test_the_asyncio_clients_have_them_too(embedded_broker):
+    from oncelog.aio import AsyncConsumer, AsyncProducer
+
+    bootstrap = embedded_broker.bootstrap_servers
+    topic = topic_name()
+    create(bootstrap, topic)
+    tp = TopicPartition(topic, 0)
+    calls: list = []
+
+    async def main() -> list:
+        async with AsyncProducer(bootstrap_servers=bootstrap,
+                                 value_serializer=str.encode) as producer:
+            assert topic in await producer.list_topics()
+            for i in range(4):
+                await (await producer.send(topic, f"v{i}",
+                                           on_delivery=lambda e, m: calls.append((e, m))))
+        async with AsyncConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                 value_deserializer=bytes.decode) as consumer:
+            consumer.assign([tp])
+            first = await consumer.getone()  # the rest of the fetch is buffered
+            await consumer.pause(tp)
+            assert consumer.paused() == {tp}
+            assert await consumer.poll(0.5) == []
+            await consumer.resume(tp)
+            got = [first.value]
+            while len(got) < 4:
+                got.append((await consumer.getone()).value)
+            return got
+
+    assert asyncio.run(main()) == ["v0", "v1", "v2", "v3"]
+    assert [(e, m.offset) for e, m in calls] == [(None, 0), (None, 1), (None, 2), (None, 3)]
