@@ -16,7 +16,7 @@ from support.cli import oncelog
 from support.tls import _signed, make_certificates
 
 from oncelog import Admin, Consumer, Producer
-from oncelog.errors import TopicAuthorizationFailedError
+from oncelog.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.security.ssl_principal import SslPrincipalMapper, subject_rfc2253
 from oncelog.security.tls import client_ssl_context
@@ -81,11 +81,11 @@ def test_mapping_rules_follow_kafkas_ssl_principal_mapper():
                 "RULE:^CN=(.*?),OU=ServiceUsers.*$/U", "RULE:^CN=(.*?),OU=ServiceUsers.*$/LU"):
         with pytest.raises(ValueError):
             SslPrincipalMapper(bad)
-    mapper = SslPrincipalMapper(", ".join((
-        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L",
-        "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L",
-        "RULE:^cn=(.*?),ou=(.*?),dc=(.*?),dc=(.*?)$/$1@$2/U",
-        "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/U", "DEFAULT")))
+    mapper = SslPrincipalMapper(
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L, "
+        "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L, "
+        "RULE:^cn=(.*?),ou=(.*?),dc=(.*?),dc=(.*?)$/$1@$2/U, "
+        "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/U, DEFAULT")
     assert mapper.name("CN=Duke,OU=ServiceUsers,O=Org,C=US") == "duke"
     assert mapper.name("CN=Duke,OU=SME,O=mycp,L=Fulton,ST=MD,C=US") == "duke@sme"
     assert mapper.name("cn=duke,ou=sme,dc=mycp,dc=com") == "DUKE@SME"
@@ -99,10 +99,10 @@ def test_mapping_rules_follow_kafkas_ssl_principal_mapper():
             ("[RULE:([A-Z]*)/$1/U, RULE:([a-z]+)/$1, DEFAULT]",
              "  RULE:([A-Z]*)/$1/U   ,RULE:([a-z]+)/$1/,   DEFAULT  "),
             ("[]", ",   , , ,      , , ,   "), ("[RULE:/, DEFAULT]", ",,RULE://,,,DEFAULT,,"),
-            ("[RULE:,RULE:,/,RULE:,\\//U, RULE:,/RULE:,, RULE:,RULE:,/L,RULE:,/L, RULE:, "
-             "DEFAULT, /DEFAULT, DEFAULT]",
-             "RULE:,RULE:,/,RULE:,\\//U,RULE:,/RULE:,/,RULE:,RULE:,/L,RULE:,/L,RULE:, DEFAULT, "
-             "/DEFAULT/,DEFAULT")):
+            (("[RULE:,RULE:,/,RULE:,\\//U, RULE:,/RULE:,, RULE:,RULE:,/L,RULE:,/L, RULE:, "
+              "DEFAULT, /DEFAULT, DEFAULT]"),
+             ("RULE:,RULE:,/,RULE:,\\//U,RULE:,/RULE:,/,RULE:,RULE:,/L,RULE:,/L,RULE:, DEFAULT, "
+              "/DEFAULT/,DEFAULT"))):
         assert str(SslPrincipalMapper(rules)) == expected
     comma = SslPrincipalMapper("RULE:^CN=((\\\\, *|\\w)+)(,.*|$)/$1/,DEFAULT")
     assert comma.name("CN=Tkac\\, Adam,OU=ITZ,DC=geodis,DC=cz") == "Tkac\\, Adam"
@@ -133,9 +133,9 @@ def test_plaintext_clients_are_anonymous_and_acls_apply(plaintext_broker):
     p.produce(topic, b"refused", on_delivery=lambda err, msg: errors.append(err))
     p.flush(30)
     assert [e.code() for e in errors] == [confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED]
-    with Producer(bootstrap_servers=bootstrap, retries=0) as ours:
-        with pytest.raises(TopicAuthorizationFailedError):
-            ours.send(topic, b"refused").result(30)
+    with Producer(bootstrap_servers=bootstrap, retries=0) as ours, \
+            pytest.raises(TopicAuthorizationFailedError):
+        ours.send(topic, b"refused").result(30)
 
     oncelog("acls", "add", "--bootstrap-server", bootstrap, "--allow-principal",
             "User:ANONYMOUS", "--operation", "Write", "--operation", "Read", "--topic", topic)
@@ -213,9 +213,9 @@ def test_ssl_clients_are_their_certificates_principal(ssl_broker, certs, tmp_pat
 
     for refused in ("bob", None):  # bob's certificate; no certificate: User:ANONYMOUS
         with Producer(bootstrap_servers=bootstrap, retries=0,
-                      **client_config(certs, refused)) as p:
-            with pytest.raises(TopicAuthorizationFailedError):
-                p.send(topic, b"refused").result(30)
+                      **client_config(certs, refused)) as p, \
+                pytest.raises(TopicAuthorizationFailedError):
+            p.send(topic, b"refused").result(30)
     # librdkafka with bob's certificate, too
     p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "security.protocol": "SSL",
                                   "ssl.ca.location": certs.ca,
@@ -229,10 +229,9 @@ def test_ssl_clients_are_their_certificates_principal(ssl_broker, certs, tmp_pat
     listed = oncelog("acls", "list", "--bootstrap-server", bootstrap, "--command-config",
                      admin_config, "--topic", topic).stdout
     assert "User:alice" in listed
-    with Admin(bootstrap_servers=bootstrap, **client_config(certs, "alice")) as alice_admin:
-        from oncelog.errors import ClusterAuthorizationFailedError
-        with pytest.raises(ClusterAuthorizationFailedError):  # not a super user
-            alice_admin.describe_acls()
+    with Admin(bootstrap_servers=bootstrap, **client_config(certs, "alice")) as alice_admin, \
+            pytest.raises(ClusterAuthorizationFailedError):  # not a super user
+        alice_admin.describe_acls()
     with Admin(bootstrap_servers=bootstrap, **client_config(certs, "admin")) as admin:
         principals = {b.principal for b in admin.describe_acls()}
     assert "User:alice" in principals
@@ -247,7 +246,7 @@ def test_a_certificate_no_rule_maps_is_refused(certs, tmp_path):
         with Admin(bootstrap_servers=b.bootstrap_servers, **client_config(certs, "admin")) as a:
             a.list_topics()
         ctx = client_ssl_context(cafile=certs.ca, certfile=str(certs.dir / "bob-all.pem"))
-        with socket.create_connection((b.host, b.port), timeout=10) as raw:
-            with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
-                assert tls.recv(1) == b""  # closed by the broker after the handshake
+        with socket.create_connection((b.host, b.port), timeout=10) as raw, \
+                ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.recv(1) == b""  # closed by the broker after the handshake
         assert "no ssl.principal.mapping.rules rule applies" in b.log_path.read_text()
