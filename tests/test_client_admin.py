@@ -11,7 +11,7 @@ import pytest
 from oncelog import Admin, NewTopic, Producer
 from oncelog.client import KafkaTimeoutError
 from oncelog.errors import (
-    InvalidTopicExceptionError,
+    InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
@@ -65,7 +65,7 @@ def test_the_other_topics_of_a_request_are_still_created(admin):
 
 
 def test_an_invalid_topic_name_raises_invalid_topic(admin):
-    with pytest.raises(InvalidTopicExceptionError):
+    with pytest.raises(InvalidTopicError):
         admin.create_topics([NewTopic("no/slashes")])
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from oncelog import Consumer, Producer, TopicPartition
 from oncelog.aio import AsyncConsumer, AsyncProducer
-from oncelog.errors import InvalidTopicExceptionError
+from oncelog.errors import InvalidTopicError
 
 
 def test_iterating_a_consumer_yields_records_and_ends_after_consumer_timeout_ms(
@@ -120,7 +120,7 @@ def test_async_producer_errors_are_the_sync_ones(embedded_broker):
     async def main() -> None:
         async with AsyncProducer(bootstrap_servers=embedded_broker.bootstrap_servers,
                                  max_block_ms=2000) as p:
-            with pytest.raises(InvalidTopicExceptionError):
+            with pytest.raises(InvalidTopicError):
                 await p.send_and_wait("bad topic name!", b"v")
 
     asyncio.run(main())

@@ -12,7 +12,7 @@ from support.fake_broker import CLOSE
 
 from oncelog.client.connection import BrokerConnection
 from oncelog.client.metadata import metadata_request
-from oncelog.errors import NetworkExceptionError, RequestTimedOutError, UnsupportedVersionError
+from oncelog.errors import NetworkError, RequestTimedOutError, UnsupportedVersionError
 from oncelog.protocol import ApiKey
 from oncelog.protocol.apis import SUPPORTED_VERSIONS
 
@@ -78,7 +78,7 @@ def test_a_response_with_the_wrong_correlation_id_closes_the_connection(fake_bro
     conn = connect(broker)
     broker.correlation_skew = 7
     req = conn.send(ApiKey.METADATA, metadata_request(["t"]))
-    with pytest.raises(NetworkExceptionError, match="correlation id"):
+    with pytest.raises(NetworkError, match="correlation id"):
         conn.wait(req)
     assert not conn.connected
 
@@ -89,11 +89,11 @@ def test_disconnect_fails_every_request_in_flight(fake_broker):
     broker.handlers[ApiKey.METADATA] = lambda c, h, r: CLOSE
     first = conn.send(ApiKey.METADATA, metadata_request(["t"]))
     second = conn.send(ApiKey.METADATA, metadata_request(["t"]))
-    with pytest.raises(NetworkExceptionError):
+    with pytest.raises(NetworkError):
         conn.wait(second)
-    assert isinstance(first.error, NetworkExceptionError)
+    assert isinstance(first.error, NetworkError)
     assert not conn.connected
-    with pytest.raises(NetworkExceptionError, match="not connected"):
+    with pytest.raises(NetworkError, match="not connected"):
         conn.send(ApiKey.METADATA, metadata_request(["t"]))
 
 
@@ -110,7 +110,7 @@ def test_an_unanswered_request_times_out(fake_broker):
 def test_connecting_to_a_closed_port_is_a_network_error(fake_broker):
     broker = fake_broker()
     broker.close()
-    with pytest.raises(NetworkExceptionError, match="cannot connect"):
+    with pytest.raises(NetworkError, match="cannot connect"):
         connect(broker)
 
 
@@ -128,7 +128,7 @@ def test_a_connection_reset_before_the_handshake_is_a_network_error(monkeypatch)
         monkeypatch.setattr(socket, "create_connection", lambda *a, **kw: client)
         conn = BrokerConnection(-1, "127.0.0.1", server.getsockname()[1], client_id="test",
                                 request_timeout_ms=5000, connect_timeout_ms=5000)
-        with pytest.raises(NetworkExceptionError, match="send failed"):
+        with pytest.raises(NetworkError, match="send failed"):
             conn.connect()
         assert not conn.connected
 

@@ -21,9 +21,9 @@ from oncelog.client.errors import KafkaTimeoutError
 from oncelog.errors import (
     ConcurrentTransactionsError,
     GroupAuthorizationFailedError,
-    NetworkExceptionError,
+    NetworkError,
     NotCoordinatorError,
-    UnknownServerErrorError,
+    UnknownServerError,
 )
 from oncelog.protocol import ApiKey
 
@@ -63,8 +63,8 @@ class Handler(CoordinatorRequestHandler):
         code = response.error_code
         if code == NotCoordinatorError.code or code == ConcurrentTransactionsError.code:
             return self.retriable(code, "OffsetFetch")
-        if code == UnknownServerErrorError.code:
-            raise UnknownServerErrorError("boom")
+        if code == UnknownServerError.code:
+            raise UnknownServerError("boom")
         return Action.DONE
 
 
@@ -127,7 +127,7 @@ def test_a_moved_or_unreachable_coordinator_is_found_again(how):
     call.on_response(_send(call, NOW), _found(1), NOW)
     ask = _send(call, NOW)
     if how == "unreachable":
-        call.on_failure(ask, NetworkExceptionError("node 1 is not reachable"), NOW)
+        call.on_failure(ask, NetworkError("node 1 is not reachable"), NOW)
     else:
         call.on_response(ask, SimpleNamespace(error_code=NotCoordinatorError.code), NOW)
     assert coordinators.get(KEY_TYPE_GROUP, "g") is None
@@ -162,9 +162,9 @@ def test_errors_that_retrying_cannot_help_end_the_call():
 
     raised = _call()
     raised.on_response(_send(raised, NOW), _found(1), NOW)
-    raised.on_response(_send(raised, NOW), SimpleNamespace(error_code=UnknownServerErrorError.code),
+    raised.on_response(_send(raised, NOW), SimpleNamespace(error_code=UnknownServerError.code),
                        NOW)
-    with pytest.raises(UnknownServerErrorError, match="boom"):
+    with pytest.raises(UnknownServerError, match="boom"):
         raised.result()
 
 

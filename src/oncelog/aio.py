@@ -87,16 +87,21 @@ class AsyncProducer(_AsyncClient):
         self.producer = Producer(config, **kwargs)
         self._thread = _OnOneThread(f"oncelog-aio-{self.producer.client_id}")
 
-    async def send(self, topic: str, value: bytes | str | None = None,
-                   key: bytes | str | None = None, partition: int | None = None,
-                   headers: HeadersArg = None, timestamp_ms: int | None = None
+    async def send(self, topic: str, value: Any = None, key: Any = None,
+                   partition: int | None = None, headers: HeadersArg = None,
+                   timestamp_ms: int | None = None, on_delivery: Any = None
                    ) -> asyncio.Future[RecordMetadata]:
         """Queue a record (``Producer.send``: this waits, off the loop, only while the topic's
         metadata is unknown or the buffer is full); the returned future resolves to the
-        record's RecordMetadata once the broker acknowledges it."""
+        record's RecordMetadata once the broker acknowledges it. ``on_delivery`` as
+        ``Producer.send``'s (called on the producer's I/O thread, not the event loop's)."""
         delivery = await self._thread.call(self.producer.send, topic, value, key, partition,
-                                           headers, timestamp_ms)
+                                           headers, timestamp_ms, on_delivery)
         return asyncio.wrap_future(delivery)
+
+    async def list_topics(self, timeout: float | None = None) -> list[str]:
+        """``Producer.list_topics``: the topic names, sorted."""
+        return await self._thread.call(self.producer.list_topics, timeout)
 
     async def send_and_wait(self, topic: str, value: bytes | str | None = None,
                             key: bytes | str | None = None, partition: int | None = None,
@@ -208,6 +213,29 @@ class AsyncConsumer(_AsyncClient):
                 return
             self._buffered.extend(records)
 
+    async def pause(self, *partitions: TopicPartition) -> None:
+        """``Consumer.pause``; records of theirs buffered here go back to the consumer (it
+        reads them again after ``resume``)."""
+        for tp in partitions:
+            first = next((r.offset for r in self._buffered
+                          if (r.topic, r.partition) == tuple(tp)), None)
+            if first is not None:
+                self._drop_buffered(tp)
+                await self._thread.call(self.consumer.seek, tp, first)
+        await self._thread.call(self.consumer.pause, *partitions)
+
+    async def resume(self, *partitions: TopicPartition) -> None:
+        """``Consumer.resume``."""
+        await self._thread.call(self.consumer.resume, *partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        """``Consumer.paused``."""
+        return self.consumer.paused()
+
+    async def list_topics(self, timeout: float | None = None) -> list[str]:
+        """``Consumer.list_topics``: the topic names, sorted."""
+        return await self._thread.call(self.consumer.list_topics, timeout)
+
     async def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` on (records already buffered for it are
         dropped)."""
@@ -252,6 +280,7 @@ class AsyncConsumer(_AsyncClient):
         """What ``send_offsets_to_transaction`` needs to fence zombies (KIP-447)."""
         return self.consumer.group_metadata()
 
-    async def close(self) -> None:
-        """Leave the group and close the connections."""
-        await self._close_on_thread(self.consumer.close)
+    async def close(self, timeout: float | None = None) -> None:
+        """Leave the group and close the connections (``Consumer.close``: within
+        ``timeout``, default 30 s)."""
+        await self._close_on_thread(self.consumer.close, timeout)

@@ -2,7 +2,11 @@
 
 One class per code in kio's ``ErrorCode`` table (which mirrors Kafka's ``Errors`` enum), named
 in CamelCase with an ``Error`` suffix: ``OUT_OF_ORDER_SEQUENCE_NUMBER`` becomes
-``OutOfOrderSequenceNumberError``. Catch by group:
+``OutOfOrderSequenceNumberError``; a code whose name already ends in ``_EXCEPTION`` or
+``_ERROR`` loses that word: ``NETWORK_EXCEPTION`` is ``NetworkError``, ``UNKNOWN_SERVER_ERROR``
+``UnknownServerError``, ``KAFKA_STORAGE_ERROR`` ``KafkaStorageError``. The names these had
+before (``NetworkExceptionError``, ``UnknownServerErrorError`` ...) still import, with a
+DeprecationWarning. Catch by group:
 
 - ``RetriableError``: the request may succeed if retried (the client retries these itself).
 - ``AbortableError``: the current transaction must be aborted, the producer stays usable.
@@ -59,11 +63,21 @@ _ABORTABLE = {
 }
 
 
-def _class_name(code_name: str) -> str:
+def _old_class_name(code_name: str) -> str:
     return "".join(part.capitalize() for part in code_name.split("_")) + "Error"
 
 
+def _class_name(code_name: str) -> str:
+    for suffix in ("_exception", "_error"):
+        if code_name.endswith(suffix):
+            code_name = code_name[:-len(suffix)]
+            break
+    return _old_class_name(code_name)
+
+
 _BY_CODE: dict[int, type[KafkaError]] = {}
+# The names of the classes before their clean names (``NetworkError``): deprecated.
+_DEPRECATED: dict[str, str] = {}
 
 
 def _make_classes() -> None:
@@ -84,6 +98,19 @@ def _make_classes() -> None:
                                    "__doc__": f"Kafka error {member.name.upper()} ({int(member)})."})
         module_globals[name] = cls
         _BY_CODE[int(member)] = cls
+        old = _old_class_name(member.name)
+        if old != name:
+            _DEPRECATED[old] = name
+
+
+def __getattr__(name: str) -> type[KafkaError]:
+    new = _DEPRECATED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+    warnings.warn(f"oncelog.errors.{name} is deprecated: use {new}", DeprecationWarning,
+                  stacklevel=2)
+    return globals()[new]  # type: ignore[no-any-return]
 
 
 _make_classes()
@@ -125,6 +152,8 @@ def stub_text() -> str:
     ]
     for code, cls in sorted(_BY_CODE.items()):
         lines.append(f"class {cls.__name__}({cls.__mro__[1].__name__}): ...  # {code}")
+    lines += ["", "# Deprecated names (a DeprecationWarning when imported)"]
+    lines += [f"{old} = {new}" for old, new in sorted(_DEPRECATED.items())]
     lines += [
         "",
         "def error_for_code(code: int) -> type[KafkaError]: ...",

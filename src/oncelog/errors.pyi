@@ -9,7 +9,7 @@ class AbortableError(KafkaError): ...
 class FatalError(KafkaError): ...
 class UnknownError(KafkaError): ...
 
-class UnknownServerErrorError(KafkaError): ...  # -1
+class UnknownServerError(KafkaError): ...  # -1
 class OffsetOutOfRangeError(KafkaError): ...  # 1
 class CorruptMessageError(RetriableError): ...  # 2
 class UnknownTopicOrPartitionError(RetriableError): ...  # 3
@@ -22,11 +22,11 @@ class ReplicaNotAvailableError(RetriableError): ...  # 9
 class MessageTooLargeError(KafkaError): ...  # 10
 class StaleControllerEpochError(KafkaError): ...  # 11
 class OffsetMetadataTooLargeError(KafkaError): ...  # 12
-class NetworkExceptionError(RetriableError): ...  # 13
+class NetworkError(RetriableError): ...  # 13
 class CoordinatorLoadInProgressError(RetriableError): ...  # 14
 class CoordinatorNotAvailableError(RetriableError): ...  # 15
 class NotCoordinatorError(RetriableError): ...  # 16
-class InvalidTopicExceptionError(KafkaError): ...  # 17
+class InvalidTopicError(KafkaError): ...  # 17
 class RecordListTooLargeError(KafkaError): ...  # 18
 class NotEnoughReplicasError(RetriableError): ...  # 19
 class NotEnoughReplicasAfterAppendError(RetriableError): ...  # 20
@@ -65,7 +65,7 @@ class TransactionCoordinatorFencedError(KafkaError): ...  # 52
 class TransactionalIdAuthorizationFailedError(FatalError): ...  # 53
 class SecurityDisabledError(KafkaError): ...  # 54
 class OperationNotAttemptedError(KafkaError): ...  # 55
-class KafkaStorageErrorError(RetriableError): ...  # 56
+class KafkaStorageError(RetriableError): ...  # 56
 class LogDirNotFoundError(KafkaError): ...  # 57
 class SaslAuthenticationFailedError(KafkaError): ...  # 58
 class UnknownProducerIdError(FatalError): ...  # 59
@@ -115,7 +115,7 @@ class BrokerIdNotRegisteredError(KafkaError): ...  # 102
 class InconsistentTopicIdError(RetriableError): ...  # 103
 class InconsistentClusterIdError(KafkaError): ...  # 104
 class TransactionalIdNotFoundError(KafkaError): ...  # 105
-class FetchSessionTopicIdErrorError(RetriableError): ...  # 106
+class FetchSessionTopicIdError(RetriableError): ...  # 106
 class IneligibleReplicaError(KafkaError): ...  # 107
 class NewLeaderElectedError(KafkaError): ...  # 108
 class OffsetMovedToTieredStorageError(KafkaError): ...  # 109
@@ -143,6 +143,13 @@ class StreamsInvalidTopologyError(KafkaError): ...  # 130
 class StreamsInvalidTopologyEpochError(KafkaError): ...  # 131
 class StreamsTopologyFencedError(KafkaError): ...  # 132
 class ShareSessionLimitReachedError(RetriableError): ...  # 133
+
+# Deprecated names (a DeprecationWarning when imported)
+FetchSessionTopicIdErrorError = FetchSessionTopicIdError
+InvalidTopicExceptionError = InvalidTopicError
+KafkaStorageErrorError = KafkaStorageError
+NetworkExceptionError = NetworkError
+UnknownServerErrorError = UnknownServerError
 
 def error_for_code(code: int) -> type[KafkaError]: ...
 def raise_for_code(code: int, message: str | None = ...) -> None: ...

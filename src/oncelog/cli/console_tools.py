@@ -2,8 +2,10 @@
 
 Ctrl-C (SIGINT) or SIGTERM ends either cleanly, as Kafka's shutdown hook does: produce sends
 and flushes every line it has read, consume stops after the record it is printing (with
-``--group`` committing what it printed), and the count is printed on stderr. The exit status
-is then 128 + the signal's number (130 for Ctrl-C), as the JVM gives Kafka's tools.
+``--group`` committing what it printed, within the consumer's close timeout), and the count is
+printed on stderr. The exit status is then 128 + the signal's number (130 for Ctrl-C), as the
+JVM gives Kafka's tools. A second signal while that clean end waits (a broker gone away) exits
+at once, with the same status.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class _Stop:
         self.waiting = False
 
     def handler(self, signum, frame) -> None:
+        if self.signal is not None:  # a second Ctrl-C: stop waiting for the clean end
+            print("Interrupted again: exiting without finishing", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
         self.signal = signum
         if self.waiting:
             self.waiting = False
@@ -193,8 +198,8 @@ def consume(args, settings: dict) -> int:
                 # Python's own flush at exit would fail on the closed pipe again
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 break
-        if args.group is not None:
-            consumer.commit()  # what was printed, as Kafka's consumer closing with auto commit
+        if args.group is not None and not consumer.config.enable_auto_commit:
+            consumer.commit(timeout=30)  # what was printed (else close commits it, bounded)
     print(f"Processed a total of {seen} messages", file=sys.stderr)
     return stop.exit_status(0)
 

@@ -2,7 +2,7 @@
 transactions and describe producers (KIP-664). Synchronous, caller's thread.
 
 Each call retries network failures and NOT_CONTROLLER until default.api.timeout.ms, and raises the ``oncelog.errors`` class of the first
-non-retriable per-topic error (``TopicAlreadyExistsError``, ``InvalidTopicExceptionError``,
+non-retriable per-topic error (``TopicAlreadyExistsError``, ``InvalidTopicError``,
 ``UnknownTopicOrPartitionError`` ...) after the whole request has been answered, so topics that
 could be created are created.
 """
@@ -104,7 +104,7 @@ class Admin:
     def create_topics(self, new_topics: Iterable[NewTopic], timeout_ms: int | None = None,
                       validate_only: bool = False) -> None:
         """Create topics; ``timeout_ms`` is how long the broker may take (default
-        request.timeout.ms). Raises e.g. TopicAlreadyExistsError, InvalidTopicExceptionError,
+        request.timeout.ms). Raises e.g. TopicAlreadyExistsError, InvalidTopicError,
         InvalidPartitionsError, InvalidReplicationFactorError, InvalidConfigError."""
         topics = list(new_topics)
         if not topics:

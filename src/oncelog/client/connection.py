@@ -9,7 +9,7 @@ id of the oldest request in flight: anything else means the stream is out of ste
 connection is closed (what the Java client does: "Correlation id for response does not match").
 
 Every request ends in exactly one way, recorded on its ``InFlightRequest``: a response, or an
-error (``NetworkExceptionError`` when the connection drops, ``RequestTimedOutError`` when the
+error (``NetworkError`` when the connection drops, ``RequestTimedOutError`` when the
 broker does not answer within request.timeout.ms). Completed requests are handed back by
 ``receive()``/``take_completed()``, so callers handle failures on the same path as answers.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import (
     KafkaError,
-    NetworkExceptionError,
+    NetworkError,
     RequestTimedOutError,
     SaslAuthenticationFailedError,
     UnsupportedVersionError,
@@ -172,13 +172,13 @@ class BrokerConnection:
         return self._sock is not None
 
     def connect(self) -> None:
-        """Open the socket and negotiate versions. Raises NetworkExceptionError on failure."""
+        """Open the socket and negotiate versions. Raises NetworkError on failure."""
         if self._sock is not None:
             return
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         except OSError as exc:
-            raise NetworkExceptionError(
+            raise NetworkError(
                 f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {exc}"
             ) from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -211,11 +211,11 @@ class BrokerConnection:
     def _tls_error(self, exc: OSError) -> KafkaError:
         where = f"node {self.node_id} at {self.host}:{self.port}"
         if isinstance(exc, TimeoutError):
-            return NetworkExceptionError(f"TLS handshake with {where} did not finish within "
+            return NetworkError(f"TLS handshake with {where} did not finish within "
                                          f"{self.connect_timeout * 1000:.0f} ms")
         if not isinstance(exc, ssl.SSLError) or \
                 isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
-            return NetworkExceptionError(f"TLS handshake with {where} failed: the connection "
+            return NetworkError(f"TLS handshake with {where} failed: the connection "
                                          f"closed ({exc}); is it a TLS listener?")
         if isinstance(exc, ssl.SSLCertVerificationError):
             reason = f"certificate verify failed: {exc.verify_message} (the CA that signed " \
@@ -235,7 +235,7 @@ class BrokerConnection:
         self._reader.clear()
         in_flight = self._framing.clear()
         if in_flight:
-            error = error or NetworkExceptionError(
+            error = error or NetworkError(
                 f"connection to node {self.node_id} at {self.host}:{self.port} closed")
             for req in in_flight:
                 req.error = error
@@ -244,7 +244,7 @@ class BrokerConnection:
 
     def fileno(self) -> int:
         if self._sock is None:
-            raise NetworkExceptionError(f"node {self.node_id}: not connected")
+            raise NetworkError(f"node {self.node_id}: not connected")
         return self._sock.fileno()
 
     @property
@@ -360,7 +360,7 @@ class BrokerConnection:
         is sent then); every other failure ends the request instead of raising.
         """
         if self._sock is None:
-            raise NetworkExceptionError(f"node {self.node_id}: not connected")
+            raise NetworkError(f"node {self.node_id}: not connected")
         version = self.version_for(api_key, max_version)
         body = values(version) if callable(values) else values
         # bytes: a body the caller wrote itself (the Produce request: produce_request.py)
@@ -390,7 +390,7 @@ class BrokerConnection:
         except OSError as exc:
             if not expect_response:
                 self._framing.expect(correlation_id, req)  # so that close() ends it too
-            self.close(NetworkExceptionError(
+            self.close(NetworkError(
                 f"node {self.node_id}: send failed: {exc}"))
             return req
         if not expect_response:
@@ -418,16 +418,16 @@ class BrokerConnection:
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
-                self.close(NetworkExceptionError(f"node {self.node_id}: receive failed: {exc}"))
+                self.close(NetworkError(f"node {self.node_id}: receive failed: {exc}"))
                 break
             if not n:
-                self.close(NetworkExceptionError(
+                self.close(NetworkError(
                     f"node {self.node_id} at {self.host}:{self.port} closed the connection"))
                 break
             try:
                 frames = self._reader.received(n)
             except ProtocolError as exc:  # a size prefix out of bounds
-                self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
+                self.close(NetworkError(f"node {self.node_id}: {exc}"))
                 break
             for frame in frames:
                 self._handle_frame(frame)
@@ -445,7 +445,7 @@ class BrokerConnection:
         try:
             req = self._framing.match(frame)
         except ProtocolError as exc:  # a mismatched correlation id
-            self.close(NetworkExceptionError(f"node {self.node_id}: {exc}"))
+            self.close(NetworkError(f"node {self.node_id}: {exc}"))
             return
         try:
             if req.decoder is not None:
@@ -453,7 +453,7 @@ class BrokerConnection:
             else:
                 _, response = decode_response(req.api_key, req.api_version, frame)
         except ProtocolError as exc:
-            req.error = NetworkExceptionError(f"node {self.node_id}: {exc}")
+            req.error = NetworkError(f"node {self.node_id}: {exc}")
             req.done = True
             self._completed.append(req)
             self.close(req.error)
@@ -505,9 +505,9 @@ class BrokerConnection:
     def _read_frame_blocking(self, req: InFlightRequest) -> bytes | memoryview:
         """During the handshake: read exactly one frame, nothing else is in flight."""
         if req.done:  # the write failed, and closed the connection
-            raise req.error or NetworkExceptionError(f"node {self.node_id}: send failed")
+            raise req.error or NetworkError(f"node {self.node_id}: send failed")
         if self._sock is None:
-            raise NetworkExceptionError(f"node {self.node_id}: connection closed")
+            raise NetworkError(f"node {self.node_id}: connection closed")
         deadline = req.deadline
         while True:
             remaining = deadline - time.monotonic()
@@ -522,7 +522,7 @@ class BrokerConnection:
             except ssl.SSLError as exc:  # TLS 1.3: the broker refuses our certificate now
                 raise self._tls_error(exc) from None
             except OSError as exc:
-                raise NetworkExceptionError(f"node {self.node_id}: {exc}") from exc
+                raise NetworkError(f"node {self.node_id}: {exc}") from exc
             finally:
                 if self._sock is not None:
                     self._sock.settimeout(self.request_timeout)
@@ -533,7 +533,7 @@ class BrokerConnection:
                 hint = " (does the broker require a client certificate? ssl_certfile, " \
                     "ssl_keyfile)" if self.ssl_context is not None else \
                     " (if it is a TLS listener: security.protocol SSL or SASL_SSL)"
-                raise NetworkExceptionError(
+                raise NetworkError(
                     f"node {self.node_id} closed the connection during ApiVersions{hint}")
             try:
                 frames = self._reader.received(n)
@@ -541,4 +541,4 @@ class BrokerConnection:
                     self._framing.match(frames[0])
                     return frames[0]
             except ProtocolError as exc:
-                raise NetworkExceptionError(f"node {self.node_id}: {exc}") from None
+                raise NetworkError(f"node {self.node_id}: {exc}") from None

@@ -13,11 +13,13 @@ by two threads at once (as in the Java client). Group membership: client/group_c
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
 from ..records.columnar import RecordColumns
+from . import serde
 from .config import consumer_config
 from .fetcher import LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, Fetcher
 from .group_coordinator import Callback, GroupCoordinator
@@ -25,7 +27,12 @@ from .network import NetworkClient
 from .subscription_state import EARLIEST, LATEST, SubscriptionState
 from .types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
+log = logging.getLogger(__name__)
+
 _client_ids = itertools.count(1)
+# Java's KafkaConsumer.close() default (DEFAULT_CLOSE_TIMEOUT_MS): the final auto commit and
+# the LeaveGroup get this long in all.
+DEFAULT_CLOSE_TIMEOUT = 30.0
 _Taken = TypeVar("_Taken", list[ConsumerRecord], dict[TopicPartition, RecordColumns])
 
 
@@ -37,6 +44,8 @@ class Consumer:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        config, (self._key_deserializer, self._value_deserializer) = serde.take(
+            config, kwargs, ("key_deserializer", "value_deserializer"))
         self.config = consumer_config(config, kwargs)
         self.client_id = self.config.client_id or f"oncelog-consumer-{next(_client_ids)}"
         self._net = NetworkClient(self.config, self.client_id)
@@ -155,6 +164,39 @@ class Consumer:
         """
         self._seek_to(LATEST, partitions)
 
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching ``partitions`` (assigned ones) until ``resume``: ``poll`` returns no
+        records of theirs, buffered ones included, and their positions stay where they are
+        (Kafka's KafkaConsumer.pause; kafka-python's and confluent-kafka's take them the same
+        way, confluent's as one list). A rebalance keeps the pause of partitions that stay
+        assigned."""
+        for tp in self._partition_args("pause", partitions):
+            self._subs.pause(tp)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch paused ``partitions`` again, from their positions."""
+        for tp in self._partition_args("resume", partitions):
+            self._subs.resume(tp)
+        self._net.wakeup()
+
+    def paused(self) -> set[TopicPartition]:
+        """The partitions paused now (Kafka's KafkaConsumer.paused)."""
+        return set(self._subs.paused())
+
+    def _partition_args(self, what: str, partitions: tuple[Any, ...]) -> list[TopicPartition]:
+        if len(partitions) == 1 and isinstance(partitions[0], list | set | frozenset):
+            partitions = tuple(partitions[0])  # confluent-kafka's pause([tp, ...])
+        tps = []
+        for tp in partitions:
+            if not isinstance(tp, tuple) or len(tp) != 2:
+                raise TypeError(f"{what}() takes TopicPartitions, got {tp!r}")
+            tp = TopicPartition(*tp)
+            if not self._subs.is_assigned(tp):
+                raise ValueError(f"{what}(): partition {tp.topic}-{tp.partition} is not "
+                                 "assigned to this consumer")
+            tps.append(tp)
+        return tps
+
     def _seek_to(self, strategy: str, partitions: tuple[TopicPartition, ...]) -> None:
         tps = [TopicPartition(*tp) for tp in partitions] or self._subs.assigned()
         for tp in tps:
@@ -223,6 +265,21 @@ class Consumer:
         return {tp: None if r.offset < 0 else OffsetAndTimestamp(r.offset, r.timestamp)
                 for tp, r in found.items()}
 
+    def list_topics(self, timeout: float | None = None) -> list[str]:
+        """Names of the cluster's topics, sorted, internal ones left out (as our
+        ``Admin.list_topics`` and kafka-python's ``KafkaAdminClient.list_topics``); a
+        Metadata request for all topics, answered within ``timeout`` seconds
+        (default.api.timeout.ms) or KafkaTimeoutError."""
+        self._check_open()
+        cluster = self._net.update_metadata(None, self._deadline(timeout),
+                                            allow_auto_topic_creation=False)
+        return sorted(name for name, meta in cluster.topics.items()
+                      if not meta.error_code and not meta.is_internal)
+
+    def topics(self) -> set[str]:
+        """kafka-python's ``KafkaConsumer.topics()``: the topic names, as a set."""
+        return set(self.list_topics())
+
     def _deadline(self, timeout: float | None) -> float:
         if timeout is None:
             timeout = self.config.default_api_timeout_ms / 1000
@@ -238,7 +295,18 @@ class Consumer:
         position fell out of the log, and the broker's error class for non-retriable errors.
         """
         max_records = self.config.max_poll_records
-        return self._poll(timeout, lambda: self._fetcher.fetched_records(max_records), [])
+        records = self._poll(timeout, lambda: self._fetcher.fetched_records(max_records), [])
+        if records and (self._key_deserializer is not None
+                        or self._value_deserializer is not None):
+            return [self._deserialized(r) for r in records]
+        return records
+
+    def _deserialized(self, r: ConsumerRecord) -> ConsumerRecord:
+        return r._replace(
+            key=serde.apply(self._key_deserializer, r.topic, r.key, "key_deserializer",
+                            "deserialize"),
+            value=serde.apply(self._value_deserializer, r.topic, r.value, "value_deserializer",
+                              "deserialize"))
 
     def poll_columns(self, timeout: float = 1.0) -> dict[TopicPartition, RecordColumns]:
         """``poll`` in bulk: the records decoded column-wise (records/columnar.py), per
@@ -313,14 +381,19 @@ class Consumer:
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Leave the group (auto-committing first if enable.auto.commit) and close the
-        connections. A closed consumer cannot be used again."""
+        connections. A closed consumer cannot be used again.
+
+        The commit and the LeaveGroup get ``timeout`` seconds in all (default 30, Java's
+        ``close()``): a commit not done by then (the broker is gone) is given up with a
+        warning in the log, and close returns."""
         if self._closed:
             return
         self._closed = True
         if self._group is not None and self._subscribed:
-            self._group.close(time.monotonic() + 10)
+            bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else max(0.0, timeout)
+            self._group.close(time.monotonic() + bound)
         self._fetcher.close()
         self._net.close()
 

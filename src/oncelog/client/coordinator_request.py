@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import (
     CoordinatorNotAvailableError,
     KafkaError,
-    NetworkExceptionError,
+    NetworkError,
     NotCoordinatorError,
     RetriableError,
     error_for_code,
@@ -277,7 +277,7 @@ def do(net: NetworkClient, coordinators: Coordinators, handler: CoordinatorReque
         if conn is None or node is None:
             if node is not None:
                 failed.add(node)
-            call.on_failure(step, NetworkExceptionError(f"node {node} is not reachable"),
+            call.on_failure(step, NetworkError(f"node {node} is not reachable"),
                             time.monotonic())
             continue
         values = step.values(BrokerVersions(conn.api_versions, conn.features))

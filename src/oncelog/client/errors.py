@@ -25,3 +25,8 @@ class SslAuthenticationError(KafkaError):
 class NoOffsetForPartitionError(KafkaError):
     """A consumer partition has no position and auto.offset.reset is "none" (Java's
     NoOffsetForPartitionException): call ``seek`` first."""
+
+
+class SerializationError(KafkaError):
+    """A key or value serializer (Producer) or deserializer (Consumer) raised (Kafka's
+    SerializationException); the original exception is its ``__cause__``."""

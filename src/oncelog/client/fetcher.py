@@ -390,10 +390,14 @@ class Fetcher:
         """Up to ``max_records`` buffered records, oldest fetch first, advancing positions
         past them."""
         out: list[ConsumerRecord] = []
+        paused: list[CompletedFetch] = []  # kept, in order, for when they are resumed
         while self._completed and len(out) < max_records:
             fetch = self._completed[0]
             if not self._readable(fetch.tp):
                 continue  # (its fetches are gone)
+            if self.subs.is_paused(fetch.tp):
+                paused.append(self._completed.popleft())
+                continue
             take = fetch.records[fetch.index : fetch.index + max_records - len(out)]
             fetch.index += len(take)
             out.extend(take)
@@ -402,6 +406,8 @@ class Fetcher:
                 self._returned(fetch)
             elif take:
                 self.subs.seek(fetch.tp, take[-1].offset + 1)
+        if paused:
+            self._completed.extendleft(reversed(paused))
         return out
 
     def fetched_columns(self) -> dict[TopicPartition, RecordColumns]:
@@ -414,7 +420,7 @@ class Fetcher:
         kept: deque[CompletedFetch] = deque()
         for fetch in self._completed:
             tp = fetch.tp
-            if tp in taken or not self._readable(tp):
+            if tp in taken or not self._readable(tp) or self.subs.is_paused(tp):
                 if tp in self._buffered:
                     kept.append(fetch)
                 continue

@@ -379,12 +379,21 @@ class GroupCoordinator:
                 pass
 
     def close(self, deadline: float) -> None:
+        """Stop heartbeating, auto-commit (if enabled) and leave the group, all by
+        ``deadline``: a commit not done by then is given up with a warning."""
         self._hb_stop.set()
         if self._hb_thread is not None:
-            self._hb_thread.join(5)
+            self._hb_thread.join(max(0.0, min(5.0, deadline - time.monotonic())))
         try:
             if self.config.enable_auto_commit and self.generation >= 0:
-                self._auto_commit(deadline)
+                offsets = self.positions()
+                if offsets:
+                    try:
+                        self.commit(offsets, deadline)
+                    except (KafkaError, TimeoutError) as exc:
+                        log.warning("closing the consumer of group %r: its final offset "
+                                    "commit failed or did not finish within the close "
+                                    "timeout: %s", self.group_id, exc)
             node = self.coordinator
             if self.member_id and node is not None:
                 # One attempt: a member that cannot say goodbye is dropped by its session
@@ -396,7 +405,8 @@ class GroupCoordinator:
                     timeout_ms=max(1, int((deadline - time.monotonic()) * 1000)))
         except (KafkaError, TimeoutError) as exc:
             log.info("leaving group %r: %s", self.group_id, exc)
-        self._hb_net.close()
+        finally:
+            self._hb_net.close()
 
 
 def _answer(response: Any) -> int:

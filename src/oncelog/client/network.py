@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import (
     IllegalSaslStateError,
     KafkaError,
-    NetworkExceptionError,
+    NetworkError,
     RetriableError,
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
@@ -287,11 +287,11 @@ class NetworkClient:
 
     def request(self, node_id: int, api_key: int, values: RequestValues,
                 timeout_ms: int | None = None, max_version: int | None = None) -> Any:
-        """Send and wait. Raises NetworkExceptionError if the node is unreachable."""
+        """Send and wait. Raises NetworkError if the node is unreachable."""
         req = self.send(node_id, api_key, values, timeout_ms=timeout_ms, max_version=max_version)
         if req is None:
             why = self._connect_errors.get(node_id)
-            raise NetworkExceptionError(f"node {node_id} is not reachable"
+            raise NetworkError(f"node {node_id} is not reachable"
                                         + (f": {why}" if why is not None else ""))
         while not req.done:
             self._poll_into(max(0.0, req.deadline - time.monotonic()), keep_waiting=True)

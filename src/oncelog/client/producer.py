@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Self
 
@@ -31,7 +31,7 @@ from ..records.columnar import (
     headers_arg,
     int64_column,
 )
-from . import retries
+from . import retries, serde
 from .accumulator import EncodedBatch, RecordAccumulator, estimate_record_size
 from .bulk_send import BatchGroup, route_rows
 from .config import producer_config
@@ -76,6 +76,20 @@ def _headers(headers: HeadersArg) -> Sequence[tuple[str, bytes | None]]:
     return out
 
 
+DeliveryCallback = Callable[[BaseException | None, RecordMetadata | None], Any]
+
+
+def _delivery_callback(callback: DeliveryCallback) -> Callable[[Future], None]:
+    def done(future: Future) -> None:
+        error = future.exception()
+        try:
+            callback(error, None if error is not None else future.result())
+        except Exception:
+            log.exception("on_delivery callback %r raised", callback)
+
+    return done
+
+
 def _failed(error: BaseException) -> Future:
     future: Future = Future()
     future.set_exception(error)
@@ -90,6 +104,8 @@ class Producer:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        config, (self._key_serializer, self._value_serializer) = serde.take(
+            config, kwargs, ("key_serializer", "value_serializer"))
         self.config = producer_config(config, kwargs)
         client_id = self.config.client_id or f"oncelog-producer-{next(_client_ids)}"
         self.client_id = client_id
@@ -167,10 +183,18 @@ class Producer:
 
     # --- sending ----------------------------------------------------------------------------
 
-    def send(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
+    def send(self, topic: str, value: Any = None, key: Any = None,
              partition: int | None = None, headers: HeadersArg = None,
-             timestamp_ms: int | None = None) -> Future[RecordMetadata]:
+             timestamp_ms: int | None = None,
+             on_delivery: DeliveryCallback | None = None) -> Future[RecordMetadata]:
         """Queue a record; the future resolves to its RecordMetadata once acknowledged.
+
+        ``key`` and ``value`` are bytes or str, or anything the producer's ``key_serializer``
+        / ``value_serializer`` turn into those (client/serde.py). ``on_delivery``: called once
+        the record is settled as confluent-kafka's callback is, ``on_delivery(err, metadata)``
+        (err None and the RecordMetadata, or the exception and None), but on the producer's
+        I/O thread as Java's send callback (keep it short; what it raises is logged), or at
+        once on the caller's thread when the send failed before the record was queued.
 
         Blocks only while the topic's metadata is unknown or buffer.memory is full, for at
         most max.block.ms; then the returned future fails (as the Java client's does). A
@@ -184,6 +208,24 @@ class Producer:
         """
         if self._closed:
             raise RuntimeError("cannot send: the producer is closed")
+        if self._key_serializer is not None or self._value_serializer is not None:
+            try:
+                key = serde.apply(self._key_serializer, topic, key, "key_serializer",
+                                  "serialize")
+                value = serde.apply(self._value_serializer, topic, value, "value_serializer",
+                                    "serialize")
+            except KafkaError as exc:
+                if self._txn is not None:
+                    self._txn.send_failed(exc)
+                raise
+        if on_delivery is not None:
+            future = self._send_checked(topic, value, key, partition, headers, timestamp_ms)
+            future.add_done_callback(_delivery_callback(on_delivery))
+            return future
+        return self._send_checked(topic, value, key, partition, headers, timestamp_ms)
+
+    def _send_checked(self, topic: str, value: Any, key: Any, partition: int | None,
+                      headers: HeadersArg, timestamp_ms: int | None) -> Future[RecordMetadata]:
         txn = self._txn
         if txn is None:
             return self._send(topic, value, key, partition, headers, timestamp_ms)
@@ -406,6 +448,23 @@ class Producer:
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids (fetching metadata if needed, up to max.block.ms)."""
         return self._wait_for_partitions(topic, time.monotonic() + self.config.max_block_ms / 1000)
+
+    def list_topics(self, timeout: float | None = None) -> list[str]:
+        """Names of the cluster's topics, sorted, internal ones left out (as our
+        ``Admin.list_topics`` and kafka-python's ``KafkaAdminClient.list_topics``), asked on a
+        connection of the caller's own (the producer's are its I/O thread's); within
+        ``timeout`` seconds (max.block.ms) or KafkaTimeoutError."""
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        wait = self.config.max_block_ms / 1000 if timeout is None else timeout
+        net = NetworkClient(self.config, self.client_id)
+        try:
+            cluster = net.update_metadata(None, time.monotonic() + wait,
+                                          allow_auto_topic_creation=False)
+        finally:
+            net.close()
+        return sorted(name for name, meta in cluster.topics.items()
+                      if not meta.error_code and not meta.is_internal)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now (ignoring linger.ms) and wait until it is settled.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 
-from ..errors import KafkaError, NetworkExceptionError
+from ..errors import KafkaError, NetworkError
 from ..protocol import ApiKey
 from .connection import BrokerConnection
 from .metadata import metadata_request
@@ -71,7 +71,7 @@ def _wants_sasl(host: str, port: int) -> bool:
         try:
             conn.request(ApiKey.METADATA, metadata_request([], allow_auto_topic_creation=False),
                          timeout_ms=timeout_ms)
-        except NetworkExceptionError:  # the connection dropped (a timeout is another class)
+        except NetworkError:  # the connection dropped (a timeout is another class)
             return True
         except KafkaError:
             return False

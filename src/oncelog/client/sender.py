@@ -34,7 +34,7 @@ from ..errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
     KafkaError,
-    NetworkExceptionError,
+    NetworkError,
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
     RetriableError,
@@ -310,7 +310,7 @@ class Sender:
                 txn.on_failure(step, exc, now)
                 continue
             if conn is None or node is None:
-                txn.on_failure(step, NetworkExceptionError(f"node {node} is not reachable"), now)
+                txn.on_failure(step, NetworkError(f"node {node} is not reachable"), now)
                 continue
             values = txn.request_values(step, BrokerVersions(conn.api_versions, conn.features))
             if values is None:
@@ -322,7 +322,7 @@ class Sender:
                 txn.on_failure(step, exc, now)
                 continue
             if req is None:
-                txn.on_failure(step, NetworkExceptionError(f"node {node} is not reachable"), now)
+                txn.on_failure(step, NetworkError(f"node {node} is not reachable"), now)
                 continue
             self._txn_request = req
             return 1.0
@@ -478,7 +478,7 @@ class Sender:
         if req is None:  # the connection went away between ready() and now
             for batch in batches:
                 self._state(batch.tp).in_flight.remove(batch)
-                self._retry_or_fail(batch, NetworkExceptionError(f"node {node} unreachable"))
+                self._retry_or_fail(batch, NetworkError(f"node {node} unreachable"))
 
     # --- responses --------------------------------------------------------------------------
 
@@ -499,7 +499,7 @@ class Sender:
             if state is not None and batch in state.in_flight:
                 state.in_flight.remove(batch)
         if req.error is not None:
-            if isinstance(req.error, (NetworkExceptionError, RequestTimedOutError)):
+            if isinstance(req.error, (NetworkError, RequestTimedOutError)):
                 self._need_metadata()
             for batch in batches.values():
                 self._retry_or_fail(batch, req.error)
@@ -531,7 +531,7 @@ class Sender:
                 self._retry_or_fail(batch, error)
         for tp, batch in batches.items():
             if tp not in answered:
-                self._retry_or_fail(batch, NetworkExceptionError(
+                self._retry_or_fail(batch, NetworkError(
                     f"{tp.topic}-{tp.partition}: no answer in the produce response"))
 
     def _complete(self, batch: ProducerBatch, base_offset: int,

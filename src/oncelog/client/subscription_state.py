@@ -24,6 +24,7 @@ class PartitionState:
     reset_strategy: str | None = None  # EARLIEST / LATEST while the position is to be looked up
     high_watermark: int = -1
     last_stable_offset: int = -1
+    paused: bool = False  # Consumer.pause: not fetched, its buffered records not returned
 
 
 class SubscriptionState:
@@ -62,7 +63,21 @@ class SubscriptionState:
         return [tp for tp, s in self._assignment.items() if s.position is None]
 
     def fetchable(self) -> list[TopicPartition]:
-        return [tp for tp, s in self._assignment.items() if s.position is not None]
+        return [tp for tp, s in self._assignment.items()
+                if s.position is not None and not s.paused]
+
+    def pause(self, tp: TopicPartition) -> None:
+        self.state(tp).paused = True
+
+    def resume(self, tp: TopicPartition) -> None:
+        self.state(tp).paused = False
+
+    def is_paused(self, tp: TopicPartition) -> bool:
+        state = self._assignment.get(tp)
+        return state is not None and state.paused
+
+    def paused(self) -> list[TopicPartition]:
+        return [tp for tp, s in self._assignment.items() if s.paused]
 
     def position(self, tp: TopicPartition) -> int | None:
         return self.state(tp).position

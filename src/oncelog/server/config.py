@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from ..log import LogConfig
+from ..security.ssl_principal import SslPrincipalMapper
 from ..security.tls import SECURITY_PROTOCOLS
 from . import kafka_only_configs
 from .kafka_only_configs import KAFKA_ONLY_DEFAULTS
@@ -118,6 +119,12 @@ BROKER_DEFAULTS: dict[str, str] = {
     "sasl.users.file": "",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "super.users": "",
+    # KIP-11's authorizer (Kafka's class names, AclAuthorizer or StandardAuthorizer): set, ACLs
+    # apply on every listener (PLAINTEXT and SSL clients as User:ANONYMOUS, an SSL client
+    # with a certificate as its subject mapped by ssl.principal.mapping.rules, KIP-371).
+    # Empty: ACLs apply with SASL only, as before.
+    "authorizer.class.name": "",
+    "ssl.principal.mapping.rules": "DEFAULT",
     # Between SASL brokers of a cluster: the mechanism a broker logs in to the others with, and
     # its credentials in listener.name.<listener>.<mechanism>.sasl.jaas.config (Kafka's names;
     # JAAS_CONFIG_KEY). Kafka's default is GSSAPI (Kerberos), which oncelog does not offer.
@@ -146,7 +153,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "sasl.server.max.receive.size": "524288",
     # A failed authentication is answered this much later (Kafka's default): slows guessing.
     "connection.failed.authentication.delay.ms": "100",
-    # Empty: false once SASL is on (as the issue asks), true otherwise.
+    # Empty: false once an authorizer is on (SASL, or authorizer.class.name), true otherwise.
     "allow.everyone.if.no.acl.found": "",
     # The group coordinator (Kafka's defaults).
     "offsets.topic.num.partitions": "50",
@@ -238,6 +245,27 @@ def is_sensitive_broker_config(key: str) -> bool:
     return key in SENSITIVE_BROKER_CONFIGS or JAAS_CONFIG_KEY.fullmatch(key) is not None
 
 
+# Kafka's authorizer classes (ZooKeeper's, its older name, and KRaft's): one ACL store here
+AUTHORIZER_CLASSES = ("kafka.security.authorizer.AclAuthorizer",
+                      "kafka.security.auth.SimpleAclAuthorizer",
+                      "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+
+
+def _authorizer_class(v: str) -> str:
+    if v.strip() and v.strip() not in AUTHORIZER_CLASSES:
+        raise ConfigError(f"authorizer.class.name: {v.strip()!r} is not one of "
+                          f"{', '.join(AUTHORIZER_CLASSES)} (or empty: no authorizer)")
+    return v.strip()
+
+
+def _principal_mapping_rules(v: str) -> str:
+    try:
+        SslPrincipalMapper(v)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return v
+
+
 def _optional_bool(v: str) -> object:
     return None if v == "" else _bool(v)
 
@@ -262,6 +290,8 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "sasl.users.file": str,
     "sasl.enabled.mechanisms": _mechanisms,
     "super.users": str,
+    "authorizer.class.name": _authorizer_class,
+    "ssl.principal.mapping.rules": _principal_mapping_rules,
     "sasl.mechanism.inter.broker.protocol": _inter_broker_mechanism,
     "allow.everyone.if.no.acl.found": _optional_bool,
     "transaction.version": _transaction_version,

@@ -76,12 +76,26 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.ip = peer[0] if peer else "?"
         refused = self.server.admit(self)
+        if refused is None and self.broker.security.principal_from_certificate:
+            refused = self._certificate_principal(transport)
         if refused:
             log.warning("closing %s: %s", self.peer, refused)
             self.closed = True
             transport.close()
             return
         self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def _certificate_principal(self, transport) -> str | None:
+        """An SSL listener's client is its certificate's principal (None: it is set), or the
+        reason it is refused (no ssl.principal.mapping.rules rule applies)."""
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        try:
+            self.session.principal = self.broker.security.certificate_principal(der)
+        except ValueError as exc:
+            self.server.release(self)
+            return f"client certificate refused: {exc}"
+        return None
 
     def data_received(self, data: bytes) -> None:
         self.framing.receive_data(data)

@@ -6,6 +6,11 @@ nothing else until it has authenticated (Kafka closes the connection; so do we).
 v1 is followed by SaslAuthenticate requests; v0 by bare SASL tokens in size-prefixed frames (the
 pre-KIP-152 way, still used by some clients). A failed authentication is answered
 SASL_AUTHENTICATION_FAILED with the reason, then the connection is closed.
+
+The authorizer (KIP-11 ACLs) is on with SASL, or on any listener with
+``authorizer.class.name`` set, as Kafka: there a PLAINTEXT or SSL client without a
+certificate is ``User:ANONYMOUS`` and an SSL client with one is its certificate's subject,
+mapped by ``ssl.principal.mapping.rules`` (security/ssl_principal.py).
 """
 
 from __future__ import annotations
@@ -19,6 +24,12 @@ from ..protocol import ApiKey
 from ..security.acls import Authorizer
 from ..security.credential_store import ScramCredentials, ScramStore
 from ..security.sasl import AuthenticationFailed, server_for
+from ..security.ssl_principal import (
+    CertificateError,
+    NoMatchingRule,
+    SslPrincipalMapper,
+    subject_rfc2253,
+)
 from ..security.users import load_users
 from .context import CloseConnection
 
@@ -49,14 +60,31 @@ class Security:
             self.passwords = load_users(users_file)
         allow = config.get("allow.everyone.if.no.acl.found")
         super_users = [u.strip() for u in str(config.get("super.users")).split(";") if u.strip()]
-        self.authorizer = Authorizer(data_dir, enabled=self.sasl_enabled,
+        authorizer_on = self.sasl_enabled or bool(str(config.get("authorizer.class.name") or ""))
+        # An SSL listener's clients are named by their certificates (SASL_SSL: by SASL).
+        self.principal_from_certificate = protocol == "SSL"
+        self.principal_mapper = SslPrincipalMapper(
+            str(config.get("ssl.principal.mapping.rules") or "DEFAULT"))
+        self.authorizer = Authorizer(data_dir, enabled=authorizer_on,
                                      super_users=super_users,
-                                     allow_if_no_acl=(not self.sasl_enabled) if allow is None
+                                     allow_if_no_acl=(not authorizer_on) if allow is None
                                      else bool(allow))
 
     def open_credentials(self, store: ScramStore) -> None:
         """Blocking (ZooKeeper): load the SCRAM users, seeding the users file's."""
         self.credentials.open(store, self.passwords)
+
+    def certificate_principal(self, der: bytes | None) -> str:
+        """The principal of an SSL listener's client: ``User:ANONYMOUS`` without a certificate,
+        else its subject (RFC 2253, as Java's X500Principal prints it) through
+        ``ssl.principal.mapping.rules``. Raises ValueError (the connection is refused, as Kafka
+        fails its authentication) when no rule applies or the subject cannot be read."""
+        if not der:
+            return "User:ANONYMOUS"
+        try:
+            return "User:" + self.principal_mapper.name(subject_rfc2253(der))
+        except (NoMatchingRule, CertificateError) as exc:
+            raise ValueError(str(exc)) from None
 
     # -- the SASL exchange --------------------------------------------------------------------
 

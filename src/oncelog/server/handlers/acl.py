@@ -1,5 +1,5 @@
 """The ACL checks the handlers make (spec 000 "Authorization", KIP-939 "ACL Changes"), one call
-each; all allowed when the broker runs without SASL."""
+each; all allowed when the broker runs without an authorizer."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ OPERATIONS_OMITTED = -(2**31)
 def authorized_operations(broker, ctx, resource_type: ResourceType, name: str) -> int:
     """KIP-430: the operations of the resource type (Kafka's supportedOperations) the
     request's principal may do on the resource, as Kafka's bit field (``1 << code``). Without
-    an authorizer (no SASL) every one, as Kafka without an authorizer."""
+    an authorizer every one, as Kafka without an authorizer."""
     return sum(1 << int(op) for op in SUPPORTED_OPERATIONS[resource_type]
                if broker.allowed(ctx, op, resource_type, name))
 

@@ -63,10 +63,9 @@ def _binding(c) -> tuple[AclBinding | None, str | None]:
 
 
 # Kafka without an authorizer refuses the ACL requests (SECURITY_DISABLED) rather than store
-# ACLs that nothing would enforce; ours enforces them with SASL only (plaintext connections have
-# no principal to check), so that is when ACLs can be managed.
-_NO_AUTHORIZER = ("security_disabled", ("No Authorizer is configured on the broker: ACLs apply "
-                                        "with security.protocol=SASL_PLAINTEXT"))
+# ACLs that nothing would enforce. Ours is on with SASL or with authorizer.class.name set.
+_NO_AUTHORIZER = ("security_disabled", ("No Authorizer is configured on the broker: set "
+                                        "authorizer.class.name (or use SASL)"))
 
 
 async def handle_create_acls(broker, ctx, request):
@@ -74,7 +73,7 @@ async def handle_create_acls(broker, ctx, request):
     allowed = _cluster_allowed(broker, ctx, Operation.ALTER)
     results, good = [], []
     for c in request.creations:
-        if not broker.security.sasl_enabled:
+        if not broker.security.authorizer.enabled:
             results.append(_NO_AUTHORIZER)
             continue
         if not allowed:
@@ -102,7 +101,7 @@ def _filter(f) -> AclFilter:
 
 async def handle_describe_acls(broker, ctx, request):
     mod = response_module(ApiKey.DESCRIBE_ACLS, ctx.version)
-    if not broker.security.sasl_enabled:
+    if not broker.security.authorizer.enabled:
         return make(mod.DescribeAclsResponse, throttle_time=0,
                     error_code=error_code(_NO_AUTHORIZER[0]), error_message=_NO_AUTHORIZER[1],
                     resources=())
@@ -124,7 +123,7 @@ async def handle_describe_acls(broker, ctx, request):
 
 async def handle_delete_acls(broker, ctx, request):
     mod = response_module(ApiKey.DELETE_ACLS, ctx.version)
-    if not broker.security.sasl_enabled:
+    if not broker.security.authorizer.enabled:
         return make(mod.DeleteAclsResponse, throttle_time=0, filter_results=tuple(
             make(mod.DeleteAclsFilterResult, error_code=error_code(_NO_AUTHORIZER[0]),
                  error_message=_NO_AUTHORIZER[1], matching_acls=())
