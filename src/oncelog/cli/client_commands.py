@@ -80,9 +80,10 @@ def connect(args) -> dict:
     from .client_security import security_settings
 
     security = security_settings(args)  # a bad --command-config fails before connecting
+    protocol = security.get("security_protocol", "PLAINTEXT")
     try:
-        check_reachable(args.bootstrap_server, without_credentials=security.get(
-            "security_protocol", "PLAINTEXT") == "PLAINTEXT")
+        check_reachable(args.bootstrap_server, without_credentials=protocol == "PLAINTEXT",
+                        tls=protocol in ("SSL", "SASL_SSL"))
     except SaslRequiredError as exc:
         raise ConnectionError(sasl_message(exc.address)) from None
     return {"bootstrap_servers": args.bootstrap_server, **security}
