@@ -55,7 +55,7 @@ def run(args) -> int:
         return 130
     except BrokenPipeError:  # stdout closed early (| head): nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 141  # as main() ends any command: 128 + SIGPIPE, what Unix tools show
     except ConnectionError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 1
