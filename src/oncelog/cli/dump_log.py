@@ -3,7 +3,8 @@
 arguments), ``--deep-iteration`` (a line per record), ``--print-data-log`` (the records' keys
 and payloads too; implies deep iteration; ``--print-data`` is its old name here),
 ``--transaction-log-decoder`` / ``--offsets-decoder`` (the internal topics' records as Kafka's
-JSON; imply ``--print-data-log``), ``--skip-record-metadata``. The lines::
+JSON; imply ``--print-data-log``), ``--skip-record-metadata``, ``--index-sanity-check`` and
+``--verify-index-only`` (index files checked, their entries not printed). The lines::
 
     Dumping 00000000000000000000.log
     Log starting offset: 0
@@ -63,6 +64,12 @@ def add_arguments(d: argparse.ArgumentParser) -> None:
                    help="a line per record, not only per batch")
     d.add_argument("--skip-record-metadata", action="store_true",
                    help="with --print-data-log: the record lines hold only key and payload")
+    d.add_argument("--index-sanity-check", action="store_true",
+                   help="for index files: only whether they are sound (entries whole, "
+                   "offsets growing), not their entries")
+    d.add_argument("--verify-index-only", action="store_true",
+                   help="for offset index files: check each entry against the segment "
+                   "beside it, print only the mismatches (on stderr)")
     decoders = d.add_mutually_exclusive_group()
     decoders.add_argument("--transaction-log-decoder", action="store_const", dest="decoder",
                           const="transaction-log",
@@ -81,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
               "arguments)", file=sys.stderr)
         return 2
     return dump_files(paths, args.print_data, args.decoder, args.deep_iteration,
-                      args.skip_record_metadata)
+                      args.skip_record_metadata, args.index_sanity_check,
+                      args.verify_index_only)
 
 
 def _fmt_bytes(b: bytes | None) -> str:
@@ -213,9 +221,55 @@ def _decoded(decoder: str, offset: int, key: bytes | None, value: bytes | None
         return f"Error at offset {offset}, skipping. {exc}", None
 
 
-def dump_index(path: str, out=sys.stdout) -> int:
+def _index_sanity(kind: str, base: int, entries: list[tuple[int, ...]]) -> str | None:
+    """What is wrong with an offset or time index's entries (None: nothing): offsets that do
+    not grow (Kafka's sanity check looks at the last one only), positions or timestamps that
+    go back."""
+    last: tuple[int, ...] | None = None
+    for i, e in enumerate(entries):
+        offset = base + (e[0] if kind == "index" else e[1])
+        if offset < base:
+            return f"entry {i}: offset {offset} below the base offset {base}"
+        if last is not None:
+            prev = base + (last[0] if kind == "index" else last[1])
+            if offset < prev or (kind == "index" and offset == prev):
+                return f"entry {i}: offset {offset} after {prev}"
+            if kind == "index" and e[1] <= last[1]:
+                return f"entry {i}: position {e[1]} after {last[1]}"
+            if kind == "timeindex" and e[0] < last[0]:
+                return f"entry {i}: timestamp {e[0]} after {last[0]}"
+        last = e
+    return None
+
+
+def _index_mismatches(path: str, base: int, entries: list[tuple[int, ...]]
+                      ) -> list[tuple[int, int]]:
+    """(index offset, log offset) where an offset index entry does not point at the batch it
+    names in the segment beside it (-1: no batch there). Our index holds each indexed
+    batch's base offset (Kafka's, its last offset): that is what is compared."""
+    log_path = Path(path).with_name(Path(path).name.split(".")[0] + ".log")
+    try:
+        data = log_path.read_bytes()
+    except OSError:
+        return [(base + e[0], -1) for e in entries]
+    out = []
+    for relative, position in entries:
+        found = -1
+        if 0 <= position and position + HEADER_SIZE <= len(data):
+            found = parse_header(data, position).base_offset
+        if found != base + relative:
+            out.append((base + relative, found))
+    return out
+
+
+def dump_index(path: str, out=sys.stdout, sanity_only: bool = False,
+               verify_only: bool = False,
+               mismatches: dict[str, list[tuple[int, int]]] | None = None) -> int:
     """The entries of an index file (offset, time, aborted-transaction) or of a producer
-    snapshot; the kind is its name's suffix. Returns the number of problems."""
+    snapshot; the kind is its name's suffix. Returns the number of problems.
+    ``sanity_only`` (--index-sanity-check): only whether an offset or time index is sound;
+    ``verify_only`` (--verify-index-only): no entries printed, an offset index's entries
+    checked against its segment (into ``mismatches``, printed at the end)."""
     name = Path(path).name
     for suffix in (".cleaned", ".swap"):
         name = name.removesuffix(suffix)
@@ -245,7 +299,28 @@ def dump_index(path: str, out=sys.stdout) -> int:
         return 0
     entry = {"index": _OFFSET_ENTRY, "timeindex": _TIME_ENTRY, "txnindex": _TXN_ENTRY}[kind]
     whole = len(data) - len(data) % entry.size
-    for fields in entry.iter_unpack(data[:whole]):
+    entries = list(entry.iter_unpack(data[:whole]))
+    if kind in ("index", "timeindex"):
+        # a preallocated index is zeros past its last entry: stop at the first such (Kafka)
+        zero = next((i for i, e in enumerate(entries) if i > 0
+                     and (e[0] if kind == "index" else e[1]) == 0), None)
+        entries = entries[:zero]
+        if not entries and whole == len(data):
+            print(f"{path} is empty.", file=out)
+            return 0
+        if sanity_only:
+            problem = _index_sanity(kind, base, entries) if whole == len(data) else \
+                f"{len(data) - whole} trailing bytes: not a whole {entry.size}-byte entry"
+            print(f"{path} passed sanity check." if problem is None else
+                  f"{path} failed sanity check: {problem}", file=out)
+            return 0 if problem is None else 1
+        if verify_only:
+            if kind == "index" and mismatches is not None:
+                found = _index_mismatches(path, base, entries)
+                if found:
+                    mismatches[os.path.abspath(path)] = found
+            entries = []
+    for fields in entries:
         if kind == "index":
             print(f"offset: {base + fields[0]} position: {fields[1]}", file=out)
         elif kind == "timeindex":
@@ -362,10 +437,12 @@ INDEX_KINDS = (".index", ".timeindex", ".txnindex", ".snapshot")
 
 
 def dump_files(paths: list[str], print_data: bool, decoder: str | None = None,
-               deep: bool = False, skip_metadata: bool = False) -> int:
+               deep: bool = False, skip_metadata: bool = False, sanity_only: bool = False,
+               verify_only: bool = False) -> int:
     """``decoder``: "transaction-log" or "offsets" (implies ``print_data``)."""
     problems = 0
     gaps: dict[str, list[tuple[int, int]]] = {}
+    mismatches: dict[str, list[tuple[int, int]]] = {}
     for path in paths:
         if not os.path.isfile(path):
             what = "a directory, not a segment file" if os.path.isdir(path) else "no such file"
@@ -373,11 +450,17 @@ def dump_files(paths: list[str], print_data: bool, decoder: str | None = None,
             return 2
         name = path.removesuffix(".cleaned").removesuffix(".swap")
         if name.endswith(INDEX_KINDS):
-            problems += dump_index(path)
+            problems += dump_index(path, sanity_only=sanity_only, verify_only=verify_only,
+                                   mismatches=mismatches)
         else:
             problems += dump_segment(path, print_data or decoder is not None, decoder=decoder,
                                      deep=deep, skip_metadata=skip_metadata,
                                      gaps=gaps.setdefault(os.path.abspath(path), []))
+    for path, found in mismatches.items():  # Kafka's wording
+        print(f"Mismatches in :{path}", file=sys.stderr)
+        for index_offset, log_offset in found:
+            print(f"  Index offset: {index_offset}, log offset: {log_offset}", file=sys.stderr)
+    problems += len(mismatches)
     for path, pairs in gaps.items():
         if pairs:
             print(f"Non-consecutive offsets in {path}", file=sys.stderr)
