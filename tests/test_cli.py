@@ -129,8 +129,10 @@ def test_dump_log_reports_a_corrupt_batch(tmp_path):
     out = oncelog("dump-log", str(seg), check=False)
     assert out.returncode == 1
     lines = out.stdout.splitlines()
-    assert "isvalid: true" in lines[1] and "isvalid: false" in lines[2]
-    assert "trailing bytes" in lines[3]
+    assert lines[1] == "Log starting offset: 0"
+    assert "isvalid: true" in lines[2] and "isvalid: false" in lines[3]
+    assert lines[4].startswith("Found 7 invalid bytes at the end of 00000000000000000000.log")
+    assert "trailing bytes" in lines[4]
 
 
 def test_an_unreachable_broker_fails_at_once_naming_the_address():

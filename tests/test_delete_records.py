@@ -21,7 +21,7 @@ from support.waiting import wait_until
 
 from oncelog import Admin, Consumer, Producer, TopicPartition
 from oncelog.errors import (
-    InvalidTopicExceptionError,
+    InvalidTopicError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
@@ -123,7 +123,7 @@ def test_our_admin_the_cli_and_the_producer_state(broker, tmp_path):
         # The coordinators' logs are not for deleting (a commit creates __consumer_offsets).
         with Consumer(bootstrap_servers=bootstrap, group_id="dr-group") as c:
             c.commit({tp0: 1})
-        with pytest.raises(InvalidTopicExceptionError):
+        with pytest.raises(InvalidTopicError):
             admin.delete_records({TopicPartition("__consumer_offsets", 0): -1})
         # All of the producer's records gone: the partition still knows it (Kafka >= 2.5), so
         # that it can carry on with its next sequence number.

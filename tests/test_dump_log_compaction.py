@@ -40,8 +40,9 @@ def test_dump_log_shows_cleaned_batches_and_index_files(tmp_path):
     plog.close(t)
     seg = tmp_path / "t-0" / "00000000000000000000.log"
     out = oncelog("dump-log", str(seg), "--print-data").stdout
-    assert f"deleteHorizonMs: {t + 1000}" in out  # the tombstone's batch, stamped
-    assert "deleteHorizonMs: none" in out
+    # Kafka prints RecordBatch.deleteHorizonMs(), an OptionalLong
+    assert f"deleteHorizonMs: OptionalLong[{t + 1000}]" in out  # the tombstone's, stamped
+    assert "deleteHorizonMs: OptionalLong.empty" in out
     assert "endTxnMarker: ABORT" in out
     index = oncelog("dump-log", str(seg.with_suffix(".index"))).stdout.splitlines()
     assert index[1].startswith("offset: ") and "position: 0" in index[1]
@@ -63,11 +64,37 @@ def test_dump_log_decodes_the_internal_topics(tmp_path):
         (encode_key(OffsetKey("g", "orders", 4)), None, [], 1),
     ]))
     out = oncelog("dump-log", "--offsets-decoder", str(offsets)).stdout
-    assert '"type": "offset_commit"' in out and '"topic": "orders"' in out
-    assert '"offset": 42' in out and "payload: <DELETE>" in out
+    # Kafka's JSON: the key's version as "type", the value's as "version"
+    assert 'key: {"type":"1","data":{"group":"g","topic":"orders","partition":3}} ' \
+        'payload: {"version":"3","data":{"offset":42,"leaderEpoch":7,"metadata":"meta",' \
+        '"commitTimestamp":1234}}' in out
+    assert 'key: {"type":"1","data":{"group":"g","topic":"orders","partition":4}} ' \
+        "payload: <DELETE>" in out
+    from oncelog.client.assignors import Subscription, encode_assignment, encode_subscription
+    from oncelog.client.types import TopicPartition
+    from oncelog.group.log_format import GroupKey, GroupValue, MemberValue, encode_group
+
+    member = MemberValue("m-1", None, "c", "/127.0.0.1", 300_000, 45_000,
+                         encode_subscription(Subscription(("orders",))),
+                         encode_assignment([TopicPartition("orders", 0)]))
+    groups = tmp_path / "groups.log"
+    groups.write_bytes(build_batch([(encode_key(GroupKey("g")), encode_group(
+        GroupValue("consumer", 1, "range", "m-1", 99, (member,))), [], 1)]))
+    line = oncelog("dump-log", "--offsets-decoder", str(groups)).stdout.splitlines()[-1]
+    assert line.endswith(
+        'key: {"type":"2","data":{"group":"g"}} payload: {"version":"3","data":{'
+        '"protocolType":"consumer","generation":1,"protocol":"range","leader":"m-1",'
+        '"currentStateTimestamp":99,"members":[{"memberId":"m-1","groupInstanceId":null,'
+        '"clientId":"c","clientHost":"/127.0.0.1","rebalanceTimeout":300000,'
+        '"sessionTimeout":45000,"subscription":{"topics":["orders"],"userData":null,'
+        '"ownedPartitions":[]},"assignment":{"assignedPartitions":[{"topic":"orders",'
+        '"partitions":[0]}],"userData":null}}]}}'), line
     state = tmp_path / "txn.log"
     meta = TransactionMetadata("my-txn", 17, 2, 60_000)
     state.write_bytes(build_batch([
         (txn_format.encode_key("my-txn"), txn_format.encode_value(meta), [], 1)]))
     out = oncelog("dump-log", "--transaction-log-decoder", str(state)).stdout
-    assert '"transactionalId": "my-txn"' in out and '"producer_id": 17' in out
+    assert 'key: {"type":"0","data":{"transactionalId":"my-txn"}} payload: {"version":"0",' \
+        '"data":{"producerId":17,"producerEpoch":2,"transactionTimeoutMs":60000,' \
+        '"transactionStatus":0,"transactionPartitions":null,' \
+        '"transactionLastUpdateTimestampMs":-1,"transactionStartTimestampMs":-1}}' in out

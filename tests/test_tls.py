@@ -22,7 +22,7 @@ from support.tls import KEY_PASSWORD, make_certificates
 from oncelog import Admin, Consumer, Producer, TopicPartition
 from oncelog.client.admin_configs import ConfigResource
 from oncelog.client.errors import KafkaTimeoutError, SslAuthenticationError
-from oncelog.errors import NetworkExceptionError, SaslAuthenticationFailedError
+from oncelog.errors import NetworkError, SaslAuthenticationFailedError
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.security.tls import (
     TlsConfigError,
@@ -205,7 +205,7 @@ def test_a_client_that_does_not_trust_the_broker_fails_at_once(ssl_broker, certs
 
 
 def test_a_plaintext_client_fails_cleanly_and_the_broker_goes_on(ssl_broker, certs) -> None:
-    with pytest.raises((KafkaTimeoutError, NetworkExceptionError)), \
+    with pytest.raises((KafkaTimeoutError, NetworkError)), \
             Admin(bootstrap_servers=ssl_broker.bootstrap_servers,
                   default_api_timeout_ms=1000) as admin:
         admin.list_topics()

@@ -55,7 +55,7 @@ def run(args) -> int:
         return 130
     except BrokenPipeError:  # stdout closed early (| head): nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 141  # as main() ends any command: 128 + SIGPIPE, what Unix tools show
     except ConnectionError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 1
@@ -80,9 +80,10 @@ def connect(args) -> dict:
     from .client_security import security_settings
 
     security = security_settings(args)  # a bad --command-config fails before connecting
+    protocol = security.get("security_protocol", "PLAINTEXT")
     try:
-        check_reachable(args.bootstrap_server, without_credentials=security.get(
-            "security_protocol", "PLAINTEXT") == "PLAINTEXT")
+        check_reachable(args.bootstrap_server, without_credentials=protocol == "PLAINTEXT",
+                        tls=protocol in ("SSL", "SASL_SSL"))
     except SaslRequiredError as exc:
         raise ConnectionError(sasl_message(exc.address)) from None
     return {"bootstrap_servers": args.bootstrap_server, **security}

@@ -212,20 +212,30 @@ def build_parser() -> argparse.ArgumentParser:
                    "driver SIGKILL (oncelog demo --help)", add_help=False)
 
     d = sub.add_parser("dump-log", help="print the batches of a segment file",
-                       description="One line per batch, as Kafka's DumpLogSegments prints them.")
-    d.add_argument("files", nargs="+", metavar="FILE")
-    d.add_argument("--print-data", action="store_true", help="also print every record")
-    decoders = d.add_mutually_exclusive_group()
-    decoders.add_argument("--transaction-log-decoder", action="store_const", dest="decoder",
-                          const="transaction-log",
-                          help="decode __transaction_state records (implies --print-data)")
-    decoders.add_argument("--offsets-decoder", action="store_const", dest="decoder",
-                          const="offsets",
-                          help="decode __consumer_offsets records (implies --print-data)")
+                       description="Batches and records of segment files, and the entries of "
+                       "index files, as Kafka's kafka-dump-log prints them.")
+    from .dump_log import add_arguments as _dump_log_arguments
+
+    _dump_log_arguments(d)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; a reader that stops early (``| head``) ends it quietly, as it ends Unix
+    tools: no BrokenPipeError traceback, exit status 141 (128 + SIGPIPE, what a shell shows
+    for a tool that SIGPIPE ended). SIGPIPE itself stays ignored: a broker or client writing
+    to a closed socket must get an error, not die."""
+    try:
+        status = _run(argv)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # What is still buffered for the closed pipe must not fail again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _run(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from ..demo import main as demo
@@ -247,9 +257,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_verify(args)
     if args.command == "dump-log":
-        from .dump_log import dump_files
+        from .dump_log import run as run_dump_log
 
-        return dump_files(args.files, args.print_data, args.decoder)
+        return run_dump_log(args)
     from . import client_commands
 
     return client_commands.run(args)

@@ -64,6 +64,16 @@ def _readable(sock, timeout: float) -> bool:
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(max(0, math.ceil(timeout * 1000))))
 
+def connect_failure(exc: OSError, timeout_s: float) -> str:
+    """A TCP connect's failure in words: "connection refused", "no connection within 10 s",
+    else the system's text ("Name or service not known", ...)."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return f"no connection within {timeout_s:g} s"
+    return exc.strerror or str(exc)
+
+
 def _software_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -179,8 +189,8 @@ class BrokerConnection:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         except OSError as exc:
             raise NetworkError(
-                f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {exc}"
-            ) from exc
+                f"cannot connect to node {self.node_id} at {self.host}:{self.port}: "
+                f"{connect_failure(exc, self.connect_timeout)}") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             sock = self._tls_handshake(sock)

@@ -277,8 +277,8 @@ def do(net: NetworkClient, coordinators: Coordinators, handler: CoordinatorReque
         if conn is None or node is None:
             if node is not None:
                 failed.add(node)
-            call.on_failure(step, NetworkError(f"node {node} is not reachable"),
-                            time.monotonic())
+            call.on_failure(step, net.unreachable(node) if node is not None else
+                            NetworkError("no node is reachable"), time.monotonic())
             continue
         values = step.values(BrokerVersions(conn.api_versions, conn.features))
         if values is None:

@@ -462,7 +462,8 @@ class Fetcher:
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(
                     f"ListOffsets for {sorted(remaining)} did not complete in time"
-                    + (f" (last error: {last_error})" if last_error else ""))
+                    + (f" (last error: {last_error})" if last_error else "")
+                    + self.net.connection_error_note())
             if self.metadata_stale or any(self.net.cluster.leader_for(tp) is None
                                           for tp in remaining):
                 self.update_metadata({tp.topic for tp in remaining} | self._topics(), deadline)

@@ -73,6 +73,9 @@ class NetworkClient:
         self._reconnect_at: dict[int, float] = {}
         self._failures: dict[int, int] = {}
         self._connect_errors: dict[int, KafkaError] = {}  # why a node's last connect failed
+        # The last failed connect (to any node) since the last one that worked: what a
+        # timeout names as its likely cause (read by other threads: one reference, no lock)
+        self._last_connect_error: KafkaError | None = None
         self._selector = selectors.DefaultSelector()
         self._registered: dict[int, int] = {}  # node id -> fd registered in the selector
         self._wake_r, self._wake_w = socket.socketpair()
@@ -129,14 +132,29 @@ class NetworkClient:
                 self._reconnect_backoff.backoff(failures - 1)
             log.info("%s", exc)
             self._connect_errors[node_id] = exc
+            self._last_connect_error = exc
             if isinstance(exc, _AUTHENTICATION_ERRORS):
                 raise  # wrong credentials: retrying cannot help, tell the caller
             return None
         self._failures.pop(node_id, None)
         self._reconnect_at.pop(node_id, None)
         self._connect_errors.pop(node_id, None)
+        self._last_connect_error = None
         self._register(conn)
         return conn
+
+    def unreachable(self, node_id: int) -> NetworkError:
+        """The error of a request that could not be sent: the node, and why its last
+        connect failed."""
+        why = self._connect_errors.get(node_id)
+        return NetworkError(f"node {node_id} is not reachable"
+                                     + (f": {why}" if why is not None else ""))
+
+    def connection_error_note(self) -> str:
+        """"; last connection error: ..." while the last connect failed (else ""): what a
+        timeout adds to its message, e.g. a producer's metadata wait on a refused port."""
+        last = self._last_connect_error
+        return f"; last connection error: {last}" if last is not None else ""
 
     def _register(self, conn: BrokerConnection) -> None:
         old = self._registered.pop(conn.node_id, None)
@@ -290,9 +308,7 @@ class NetworkClient:
         """Send and wait. Raises NetworkError if the node is unreachable."""
         req = self.send(node_id, api_key, values, timeout_ms=timeout_ms, max_version=max_version)
         if req is None:
-            why = self._connect_errors.get(node_id)
-            raise NetworkError(f"node {node_id} is not reachable"
-                                        + (f": {why}" if why is not None else ""))
+            raise self.unreachable(node_id)
         while not req.done:
             self._poll_into(max(0.0, req.deadline - time.monotonic()), keep_waiting=True)
         self._done = [r for r in self._done if r is not req]
@@ -317,7 +333,7 @@ class NetworkClient:
             if remaining_ms <= 0:
                 raise KafkaTimeoutError(
                     f"{ApiKey(api_key).name} did not complete in time"
-                    + (f": {last}" if last else "")) from last
+                    + (f": {last}" if last else self.connection_error_note())) from last
             if target is not None:
                 try:
                     return self.request(target, api_key, values,

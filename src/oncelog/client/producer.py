@@ -443,7 +443,8 @@ class Producer:
             raise UnknownTopicOrPartitionError(
                 f"topic {topic!r} not present in metadata after {waited} ms")
         raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {waited} ms"
-                                + (f" (last error: {error})" if error else ""))
+                                + (f" (last error: {error})" if error else "")
+                                + sender.net.connection_error_note())
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids (fetching metadata if needed, up to max.block.ms)."""

@@ -310,7 +310,8 @@ class Sender:
                 txn.on_failure(step, exc, now)
                 continue
             if conn is None or node is None:
-                txn.on_failure(step, NetworkError(f"node {node} is not reachable"), now)
+                txn.on_failure(step, self.net.unreachable(node) if node is not None else
+                               NetworkError("no node is reachable"), now)
                 continue
             values = txn.request_values(step, BrokerVersions(conn.api_versions, conn.features))
             if values is None:
@@ -322,7 +323,7 @@ class Sender:
                 txn.on_failure(step, exc, now)
                 continue
             if req is None:
-                txn.on_failure(step, NetworkError(f"node {node} is not reachable"), now)
+                txn.on_failure(step, self.net.unreachable(node), now)
                 continue
             self._txn_request = req
             return 1.0
@@ -478,7 +479,7 @@ class Sender:
         if req is None:  # the connection went away between ready() and now
             for batch in batches:
                 self._state(batch.tp).in_flight.remove(batch)
-                self._retry_or_fail(batch, NetworkError(f"node {node} unreachable"))
+                self._retry_or_fail(batch, self.net.unreachable(node))
 
     # --- responses --------------------------------------------------------------------------
 

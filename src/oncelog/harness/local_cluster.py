@@ -32,7 +32,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -50,7 +50,7 @@ from .zookeeper import (
 )
 
 __all__ = ["CLUSTER_FILE", "DEFAULT_CHROOT", "LocalBroker", "LocalCluster", "LocalClusterError",
-           "cluster_down", "read_cluster_file"]
+           "LocalClusterTimeout", "cluster_down", "read_cluster_file"]
 
 CLUSTER_FILE = "cluster.json"
 DEFAULT_CHROOT = "/oncelog"
@@ -59,6 +59,16 @@ ZOOKEEPER_DIR = "zookeeper"
 
 class LocalClusterError(RuntimeError):
     """A broker (or the ZooKeeper) did not start or stop as asked."""
+
+
+class LocalClusterTimeout(LocalClusterError):
+    """The cluster did not come up within its startup timeout: ``missing`` are the brokers
+    not registered yet (all registered: some broker did not see them all yet)."""
+
+    def __init__(self, message: str, missing: list[int], timeout: float) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.timeout = timeout
 
 
 @dataclass
@@ -202,7 +212,8 @@ class LocalCluster:
                  die_with_parent: bool = False, zookeeper_fsync: bool = True,
                  startup_timeout: float = 60.0, relays: bool = False,
                  env: Mapping[str, str] | None = None,
-                 client_config: Mapping[str, Any] | None = None) -> None:
+                 client_config: Mapping[str, Any] | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
         self.data_dir = Path(data_dir).resolve()
@@ -215,6 +226,8 @@ class LocalCluster:
         self.client_config = dict(client_config) if client_config is not None \
             else _tls_client_config(self.broker_settings)
         self.startup_timeout = startup_timeout
+        # told a line at each step of a start ("2 of 3 brokers registered"): oncelog cluster up
+        self.progress = progress or (lambda line: None)
         self.zookeeper_fsync = zookeeper_fsync
         self._external_zookeeper = zookeeper
         self._chroot = "/" + chroot.strip("/") if chroot.strip("/") else ""
@@ -273,8 +286,11 @@ class LocalCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._check_not_running()  # before anything is touched
         self._started = True
+        # One budget for all of it, the ZooKeeper's start included (a busy machine starts a
+        # JVM and three Python processes slowly: the part that is slow varies).
+        deadline = time.monotonic() + self.startup_timeout
         try:
-            self._start_zookeeper()
+            self._start_zookeeper(deadline)
             previous = self._previous_ports() if self.base_port == 0 else {}
             taken: set[int] = set()
             for b in self.brokers.values():
@@ -283,12 +299,12 @@ class LocalCluster:
                     b.port = port if port and port not in taken and \
                         _port_free(self.host, port) else _free_port(self.host, taken)
                 taken.add(b.port)
-            deadline = time.monotonic() + self.startup_timeout
             for b in self.brokers.values():
                 self._launch(b)
             self._write_file()
             for b in self.brokers.values():
-                self._wait_ready(b, set(self.brokers), deadline, first_start=True)
+                self._wait_listening(b, deadline, first_start=True)
+            self._wait_registered(list(self.brokers.values()), set(self.brokers), deadline)
             self._write_file()
         except BaseException:
             self.stop()
@@ -320,13 +336,16 @@ class LocalCluster:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
-    def _start_zookeeper(self) -> None:
+    def _start_zookeeper(self, deadline: float) -> None:
         if self._external_zookeeper is None:
             self.zookeeper = ZooKeeperServer(self.data_dir / ZOOKEEPER_DIR, host=self.host,
                                              fsync=self.zookeeper_fsync,
                                              die_with_parent=self.die_with_parent)
-            self.zookeeper.start()
+            started = time.monotonic()
+            self.zookeeper.start(timeout=max(1.0, deadline - started))
             self.connect_string = self.zookeeper.connect_string + self._chroot
+            self.progress(f"ZooKeeper serving at {self.zookeeper.connect_string} "
+                          f"({time.monotonic() - started:.1f} s)")
         else:
             hosts, _slash, chroot = self._external_zookeeper.partition("/")
             self.connect_string = (self._external_zookeeper if chroot.strip("/")
@@ -354,11 +373,13 @@ class LocalCluster:
 
     def _wait_ready(self, b: LocalBroker, expect: set[int], deadline: float,
                     first_start: bool = False) -> None:
-        """Until broker ``b`` answers Metadata naming itself and the ``expect``ed brokers.
-        A broker that lost the race for its (free) port at the first start gets another."""
-        from ..client.admin import Admin
+        """Until broker ``b`` answers Metadata naming itself and the ``expect``ed brokers."""
+        self._wait_listening(b, deadline, first_start)
+        self._wait_registered([b], expect | {b.node_id}, deadline)
 
-        expect = expect | {b.node_id}
+    def _wait_listening(self, b: LocalBroker, deadline: float, first_start: bool) -> None:
+        """Until broker ``b`` says it listens. A broker that lost the race for its (free) port
+        at the first start gets another."""
         assert b.process is not None
         while True:
             try:
@@ -373,29 +394,102 @@ class LocalCluster:
                     self._write_file()
                     continue
                 self._reap(b)
+                if "did not listen within" in str(exc):
+                    # none is known to be registered yet: the wait for that comes after this
+                    missing = sorted(self.brokers) if first_start else [b.node_id]
+                    raise LocalClusterTimeout(
+                        f"not up within the startup timeout ({self.startup_timeout:g} s): "
+                        f"broker{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(map(str, missing))} not registered (0 of {len(missing)} "
+                        f"registered; broker {b.node_id} not even listening yet); the end of "
+                        f"{b.log_path}:\n{b.tail()}", missing, self.startup_timeout) from None
                 raise LocalClusterError(f"broker {b.node_id} did not start: {exc}") from None
-        while True:
-            assert b.process.proc is not None
-            rc = b.process.proc.poll()
-            if rc is not None:
-                self._reap(b)
-                raise LocalClusterError(f"broker {b.node_id} exited with code {rc}; the end "
-                                        f"of {b.log_path}:\n{b.tail()}")
-            try:
-                with Admin(bootstrap_servers=b.address, request_timeout_ms=1000,
-                           default_api_timeout_ms=1000, retry_backoff_ms=50,
-                           reconnect_backoff_ms=50, reconnect_backoff_max_ms=200,
-                           **self.client_config) as admin:
-                    seen = set(admin.describe_cluster().nodes)
-                if expect <= seen:
+        self.progress(f"broker {b.node_id} listening on {b.address}")
+
+    def _wait_registered(self, waiting: list[LocalBroker], expect: set[int],
+                         deadline: float) -> None:
+        """Until each of ``waiting`` answers DescribeCluster naming every ``expect``ed broker
+        (registered in ZooKeeper, and in its view of the cluster). Tells the progress as
+        brokers register ("2 of 3 brokers registered").
+
+        Each broker is asked through one Admin client kept across attempts, with a request
+        timeout of several seconds: a broker on a busy machine may take more than a second to
+        answer, and a client made anew per attempt with a 1 s timeout (as before) then gave up
+        on every answer, paid a new connection and handshake each time, and could run out the
+        whole startup timeout with brokers that were up."""
+        from ..client.admin import Admin
+
+        admins: dict[int, Admin] = {}
+        registered: set[int] = set()
+        told = -1
+        ready: set[int] = set()
+        try:
+            while True:
+                for b in waiting:
+                    if b.node_id in ready:
+                        continue
+                    assert b.process is not None and b.process.proc is not None
+                    rc = b.process.proc.poll()
+                    if rc is not None:
+                        self._reap(b)
+                        raise LocalClusterError(
+                            f"broker {b.node_id} exited with code {rc}; the end of "
+                            f"{b.log_path}:\n{b.tail()}")
+                    seen = self._registered_seen_by(b, admins, deadline)
+                    if seen is None:
+                        continue
+                    registered |= seen & expect
+                    if expect <= seen:
+                        ready.add(b.node_id)
+                if len(registered) != told:
+                    told = len(registered)
+                    self.progress(f"{told} of {len(expect)} brokers registered"
+                                  + (f" ({', '.join(map(str, sorted(registered)))})"
+                                     if 0 < told < len(expect) else ""))
+                if len(ready) == len(waiting):
                     return
-            except (KafkaError, OSError):  # not listening yet, no view yet ...
-                pass
-            if time.monotonic() >= deadline:
-                raise LocalClusterError(f"broker {b.node_id} ({b.address}) did not answer with "
-                                        f"brokers {sorted(expect)} registered in time; the "
-                                        f"end of {b.log_path}:\n{b.tail()}")
-            time.sleep(0.1)
+                if time.monotonic() >= deadline:
+                    missing = sorted(expect - registered)
+                    late = [b for b in waiting if b.node_id not in ready]
+                    b = next((x for x in late if x.node_id in missing), late[0])
+                    what = (f"broker{'s' if len(missing) > 1 else ''} "
+                            f"{', '.join(map(str, missing))} not registered "
+                            f"({len(registered)} of {len(expect)} registered)") if missing \
+                        else (f"every broker registered, but broker{'s' if len(late) > 1 else ''}"
+                              f" {', '.join(str(x.node_id) for x in late)} did not see them all")
+                    raise LocalClusterTimeout(
+                        f"not up within the startup timeout ({self.startup_timeout:g} s): "
+                        f"{what}; the end of {b.log_path}:\n{b.tail()}",
+                        missing or [x.node_id for x in late], self.startup_timeout)
+                time.sleep(0.1)
+        finally:
+            for admin in admins.values():
+                with contextlib.suppress(Exception):
+                    admin.close()
+
+    def _registered_seen_by(self, b: LocalBroker, admins: dict[int, Any],
+                            deadline: float) -> set[int] | None:
+        """The brokers ``b`` names in its DescribeCluster answer; None when it did not answer
+        (its client is dropped then, and made again at the next attempt)."""
+        from ..client.admin import Admin
+
+        admin = admins.get(b.node_id)
+        try:
+            if admin is None:
+                # several seconds per request, never past the deadline by much
+                wait_ms = int(min(10.0, max(1.0, deadline - time.monotonic())) * 1000)
+                admin = admins[b.node_id] = Admin(
+                    bootstrap_servers=b.address, request_timeout_ms=wait_ms,
+                    default_api_timeout_ms=wait_ms, retry_backoff_ms=50,
+                    reconnect_backoff_ms=50, reconnect_backoff_max_ms=200,
+                    **self.client_config)
+            return set(admin.describe_cluster().nodes)
+        except (KafkaError, OSError):  # not answering yet
+            dropped = admins.pop(b.node_id, None)
+            if dropped is not None:
+                with contextlib.suppress(Exception):
+                    dropped.close()
+            return None
 
     def _write_file(self) -> None:
         info = {
@@ -595,6 +689,12 @@ def _key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+# ``cluster up``'s default --timeout, for all of it (ZooKeeper's JVM included): three brokers
+# came up in 12-14 s on a 2-core machine whose load average was 18; the 60 s it was before
+# ran out under a full test suite. A timeout that runs out is named in the error.
+UP_TIMEOUT_S = 180.0
+
+
 def add_arguments(parser: Any) -> None:
     """The ``cluster`` subcommands (``up``, ``down``) on an argparse parser."""
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -615,8 +715,10 @@ def add_arguments(parser: Any) -> None:
     up.add_argument("--set", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
                     help="a setting for every broker, e.g. zookeeper.session.timeout.ms=3000 "
                     "(repeatable)")
-    up.add_argument("--timeout", type=float, default=60.0,
-                    help="seconds to wait for the cluster to come up (default 60)")
+    up.add_argument("--timeout", type=float, default=UP_TIMEOUT_S,
+                    help="seconds to wait for the whole cluster (ZooKeeper included) to come "
+                    f"up (default {UP_TIMEOUT_S:g}; a machine busy with other work needs "
+                    "more)")
     down = sub.add_parser("down", help="stop a cluster started by `oncelog cluster up`",
                           description="Stop the brokers (SIGTERM, SIGKILL after --timeout) and "
                           "the ZooKeeper of the cluster in --data-dir.")
@@ -645,10 +747,23 @@ def run_command(args: Any) -> int:
         return 0
     try:
         cluster = LocalCluster(args.data_dir, args.brokers, args.zookeeper, args.base_port,
-                               dict(args.set), host=args.host, startup_timeout=args.timeout)
+                               dict(args.set), host=args.host, startup_timeout=args.timeout,
+                               progress=lambda line: print(f"oncelog cluster up: {line}",
+                                                           file=sys.stderr, flush=True))
         cluster.start()
-    except (ValueError, LocalClusterError, ZooKeeperError, ZooKeeperNotFoundError,
-            OSError) as exc:
+    except LocalClusterTimeout as exc:
+        first, _, rest = str(exc).partition("\n")
+        print(f"oncelog cluster up: {first}\nraise --timeout (now {args.timeout:g} s) if this "
+              f"machine is busy, or see the broker's log{':' if rest else ''}\n{rest}".rstrip(),
+              file=sys.stderr)
+        return 1
+    except ZooKeeperError as exc:
+        text = str(exc)
+        if "no answer within" in text:
+            text += f"\n(raise --timeout, now {args.timeout:g} s, if this machine is busy)"
+        print(f"oncelog cluster up: {text}", file=sys.stderr)
+        return 1
+    except (ValueError, LocalClusterError, ZooKeeperNotFoundError, OSError) as exc:
         # an OSError in words (no errno number), naming the path it is about
         text = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and \
             exc.strerror and exc.filename else str(exc)
