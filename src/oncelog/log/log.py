@@ -263,10 +263,15 @@ class PartitionLog:
     def last_stable_offset(self) -> int:
         """spec 000, "Last Stable Offset Tracking": the first offset of the oldest open
         transaction, or the high watermark when none is open. read_committed consumers see only
-        what lies below it."""
+        what lies below it. Never below the log start (Kafka's UnifiedLog raises the first
+        unstable offset to the log start offset): DeleteRecords or retention past the start
+        of an open transaction leaves nothing below the log start to wait for, and an LSO
+        there would send read_committed consumers at "latest" out of range and round again."""
         first_unstable = self.producer_state.first_unstable_offset()
         hw = self.high_watermark
-        return hw if first_unstable is None else min(first_unstable, hw)
+        if first_unstable is None:
+            return hw
+        return min(max(first_unstable, self.log_start_offset), hw)
 
     def aborted_transactions(self, start_offset: int, upper_bound_offset: int
                              ) -> list[AbortedTxn]:
@@ -504,7 +509,8 @@ class PartitionLog:
         # The LSO once this transaction is closed: the oldest transaction still open, or
         # everything up to the marker.
         first_unstable = self.producer_state.first_unstable_offset()
-        lso = done.last_offset + 1 if first_unstable is None else first_unstable
+        lso = done.last_offset + 1 if first_unstable is None \
+            else max(first_unstable, self.log_start_offset)
         seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
                                         lso))
 
