@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 
+from confluent_kafka import Producer as CKProducer
 from support.raw_wire import RawConnection, create_topics_request, fetch_all
 from test_disk_errors import open_files
 
@@ -95,3 +96,42 @@ def test_a_produce_handler_that_fails_unexpectedly_names_every_partition():
             assert {tp: p.error_code for tp, p in answered.items()} == {
                 ("a", 0): UNKNOWN_SERVER_ERROR, ("a", 2): UNKNOWN_SERVER_ERROR,
                 ("b", 1): UNKNOWN_SERVER_ERROR}
+
+
+def test_librdkafka_retries_a_storage_error_and_delivers_once_descriptors_are_free(tmp_path):
+    """The client's side: librdkafka takes KAFKA_STORAGE_ERROR as retriable, so the records
+    of a produce that could not roll wait and go once the broker has descriptors again,
+    each exactly once and in order (an idempotent producer)."""
+    with BrokerProcess(tmp_path / "data") as broker, \
+            RawConnection(broker.bootstrap_servers) as conn:
+        pid = broker.proc.pid
+        created = conn.request(create_topics_request(
+            "rd", partitions=1, configs={"segment.bytes": "2048"})).topics[0]
+        assert created.error_code == 0, created
+        delivered: list = []
+        errors: list = []
+
+        def on_delivery(err, msg) -> None:
+            (errors if err is not None else delivered).append(err or msg.offset())
+
+        p = CKProducer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0,
+                        "enable.idempotence": True, "retry.backoff.ms": 50,
+                        "delivery.timeout.ms": 120_000})
+        p.produce("rd", b"x" * 1500, partition=0, on_delivery=on_delivery)
+        assert p.flush(30) == 0 and delivered == [0]
+        soft = subprocess.run(["prlimit", "--nofile", "--pid", str(pid), "--output=SOFT",
+                               "--noheadings"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        prlimit(pid, str(open_files(pid)))
+        try:
+            for i in range(3):  # the first must roll (1.5 kB on 1.5 kB, segment.bytes 2048)
+                p.produce("rd", b"%d" % i + b"y" * 1500, partition=0, on_delivery=on_delivery)
+            # Still undelivered after a while: refused as retriable and retried, not failed.
+            assert p.flush(3) > 0
+            assert errors == [] and delivered == [0]
+        finally:
+            prlimit(pid, soft)
+        assert p.flush(60) == 0
+        assert errors == [] and delivered == [0, 1, 2, 3]
+        got = [v[:1] for _o, _k, v, _h in fetch_all(conn, "rd", 0)]
+        assert got == [b"x", b"0", b"1", b"2"]
