@@ -149,6 +149,7 @@ class ReplicaManager:
         # their coordinator loaded ("3 groups"), by topic.
         self.load_details: dict[str, Callable[[], str]] = {}
         self._taken_up: dict[str, int] = {}
+        self._internal_s = 0.0  # the time those took (their logs opened, coordinators loaded)
 
     # -- the cluster view ---------------------------------------------------------------------
 
@@ -173,9 +174,10 @@ class ReplicaManager:
     def apply(self, view) -> None:
         """A new cluster view: host what is assigned here, take up the roles it says. The
         internal topics' partitions taken up in one view (each start: 50 + 50 by default) are
-        logged in one line, not one each (Kafka's per-partition lines are DEBUG here)."""
-        started = time.monotonic()
+        logged in one line, not one each (Kafka's per-partition lines are DEBUG here), with
+        the time spent on them: their logs opened, their coordinators loaded."""
         self._taken_up = {}
+        self._internal_s = 0.0
         self._apply(view)
         if self._taken_up:
             parts = []
@@ -184,7 +186,7 @@ class ReplicaManager:
                 detail = f" ({describe()})" if describe is not None else ""
                 parts.append(f"{n} partition{'s' if n != 1 else ''} of {topic}{detail}"
                              if i == 0 else f"{n} of {topic}{detail}")
-            log.info("loaded %s in %.2f s", " and ".join(parts), time.monotonic() - started)
+            log.info("loaded %s in %.2f s", " and ".join(parts), self._internal_s)
 
     def _apply(self, view) -> None:
         self.view = view
@@ -195,8 +197,11 @@ class ReplicaManager:
             hosted = {p for p, reps in t.partitions.items() if self.node_id in reps}
             if not hosted and topics.get(name) is None:
                 continue
+            started = time.monotonic()
             local = topics.host(name, t.topic_id, len(t.partitions), dict(t.configs), hosted,
                                 now)
+            if name in INTERNAL_TOPICS:
+                self._internal_s += time.monotonic() - started
             for p in local.partitions:
                 wanted.add((name, p.index))
         for name in [n for n in topics.topics if n not in view.topics]:
@@ -220,7 +225,10 @@ class ReplicaManager:
             state, version = found
             if state.leader == self.node_id:
                 if not r.is_leader or r.leader_epoch != state.leader_epoch:
+                    started = time.monotonic()
                     self._become_leader(r, state, version, now)
+                    if tp[0] in INTERNAL_TOPICS:  # with its coordinator's load
+                        self._internal_s += time.monotonic() - started
                 else:
                     r.isr, r.zk_version = tuple(state.isr), version
                     r.controller_epoch = state.controller_epoch
@@ -228,7 +236,10 @@ class ReplicaManager:
             else:
                 if r.is_leader or r.leader != state.leader \
                         or r.leader_epoch != state.leader_epoch:
+                    started = time.monotonic()
                     self._become_follower(r, state, version)
+                    if tp[0] in INTERNAL_TOPICS:
+                        self._internal_s += time.monotonic() - started
                 r.isr, r.zk_version = tuple(state.isr), version
                 r.controller_epoch = state.controller_epoch
         self._sync_fetchers()
