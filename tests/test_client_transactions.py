@@ -184,19 +184,21 @@ def test_a_record_that_fails_in_send_fails_its_transaction(bootstrap, case):
 
 def test_a_metadata_timeout_in_send_fails_its_transaction():
     """A topic that never appears (no auto-creation): send() gives up after max.block.ms and
-    the transaction cannot commit."""
+    the transaction cannot commit. Only the send is bounded by the short max.block.ms: the
+    first init_transactions creates __transaction_state (50 partitions, half a second on an
+    idle machine), which the calls given their own timeout wait for."""
     with EmbeddedBroker(config={"auto.create.topics.enable": "false"}) as b:
         bs = b.bootstrap_servers
         with Admin(bootstrap_servers=bs) as admin:
             admin.create_topics([NewTopic(TOPIC, num_partitions=2)])
         with Producer(bootstrap_servers=bs, transactional_id="t-no-topic",
                       max_block_ms=500) as p:
-            p.init_transactions()
+            p.init_transactions(timeout=60)
             p.begin_transaction()
             p.send(TOPIC, b"before", partition=0)
             with pytest.raises(Exception, match="not present in metadata"):
                 p.send("never-created", b"lost").result(timeout=10)
             with pytest.raises(TransactionError, match="never-created"):
-                p.commit_transaction()
-            p.abort_transaction()
+                p.commit_transaction(timeout=60)
+            p.abort_transaction(timeout=60)
         assert sorted(read_committed(bs, TOPIC)) == []

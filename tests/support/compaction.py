@@ -152,5 +152,13 @@ def confluent_read_committed(bootstrap: str, topic: str, partitions: int,
 
 
 def partition_bytes(directory) -> int:
-    """The size of a partition directory's segment files."""
-    return sum(p.stat().st_size for p in directory.glob("*.log"))
+    """The size of a partition directory's segment files. The cleaner replaces segments while
+    this runs (Kafka's replaceSegments: the cleaned ``.log.swap`` first, then the old ``.log``
+    deleted, then the ``.swap`` renamed): a swap in flight is counted, and when a listed file
+    is gone (deleted or renamed) before its size is read the directory is measured again."""
+    while True:
+        try:
+            return sum(p.stat().st_size for p in directory.iterdir()  # one listing
+                       if p.name.endswith((".log", ".log.swap")))
+        except FileNotFoundError:
+            continue

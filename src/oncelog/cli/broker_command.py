@@ -54,6 +54,15 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
                    "settings (security.protocol; docs/security.md)")
     b.add_argument("--users", default=None, metavar="FILE",
                    help="the SASL users, one name:password per line (sasl.users.file)")
+    b.add_argument("--log-file", default=None, metavar="PATH",
+                   help="write the broker's log to this file (appended to) instead of stderr")
+    b.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="text (default), or json: one JSON object per line with time, level, "
+                   "logger and message")
+    b.add_argument("--log-config", default=None, metavar="FILE",
+                   help="Python's logging configuration instead of --log-file/--log-format: "
+                   "a .json file is a logging.config.dictConfig dictionary, any other an INI "
+                   "file for logging.config.fileConfig (docs/cli.md)")
 
 
 def _listener(value: str, protocol_map: str) -> tuple[str, str, int]:
@@ -124,7 +133,8 @@ def run(args) -> int:
     host, port = args.host, args.port  # (for the message if the settings fail to load)
     try:
         data_dir, host, port, settings = broker_settings(args)
-        run_broker(data_dir, host, port, settings)
+        run_broker(data_dir, host, port, settings, log_config=args.log_config,
+                   log_file=args.log_file, log_format=args.log_format)
     except (ConfigError, PropertiesError, ValueError) as exc:
         print(f"oncelog broker: {exc}", file=sys.stderr)
         return 2

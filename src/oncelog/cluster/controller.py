@@ -229,7 +229,8 @@ class Controller:
         for tp, state in new_partition_states(assignments, states.keys(), live,
                                               lease.epoch).items():
             if store.create_partition_state(*tp, state, fence=lease) is not None:
-                log.info("%s-%d: leader %d, ISR %s (new)", *tp, state.leader, list(state.isr))
+                log.info("%s-%d: leader %d, ISR [%s] (new)", *tp, state.leader,
+                         ",".join(map(str, state.isr)))
             # else: it exists (the view is behind); the next pass sees it
         changes = on_brokers_changed(assignments, states, live, lease.epoch, bounced)
         for tp, new in sorted(changes.items()):
@@ -242,8 +243,8 @@ class Controller:
         for _ in range(20):
             got = self.store.update_partition_state(*tp, new, version, fence=lease)
             if got is not None:
-                log.info("%s-%d: leader %d, leader epoch %d, ISR %s", *tp, new.leader,
-                         new.leader_epoch, list(new.isr))
+                log.info("%s-%d: leader %d, leader epoch %d, ISR [%s]", *tp, new.leader,
+                         new.leader_epoch, ",".join(map(str, new.isr)))
                 return
             found = self.store.partition_state(*tp)  # conflict: decide again on what is there
             if found is None:

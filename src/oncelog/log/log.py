@@ -68,7 +68,7 @@ from .producer_state import (
     ProducerStateManager,
     VerificationGuard,
 )
-from .segment import LogSegment, LogWriteError, segment_name
+from .segment import LogSegment, LogWriteError, os_error_name, segment_name
 from .txn_index import AbortedTxn
 from .validator import RecordsError, convert_compression, validate_records
 
@@ -263,10 +263,15 @@ class PartitionLog:
     def last_stable_offset(self) -> int:
         """spec 000, "Last Stable Offset Tracking": the first offset of the oldest open
         transaction, or the high watermark when none is open. read_committed consumers see only
-        what lies below it."""
+        what lies below it. Never below the log start (Kafka's UnifiedLog raises the first
+        unstable offset to the log start offset): DeleteRecords or retention past the start
+        of an open transaction leaves nothing below the log start to wait for, and an LSO
+        there would send read_committed consumers at "latest" out of range and round again."""
         first_unstable = self.producer_state.first_unstable_offset()
         hw = self.high_watermark
-        return hw if first_unstable is None else min(first_unstable, hw)
+        if first_unstable is None:
+            return hw
+        return min(max(first_unstable, self.log_start_offset), hw)
 
     def aborted_transactions(self, start_offset: int, upper_bound_offset: int
                              ) -> list[AbortedTxn]:
@@ -504,7 +509,8 @@ class PartitionLog:
         # The LSO once this transaction is closed: the oldest transaction still open, or
         # everything up to the marker.
         first_unstable = self.producer_state.first_unstable_offset()
-        lso = done.last_offset + 1 if first_unstable is None else first_unstable
+        lso = done.last_offset + 1 if first_unstable is None \
+            else max(first_unstable, self.log_start_offset)
         seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
                                         lso))
 
@@ -599,27 +605,50 @@ class PartitionLog:
             self.roll(now_ms)
 
     def roll(self, now_ms: int) -> None:
-        """Start a new segment at the log end; the old one is flushed and becomes immutable."""
+        """Start a new segment at the log end; the old one is flushed and becomes immutable.
+
+        All or nothing: when a file cannot be opened or written (no descriptor left, EMFILE;
+        a full disk) the new segment's files are removed, the old segment stays the active
+        one and LogWriteError is raised, which Produce answers with the retriable
+        KAFKA_STORAGE_ERROR for the partition; a retry rolls once the cause is gone."""
         old = self.active_segment
         new_base = old.next_offset
-        old.trim()
-        old.flush()
+        seg = None
+        try:
+            old.trim()
+            old.flush()
+            seg = LogSegment(self.directory, new_base, self.config.index_interval_bytes, now_ms)
+            seg.load(recover=True)
+            # The checkpoints of the roll, before the segment joins the log: the recovery
+            # point and producer snapshot at its base hold whether or not it does.
+            write_offset_file(self.directory / RECOVERY_POINT_FILE, new_base)
+            self._write_high_watermark()
+            self.take_snapshot(now_ms)
+        except OSError as exc:
+            if seg is not None:
+                seg.delete()
+            else:  # the log file may exist when one of the index files could not be opened
+                for suffix in (".log", ".index", ".timeindex"):
+                    (self.directory / segment_name(new_base, suffix)).unlink(missing_ok=True)
+            raise LogWriteError(exc.errno or 0, f"cannot roll {self.directory.name} at offset "
+                                f"{new_base}: {os_error_name(exc)}") from exc
         self.unflushed_messages = 0
-        seg = LogSegment(self.directory, new_base, self.config.index_interval_bytes, now_ms)
         jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
         self._roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
-        seg.load(recover=True)
         self.segments.append(seg)
-        write_offset_file(self.directory / RECOVERY_POINT_FILE, new_base)
-        self._write_high_watermark()
-        self.take_snapshot(now_ms)
 
     def flush(self) -> None:
         self._flushed_ms = int(time.time() * 1000)
         self.active_segment.flush()
         self.unflushed_messages = 0
-        write_offset_file(self.directory / RECOVERY_POINT_FILE, self.log_end_offset)
-        self._write_high_watermark()
+        try:
+            write_offset_file(self.directory / RECOVERY_POINT_FILE, self.log_end_offset)
+            self._write_high_watermark()
+        except OSError as exc:
+            # Checkpoints: one not written costs a longer recovery at the next start, never
+            # data; an append that is in the log must not be answered as failed for it.
+            log.warning("%s: checkpoints not written after a flush: %s", self.directory.name,
+                        os_error_name(exc))
 
     # -- producer snapshots -------------------------------------------------------------------
 

@@ -66,6 +66,8 @@ class GroupService:
         # its replication).
         self.runtime = CoordinatorRuntime(broker, CONSUMER_OFFSETS, load=self._load,
                                           unload=self._unload)
+        broker.replication.load_details[CONSUMER_OFFSETS] = \
+            lambda: f"{len(self.core.groups)} groups"
         self._appended_end: dict[int, int] = {}
         self._joins: dict[tuple[str, str], asyncio.Future] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future] = {}
@@ -74,8 +76,8 @@ class GroupService:
 
     def _load(self, index: int, p, _epoch: int) -> bool:
         self._load_partition(p, self.runtime.partition_count() or 1)
-        log.info("group coordinator for %s-%d: %d groups in all", CONSUMER_OFFSETS, index,
-                 len(self.core.groups))
+        log.debug("group coordinator for %s-%d: %d groups in all", CONSUMER_OFFSETS, index,
+                  len(self.core.groups))
         return True
 
     def _unload(self, index: int, _shard) -> None:

@@ -241,7 +241,8 @@ class ZkMetadata(Metadata):
             return await asyncio.to_thread(self.store.update_partition_state, topic, index,
                                            state, expected_version)
         except (KazooException, OSError) as exc:  # ZooKeeper away: the leader tries again
-            log.warning("%s-%d: ISR change failed: %r", topic, index, exc)
+            log.warning("%s-%d: ISR change failed: %s", topic, index,
+                        str(exc) or type(exc).__name__)  # kazoo's errors are often empty
             return None
 
     # -- producer ids -------------------------------------------------------------------------

@@ -10,6 +10,7 @@ frame sizes, garbage, unknown APIs) closes that one connection; the broker goes 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -24,6 +25,9 @@ from .metrics import start_metrics_server
 
 log = logging.getLogger("oncelog.network")
 
+# The errors of a socket whose peer has gone (besides ConnectionError's subclasses).
+_PEER_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN,
+                        errno.ECONNABORTED})
 STREAM_CHUNK = 256 * 1024  # record-set bytes read from a segment file at a time (no sendfile)
 
 
@@ -219,8 +223,12 @@ class KafkaConnection(asyncio.Protocol):
                 await self.can_write.wait()
         except OSError as exc:  # the segment lost bytes under us, or the peer went away
             if not self.closed:
-                log.warning("closing %s: a fetched record set could not be sent: %s",
-                            self.peer, exc)
+                # A client that hangs up mid-fetch (reset, broken pipe) is routine: DEBUG, as
+                # Kafka logs a peer's disconnection; a segment that failed us is a WARNING.
+                gone = isinstance(exc, ConnectionError) or exc.errno in _PEER_GONE
+                log.log(logging.DEBUG if gone else logging.WARNING,
+                        "closing %s: a fetched record set could not be sent: %s", self.peer,
+                        exc)
             self._close()
         finally:
             for region in regions:

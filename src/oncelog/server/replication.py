@@ -44,9 +44,14 @@ from . import replica_fetcher
 from .clock import now_ms
 from .interbroker import ChannelError, InterBrokerClient
 from .interbroker_sasl import inter_broker_login
-from .topics import Partition
+from .topics import INTERNAL_TOPICS, Partition
 
 log = logging.getLogger("oncelog.replication")
+
+
+def broker_ids(ids) -> str:
+    """A list of broker ids as Kafka's logs print one: ``[1,2,3]`` (not a Python tuple)."""
+    return "[" + ",".join(str(i) for i in ids) + "]"
 
 EPOCH_VERSION = 4
 BACKOFF_S = 0.2
@@ -140,6 +145,11 @@ class ReplicaManager:
         self._isr_task: asyncio.Task | None = None
         # (topic, index, is_leader, leader_epoch) on every change of role.
         self.listeners: list[Callable[[str, int, bool, int], None]] = []
+        # For the summary line of the internal topics' partitions taken up in one view: what
+        # their coordinator loaded ("3 groups"), by topic.
+        self.load_details: dict[str, Callable[[], str]] = {}
+        self._taken_up: dict[str, int] = {}
+        self._internal_s = 0.0  # the time those took (their logs opened, coordinators loaded)
 
     # -- the cluster view ---------------------------------------------------------------------
 
@@ -162,7 +172,23 @@ class ReplicaManager:
         self.client.close()
 
     def apply(self, view) -> None:
-        """A new cluster view: host what is assigned here, take up the roles it says."""
+        """A new cluster view: host what is assigned here, take up the roles it says. The
+        internal topics' partitions taken up in one view (each start: 50 + 50 by default) are
+        logged in one line, not one each (Kafka's per-partition lines are DEBUG here), with
+        the time spent on them: their logs opened, their coordinators loaded."""
+        self._taken_up = {}
+        self._internal_s = 0.0
+        self._apply(view)
+        if self._taken_up:
+            parts = []
+            for i, (topic, n) in enumerate(sorted(self._taken_up.items())):
+                describe = self.load_details.get(topic)
+                detail = f" ({describe()})" if describe is not None else ""
+                parts.append(f"{n} partition{'s' if n != 1 else ''} of {topic}{detail}"
+                             if i == 0 else f"{n} of {topic}{detail}")
+            log.info("loaded %s in %.2f s", " and ".join(parts), self._internal_s)
+
+    def _apply(self, view) -> None:
         self.view = view
         now = now_ms()
         topics = self.broker.topics
@@ -171,8 +197,11 @@ class ReplicaManager:
             hosted = {p for p, reps in t.partitions.items() if self.node_id in reps}
             if not hosted and topics.get(name) is None:
                 continue
+            started = time.monotonic()
             local = topics.host(name, t.topic_id, len(t.partitions), dict(t.configs), hosted,
                                 now)
+            if name in INTERNAL_TOPICS:
+                self._internal_s += time.monotonic() - started
             for p in local.partitions:
                 wanted.add((name, p.index))
         for name in [n for n in topics.topics if n not in view.topics]:
@@ -196,7 +225,10 @@ class ReplicaManager:
             state, version = found
             if state.leader == self.node_id:
                 if not r.is_leader or r.leader_epoch != state.leader_epoch:
+                    started = time.monotonic()
                     self._become_leader(r, state, version, now)
+                    if tp[0] in INTERNAL_TOPICS:  # with its coordinator's load
+                        self._internal_s += time.monotonic() - started
                 else:
                     r.isr, r.zk_version = tuple(state.isr), version
                     r.controller_epoch = state.controller_epoch
@@ -204,7 +236,10 @@ class ReplicaManager:
             else:
                 if r.is_leader or r.leader != state.leader \
                         or r.leader_epoch != state.leader_epoch:
+                    started = time.monotonic()
                     self._become_follower(r, state, version)
+                    if tp[0] in INTERNAL_TOPICS:
+                        self._internal_s += time.monotonic() - started
                 r.isr, r.zk_version = tuple(state.isr), version
                 r.controller_epoch = state.controller_epoch
         self._sync_fetchers()
@@ -218,8 +253,18 @@ class ReplicaManager:
         if was_leader:
             self._tell(r, False)
 
+    def _role_changed(self, r: Replica) -> int:
+        """The level of a partition's leadership line: DEBUG for an internal topic's (counted
+        for ``apply``'s summary line), INFO for the others."""
+        topic = r.tp[0]
+        if topic in INTERNAL_TOPICS:
+            self._taken_up[topic] = self._taken_up.get(topic, 0) + 1
+            return logging.DEBUG
+        return logging.INFO
+
     def _become_leader(self, r: Replica, state, version: int, now: int) -> None:
-        log.info("%s-%d: leader at epoch %d, ISR %s", *r.tp, state.leader_epoch, state.isr)
+        log.log(self._role_changed(r), "%s-%d: leader at epoch %d, ISR %s", *r.tp,
+                state.leader_epoch, broker_ids(state.isr))
         r.is_leader = True
         r.leader, r.leader_epoch = state.leader, state.leader_epoch
         r.isr, r.zk_version, r.controller_epoch = tuple(state.isr), version, \
@@ -234,7 +279,8 @@ class ReplicaManager:
         self._tell(r, True)
 
     def _become_follower(self, r: Replica, state, version: int) -> None:
-        log.info("%s-%d: follower of %d at epoch %d", *r.tp, state.leader, state.leader_epoch)
+        log.log(self._role_changed(r), "%s-%d: follower of %d at epoch %d", *r.tp,
+                state.leader, state.leader_epoch)
         was_leader = r.is_leader
         r.is_leader = False
         r.leader, r.leader_epoch = state.leader, state.leader_epoch
@@ -546,8 +592,8 @@ class ReplicaManager:
                            and (p := r.followers.get(f)) is not None
                            and now - p.last_caught_up_ms > self.lag_ms}
                 if lagging:
-                    log.info("%s-%d: %s out of sync (not caught up for %d ms)", *r.tp,
-                             sorted(lagging), self.lag_ms)
+                    log.info("%s-%d: replicas %s out of sync (not caught up for %d ms)",
+                             *r.tp, broker_ids(sorted(lagging)), self.lag_ms)
                     self._change_isr(r, tuple(x for x in r.isr if x not in lagging))
 
     def _change_isr(self, r: Replica, isr: tuple[int, ...]) -> None:
@@ -568,7 +614,8 @@ class ReplicaManager:
                 version = await self.broker.metadata.alter_partition(topic, index, state,
                                                                      expected)
             except Exception as exc:  # noqa: BLE001 - ZooKeeper away: next time, again
-                log.warning("%s-%d: ISR change to %s failed: %r", topic, index, isr, exc)
+                log.warning("%s-%d: ISR change to %s failed: %s", topic, index,
+                            broker_ids(isr), str(exc) or type(exc).__name__)
                 version = None
             finally:
                 r.isr_change_in_flight = False
@@ -576,7 +623,8 @@ class ReplicaManager:
             if version is None:
                 return  # conflict: the controller or a newer view wins; the watch tells us
             if r.is_leader and r.leader_epoch == state.leader_epoch and r.zk_version == expected:
-                log.info("%s-%d: ISR %s -> %s", topic, index, r.isr, isr)
+                log.info("%s-%d: ISR %s -> %s", topic, index, broker_ids(r.isr),
+                         broker_ids(isr))
                 r.isr, r.zk_version = isr, version
                 self._maybe_advance_hw(r)
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import configparser
+import datetime as _dt
+import json
 import logging
+import logging.config
 import os
 import signal
 import sys
@@ -51,11 +55,71 @@ def set_log_levels(spec: str) -> None:
                   f"INFO, WARNING, ERROR)", file=sys.stderr)
 
 
-def run_broker(data_dir: str | Path, host: str = "127.0.0.1", port: int = 9092,
-               overrides: dict[str, str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FORMATS = ("text", "json")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (ISO 8601, UTC, milliseconds), ``level``,
+    ``logger``, ``message``, and ``exception`` (its traceback) when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = _dt.datetime.fromtimestamp(record.created, _dt.UTC)
+        out = {"time": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+               "level": record.levelname, "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exception"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(log_config: str | Path | None = None, log_file: str | Path | None = None,
+                      log_format: str = "text") -> None:
+    """The broker's logging: by default INFO and up, as text, to stderr. ``log_file``: to
+    that file instead (appended to); ``log_format`` "json": one JSON object per line.
+    ``log_config``: Python's own logging configuration instead of both, as Kafka takes a
+    log4j file: a ``.json`` file is a ``logging.config.dictConfig`` dictionary, any other
+    file ``logging.config.fileConfig``'s INI format. ``ONCELOG_LOG_LEVEL`` applies on top.
+    Raises ValueError for a configuration that cannot be used."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"--log-format {log_format}: expected one of {', '.join(LOG_FORMATS)}")
+    if log_config is not None:
+        path = Path(log_config)
+        try:
+            if path.suffix.lower() == ".json":
+                logging.config.dictConfig(json.loads(path.read_text()))
+            else:
+                if not path.is_file():
+                    raise FileNotFoundError(f"no such file: {path}")
+                logging.config.fileConfig(path, disable_existing_loggers=False)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, ImportError,
+                configparser.Error) as exc:
+            raise ValueError(f"--log-config {path}: {exc}") from None
+    else:
+        handler: logging.Handler
+        if log_file is not None:
+            try:
+                handler = logging.FileHandler(log_file, encoding="utf-8")
+            except OSError as exc:
+                raise ValueError(f"--log-file {log_file}: {os.strerror(exc.errno or 0)}"
+                                 if exc.errno else f"--log-file {log_file}: {exc}") from None
+        else:
+            handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter() if log_format == "json"
+                             else logging.Formatter(TEXT_FORMAT))
+        logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     set_log_levels(os.environ.get("ONCELOG_LOG_LEVEL", ""))
+
+
+def run_broker(data_dir: str | Path, host: str = "127.0.0.1", port: int = 9092,
+               overrides: dict[str, str] | None = None, *,
+               log_config: str | Path | None = None, log_file: str | Path | None = None,
+               log_format: str = "text") -> None:
+    configure_logging(log_config, log_file, log_format)
     config = BrokerConfig(overrides)
     check_broker_settings(config)  # a bad certificate file is named before anything starts
     inter_broker_login(config)  # so is a SASL cluster broker without its own credentials

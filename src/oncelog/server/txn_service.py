@@ -61,6 +61,8 @@ class TxnService:
             "transaction.remove.expired.transaction.cleanup.interval.ms")
         self.runtime = CoordinatorRuntime(broker, TRANSACTION_STATE, load=self._load_partition,
                                           unload=self._unload_partition)
+        broker.replication.load_details[TRANSACTION_STATE] = lambda: (
+            f"{sum(len(core.transactions) for core in self.all_cores())} transactional ids")
         self._index_of: dict[int, int] = {}  # id(core) -> its partition
         self._last_expire = 0
 
@@ -90,9 +92,12 @@ class TxnService:
         core = self._new_core(epoch)
         recovery = core.load(self._partition_records(partition))
         self._index_of[id(core)] = index
-        log.info("transaction coordinator for %s-%d at epoch %d: %d transactional ids (%d to "
-                 "roll forward)", TRANSACTION_STATE, index, epoch, len(core.transactions),
-                 len(recovery))
+        # One summary line for all the partitions loaded (replication.py); a partition with
+        # transactions to complete is worth its own.
+        log.log(logging.INFO if recovery else logging.DEBUG,
+                "transaction coordinator for %s-%d at epoch %d: %d transactional ids (%d to "
+                "roll forward)", TRANSACTION_STATE, index, epoch, len(core.transactions),
+                len(recovery))
         self._spawn(recovery, core)
         return core
 
@@ -255,7 +260,8 @@ class TxnService:
                             log.debug("marker for %r on %s-%d: %s (again)", e.transactional_id,
                                       t.name, p.partition_index, name)
             if left:
-                log.debug("markers for %r: waiting for %s", e.transactional_id, sorted(left))
+                log.debug("markers for %r: waiting for %s", e.transactional_id,
+                          ", ".join(f"{t}-{p}" for t, p in sorted(left)))
                 await asyncio.sleep(MARKER_RETRY_S)
 
     # -- metrics ------------------------------------------------------------------------------

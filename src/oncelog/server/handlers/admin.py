@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 from ...protocol import ApiKey, make, millis, response_module
 from ..topics import TopicError
 from . import acl
 from .configs import SOURCE_DEFAULT, topic_synonyms
-from .util import error_code
+from .util import error_code, requester
+
+log = logging.getLogger("oncelog.broker.admin")
 
 _NULL_UUID = uuid.UUID(int=0)
 
@@ -41,6 +44,11 @@ async def handle_create_topics(broker, ctx, request):
                 {a.partition_index: list(a.broker_ids) for a in t.assignments} or None,
                 validate_only=request.validate_only, timeout_ms=millis(request.timeout))
             num, rf = topic.partition_count, topic.replication_factor
+            if not request.validate_only:
+                log.info("topic %s created (%d partition%s, replication factor %d%s) by %s",
+                         t.name, num, "" if num == 1 else "s", rf,
+                         "".join(f", {k}={v}" for k, v in sorted(topic.configs.items())),
+                         requester(ctx))
         except TopicError as exc:
             err, msg = exc.error_name, str(exc)
         except OSError as exc:
@@ -103,6 +111,7 @@ async def handle_delete_topics(broker, ctx, request):
                 raise TopicError("topic_authorization_failed", "Delete is not allowed")
             await broker.metadata.delete_topic(name, millis(request.timeout))
             broker.fetch_sessions.remove_topic(name)
+            log.info("topic %s deleted by %s", name, requester(ctx))
         except TopicError as exc:
             err, msg = exc.error_name, str(exc)
         results.append(make(mod.DeletableTopicResult, name=name,

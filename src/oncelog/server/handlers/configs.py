@@ -12,6 +12,7 @@ INVALID_CONFIG, with Kafka's messages.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 from ...protocol import ApiKey, make, response_module
@@ -27,7 +28,9 @@ from ..dynamic_config import DEFAULT_ENTITY, DYNAMIC_CONFIGS, check_dynamic
 from ..topic_configs import BY_BROKER_NAME, TYPE_LIST, parse_list
 from ..topics import TopicError
 from . import acl
-from .util import error_code
+from .util import error_code, requester
+
+log = logging.getLogger("oncelog.broker.admin")
 
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -126,6 +129,25 @@ async def _alter(broker, kind: int, name: str, configs: dict[str, str],
         raise Refused("invalid_request", f"Unknown resource type {kind}")
 
 
+def _logged_resource(kind: int, name: str) -> str:
+    if kind == RESOURCE_TOPIC:
+        return f"topic {name}"
+    return f"broker {name}" if name else "the cluster's brokers (default)"
+
+
+def _change_text(kind: int, c) -> str:
+    """One config of an alter request as the log shows it: ``retention.ms=1000`` (a
+    password setting's value hidden), ``-retention.ms`` (deleted), ``+=``/``-=`` (a list
+    value appended or subtracted)."""
+    op = getattr(c, "config_operation", OP_SET)
+    if op == OP_DELETE:
+        return f"-{c.name}"
+    value = "[hidden]" if kind == RESOURCE_BROKER and is_sensitive_broker_config(c.name) \
+        else c.value
+    sign = {OP_APPEND: "+=", OP_SUBTRACT: "-="}.get(op, "=")
+    return f"{c.name}{sign}{value}"
+
+
 async def _each(broker, ctx, request, change) -> list[tuple[object, str | None, str | None]]:
     """(resource, error, message) for every resource: duplicates refused, each authorized,
     then ``change(resource)``."""
@@ -142,6 +164,11 @@ async def _each(broker, ctx, request, change) -> list[tuple[object, str | None, 
                 raise Refused(refused, None)
             _check_names(res)
             await change(res)
+            if not request.validate_only:
+                log.info("configs of %s changed (%s) by %s",
+                         _logged_resource(res.resource_type, res.resource_name),
+                         ", ".join(_change_text(res.resource_type, c) for c in res.configs),
+                         requester(ctx))
         except Refused as exc:
             err, msg = exc.error_name, exc.message
         out.append((res, err, msg))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 
 from ...protocol import ApiKey, make, millis, response_module
 from ..replication import ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError
 from . import acl
-from .util import error_code
+from .util import error_code, requester
+
+log = logging.getLogger("oncelog.broker.admin")
 
 
 async def handle_create_partitions(broker, ctx, request):
@@ -31,6 +34,9 @@ async def handle_create_partitions(broker, ctx, request):
             await broker.metadata.create_partitions(
                 t.name, t.count, assignment, validate_only=request.validate_only,
                 timeout_ms=millis(request.timeout))
+            if not request.validate_only:
+                log.info("topic %s: partitions increased to %d by %s", t.name, t.count,
+                         requester(ctx))
         except TopicError as exc:
             err, msg = exc.error_name, str(exc)
         results.append(make(mod.CreatePartitionsTopicResult, name=t.name,

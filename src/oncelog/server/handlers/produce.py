@@ -185,3 +185,16 @@ async def handle_produce(broker, ctx, request):
                                  r.log_start_offset)
         writer.end_topic()
     return writer
+
+
+def answer_every_partition(version: int, request, error_name: str, message: str):
+    """The Produce response naming every partition of ``request`` with one error: what Kafka's
+    handleError answers when a request fails unexpectedly. (The generic error_response mirrors
+    kio requests; Produce is read by hand, protocol/produce_request.py.)"""
+    writer = ProduceResponseWriter(version, len(request.topic_data))
+    for td in request.topic_data:
+        writer.topic(td.name, len(td.partition_data))
+        for pd in td.partition_data:
+            writer.partition(pd.index, error_code(error_name), -1, -1, -1, (), message)
+        writer.end_topic()
+    return writer

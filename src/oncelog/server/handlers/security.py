@@ -4,6 +4,7 @@ admin APIs: CreateAcls, DescribeAcls, DeleteAcls (Alter / Describe on the Cluste
 from __future__ import annotations
 
 import datetime
+import logging
 
 from ...protocol import ApiKey, make, response_module
 from ...security.acls import (
@@ -14,7 +15,9 @@ from ...security.acls import (
     Permission,
     ResourceType,
 )
-from .util import error_code
+from .util import error_code, requester
+
+log = logging.getLogger("oncelog.broker.admin")
 
 
 async def handle_sasl_handshake(broker, ctx, request):
@@ -87,6 +90,8 @@ async def handle_create_acls(broker, ctx, request):
             results.append((None, None))
     if good:
         broker.security.authorizer.add(good)
+        for binding in good:
+            log.info("ACL added: %s, by %s", binding, requester(ctx))
     return make(mod.CreateAclsResponse, throttle_time=0, results=tuple(
         make(mod.AclCreationResult, error_code=error_code(e), error_message=m)
         for e, m in results))
@@ -134,6 +139,9 @@ async def handle_delete_acls(broker, ctx, request):
                  error_message="Alter on the cluster is needed", matching_acls=())
             for _ in request.filters))
     deleted = broker.security.authorizer.delete([_filter(f) for f in request.filters])
+    for gone in deleted:
+        for binding in gone:
+            log.info("ACL deleted: %s, by %s", binding, requester(ctx))
     return make(mod.DeleteAclsResponse, throttle_time=0, filter_results=tuple(
         make(mod.DeleteAclsFilterResult, error_code=0, error_message=None, matching_acls=tuple(
             make(mod.DeleteAclsMatchingAcl, error_code=0, error_message=None,

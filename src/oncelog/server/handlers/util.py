@@ -10,3 +10,11 @@ def error_code(name: str | None) -> ErrorCode:
     if name is None:
         return ErrorCode.none
     return ErrorCode[name]
+
+
+def requester(ctx) -> str:
+    """Who asked, for the broker's log of changes (topics, configs, ACLs): the principal and
+    its address, as Kafka's request log names them."""
+    if ctx.session is None:
+        return "the broker itself"
+    return f"{ctx.session.principal} from {ctx.client_address}"
