@@ -155,19 +155,41 @@ def _acls(args) -> int:
 
 
 def _topics(args) -> int:
+    """kafka-topics.sh's actions. ``--if-not-exists`` (create), ``--if-exists`` (delete,
+    alter, describe): a topic that already exists, or does not, is no error, as Kafka's.
+    ``list`` and ``describe`` include internal topics unless ``--exclude-internal``."""
     from .. import Admin, NewTopic
+    from ..errors import TopicAlreadyExistsError
 
     with Admin(**connect(args)) as admin:
         action = args.topics_command
         if action == "create":
-            admin.create_topics([NewTopic(args.topic, num_partitions=args.partitions,
-                                          replication_factor=args.replication_factor,
-                                          config=dict(args.config))])
+            try:
+                admin.create_topics([NewTopic(args.topic, num_partitions=args.partitions,
+                                              replication_factor=args.replication_factor,
+                                              config=dict(args.config))])
+            except TopicAlreadyExistsError:
+                if not args.if_not_exists:
+                    raise
+                return 0
             print(f"Created topic {args.topic}.")
-        elif action == "list":
-            for name in sorted(admin.list_topics()):
+            return 0
+        if action == "list":
+            for name in admin.list_topics(include_internal=not args.exclude_internal):
                 print(name)
-        elif action == "delete":
+            return 0
+        if getattr(args, "if_exists", False):
+            present = set(admin.list_topics(include_internal=True))
+            if action != "describe":
+                if args.topic not in present:
+                    return 0
+            elif not args.topic:
+                raise ValueError("--topic is required to describe a topic with --if-exists")
+            else:
+                args.topic = [t for t in args.topic if t in present]
+                if not args.topic:
+                    return 0
+        if action == "delete":
             admin.delete_topics([args.topic])
             print(f"Deleted topic {args.topic}.")
         elif action in ("add-partitions", "alter"):
