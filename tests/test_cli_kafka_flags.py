@@ -8,6 +8,8 @@ usage error naming the subcommand."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 
 import pytest
 from support.cli import groups_broker, oncelog  # noqa: F401 (groups_broker: a fixture)
@@ -20,13 +22,14 @@ def bs(groups_broker):  # noqa: F811
     return ["--bootstrap-server", groups_broker.bootstrap_servers]
 
 
-def _internal_topic_exists(bootstrap: str) -> None:
-    """A committed offset: the broker creates __consumer_offsets."""
+def _internal_topic_exists(bootstrap: str, topic: str) -> None:
+    """A committed offset (of an existing topic's partition 0): the broker creates
+    __consumer_offsets and writes a record there."""
     from oncelog import Consumer
 
     with Consumer(bootstrap_servers=bootstrap, group_id="makes-offsets-topic") as c:
-        c.assign([TopicPartition("kt-list", 0)])
-        c.commit({TopicPartition("kt-list", 0): 0})
+        c.assign([TopicPartition(topic, 0)])
+        c.commit({TopicPartition(topic, 0): 0})
 
 
 def test_topics_action_flags_if_exists_if_not_exists_and_exclude_internal(bs):
@@ -37,7 +40,7 @@ def test_topics_action_flags_if_exists_if_not_exists_and_exclude_internal(bs):
     quiet = oncelog("topics", "--create", *bs, "--topic", "kt-list", "--if-not-exists")
     assert quiet.stdout == "" and quiet.stderr == ""
 
-    _internal_topic_exists(bs[1])
+    _internal_topic_exists(bs[1], "kt-list")
     listed = oncelog("topics", "--list", *bs).stdout.split()
     assert "kt-list" in listed and "__consumer_offsets" in listed  # Kafka's: included
     assert listed == sorted(listed)
@@ -120,3 +123,160 @@ def test_a_usage_error_prints_the_subcommands_usage(bs):
     assert "The provided offset value 'soon' is incorrect" in consume.stderr
     groups = oncelog("groups", "--describe", *bs, "--group", "g", "--nope", check=False)
     assert groups.returncode == 2 and groups.stderr.startswith("usage: oncelog groups describe ")
+
+
+# --- produce and consume -------------------------------------------------------------------
+
+
+def test_producer_properties_and_config_file_reach_the_producer(bs, tmp_path):
+    oncelog("topics", "create", *bs, "--topic", "kt-prod")
+    config = tmp_path / "producer.properties"
+    config.write_text("# as Kafka's tools read it\nmax.request.size=64\nlinger.ms=1\n")
+    line = "x" * 200 + "\n"
+    too_big = oncelog("produce", *bs, "--topic", "kt-prod", "--producer.config", str(config),
+                      stdin=line, check=False)
+    assert too_big.returncode == 1 and "MESSAGE_TOO_LARGE" in too_big.stderr, too_big.stderr
+    too_big = oncelog("produce", *bs, "--topic", "kt-prod", "--producer-property",
+                      "max.request.size=64", stdin=line, check=False)
+    assert too_big.returncode == 1 and "MESSAGE_TOO_LARGE" in too_big.stderr, too_big.stderr
+    # --producer-property wins over the file
+    oncelog("produce", *bs, "--topic", "kt-prod", "--producer.config", str(config),
+            "--producer-property", "max.request.size=1048576", stdin=line)
+    unknown = oncelog("produce", *bs, "--topic", "kt-prod", "--producer-property",
+                      "linger.msec=5", stdin=line, check=False)
+    assert unknown.returncode == 2 and "unknown producer config 'linger.msec'" in unknown.stderr
+
+
+def test_consumer_properties_and_config_file_reach_the_consumer(bs, tmp_path, groups_broker):  # noqa: F811
+    boot = groups_broker.bootstrap_servers
+    oncelog("topics", "create", *bs, "--topic", "kt-cons")
+    with Producer(bootstrap_servers=boot) as p:
+        p.send("kt-cons", b"committed", partition=0).result()
+    with Producer(bootstrap_servers=boot, transactional_id="kt-open") as tp:
+        tp.init_transactions()
+        tp.begin_transaction()
+        tp.send("kt-cons", b"open", partition=0).result()
+        read = ["consume", *bs, "--topic", "kt-cons", "--from-beginning", "--timeout-ms", "1500"]
+        committed = oncelog(*read, "--consumer-property", "isolation.level=read_committed")
+        assert committed.stdout == "committed\n"
+        # the flag, given, wins over the property
+        assert oncelog(*read, "--consumer-property", "isolation.level=read_committed",
+                       "--isolation-level", "read_uncommitted").stdout == "committed\nopen\n"
+        tp.abort_transaction()
+    config = tmp_path / "consumer.properties"
+    config.write_text("group.id=kt-from-file\n")
+    oncelog("consume", *bs, "--topic", "kt-cons", "--consumer.config", str(config),
+            "--from-beginning", "--max-messages", "1")
+    with Admin(bootstrap_servers=boot) as admin:
+        offsets = admin.list_consumer_group_offsets("kt-from-file")
+    assert offsets == {TopicPartition("kt-cons", 0): 1}  # the group the file named committed
+    clash = oncelog("consume", *bs, "--topic", "kt-cons", "--consumer.config", str(config),
+                    "--group", "other", check=False)
+    assert clash.returncode == 2
+    assert "Detected group ids: 'kt-from-file', 'other'" in clash.stderr
+    reset = oncelog("consume", *bs, "--topic", "kt-cons", "--from-beginning",
+                    "--consumer-property", "auto.offset.reset=latest", check=False)
+    assert reset.returncode == 2 and "Can't simultaneously specify --from-beginning" in \
+        reset.stderr
+
+
+def test_offset_last_n_timestamp_and_kcat_json(bs, groups_broker):  # noqa: F811
+    oncelog("topics", "create", *bs, "--topic", "kt-off", "--partitions", "2")
+    # recent timestamps: records older than retention.ms would be deleted
+    t0 = (int(time.time()) - 60) * 1000
+    with Producer(bootstrap_servers=groups_broker.bootstrap_servers) as p:
+        for value, ts in ((b"a", t0), (b"b", t0), (b"c", t0 + 1000), (b"d", t0 + 1000),
+                          (b"e", t0 + 2000)):
+            p.send("kt-off", value, partition=0, timestamp_ms=ts)
+        p.send("kt-off", b"z", key=b"k", partition=1, timestamp_ms=t0 + 3000,
+               headers=[("h", b"1"), ("n", None)]).result()
+    iso = datetime.fromtimestamp(t0 / 1000 + 1, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+    def read(*flags: str, expect: int = 0) -> list[str]:
+        """The first ``expect`` records the consumer prints (where it started decides which
+        they are), or what it prints in 3 s of nothing when none is expected."""
+        return oncelog("consume", *bs, "--topic", "kt-off", *flags, "--timeout-ms", "3000",
+                       *(["--max-messages", str(expect)] if expect else [])
+                       ).stdout.splitlines()
+
+    assert read("--partition", "0", "--offset", "earliest", expect=5) == \
+        ["a", "b", "c", "d", "e"]
+    assert read("--partition", "0", "--offset", "3", expect=2) == ["d", "e"]
+    assert read("--partition", "0", "--offset", "latest") == []
+    # kcat's -o -2: the last two records of each partition (p1 has one)
+    assert sorted(read("--offset", "-2", expect=3)) == ["d", "e", "z"]
+    assert read("--partition", "0", "--offset", f"s@{t0 + 1000}", expect=3) == \
+        ["c", "d", "e"]
+    assert read("--partition", "0", "--from-timestamp", iso, expect=3) == ["c", "d", "e"]
+    assert read("--partition", "0", "--from-timestamp", str(t0 + 1500), expect=1) == ["e"]
+    # after every record: the end
+    assert read("--partition", "0", "--from-timestamp", str(t0 + 9000)) == []
+    (line,) = read("--partition", "1", "--offset", "earliest", "-J", expect=1)
+    assert json.loads(line) == {"topic": "kt-off", "partition": 1, "offset": 0,
+                                "tstype": "create", "ts": t0 + 3000, "broker": 1,
+                                "headers": ["h", "1", "n", None], "key": "k", "payload": "z"}
+    plain = json.loads(read("--partition", "0", "--offset", "4", "--json", expect=1)[0])
+    assert "headers" not in plain and plain["key"] is None and plain["payload"] == "e"
+    both = oncelog("consume", *bs, "--topic", "kt-off", "--offset", "1", "--from-timestamp",
+                   "5", check=False)
+    assert both.returncode == 2 and "cannot be specified together" in both.stderr
+
+
+def test_include_never_matches_internal_topics_and_takes_exclude_internal(bs, groups_broker):  # noqa: F811
+    oncelog("topics", "create", *bs, "--topic", "kt-inc")
+    with Producer(bootstrap_servers=groups_broker.bootstrap_servers) as p:
+        p.send("kt-inc", b"mine").result()
+    _internal_topic_exists(bs[1], "kt-inc")  # and a record in it
+    pattern = ["--include", "kt-inc|__consumer_offsets", "--from-beginning",
+               "--timeout-ms", "3000"]
+    # as Kafka's consumer with exclude.internal.topics=true (its default): with the flag of
+    # Kafka's older console consumer or without it
+    for flag in (["--exclude-internal"], []):
+        assert oncelog("consume", *bs, *pattern, *flag).stdout == "mine\n"
+    alone = oncelog("consume", *bs, "--topic", "kt-inc", "--exclude-internal", check=False)
+    assert alone.returncode == 2 and "--exclude-internal goes with --include" in alone.stderr
+
+
+# --- groups reset-offsets ------------------------------------------------------------------
+
+
+def test_reset_offsets_by_duration_export_and_from_file(bs, groups_broker, tmp_path):  # noqa: F811
+    boot = groups_broker.bootstrap_servers
+    oncelog("topics", "create", *bs, "--topic", "kt-reset", "--partitions", "2")
+    now = int(time.time() * 1000)
+    with Producer(bootstrap_servers=boot) as p:
+        for partition in (0, 1):
+            for ts in (now - 7_200_000, now - 7_200_000, now - 600_000, now - 600_000):
+                p.send("kt-reset", b"r", partition=partition, timestamp_ms=ts)
+    tps = [TopicPartition("kt-reset", 0), TopicPartition("kt-reset", 1)]
+    with Admin(bootstrap_servers=boot) as admin:
+        for group in ("kt-g1", "kt-g2"):
+            admin.alter_consumer_group_offsets(group, dict.fromkeys(tps, 4))
+    reset = ["groups", "--reset-offsets", *bs, "--topic", "kt-reset"]
+    # an hour ago: after the two old records of each partition
+    plan = oncelog(*reset, "--group", "kt-g1", "--by-duration", "PT1H", "--export").stdout
+    assert plan.splitlines() == ["kt-reset,0,2", "kt-reset,1,2"]
+    three_hours = oncelog(*reset, "--group", "kt-g1", "--by-duration", "PT3H", "--export")
+    assert three_hours.stdout.splitlines() == ["kt-reset,0,0", "kt-reset,1,0"]
+    both = oncelog(*reset, "--group", "kt-g1", "--group", "kt-g2", "--to-offset", "1",
+                   "--export").stdout
+    assert sorted(both.splitlines()) == ["kt-g1,kt-reset,0,1", "kt-g1,kt-reset,1,1",
+                                         "kt-g2,kt-reset,0,1", "kt-g2,kt-reset,1,1"]
+    bad = oncelog(*reset, "--group", "kt-g1", "--by-duration", "1 hour", check=False)
+    assert bad.returncode == 2 and "ISO-8601 duration" in bad.stderr
+
+    csv = tmp_path / "plan.csv"
+    csv.write_text("kt-reset,0,3\nkt-reset,1,1\n")
+    with Admin(bootstrap_servers=boot) as admin:
+        assert admin.list_consumer_group_offsets("kt-g1") == dict.fromkeys(tps, 4)  # a dry run
+        oncelog("groups", "--reset-offsets", *bs, "--group", "kt-g1", "--from-file", str(csv),
+                "--execute")
+        assert admin.list_consumer_group_offsets("kt-g1") == {tps[0]: 3, tps[1]: 1}
+        csv.write_text(both)  # what --export wrote for two groups, read back
+        oncelog("groups", "--reset-offsets", *bs, "--group", "kt-g1", "--group", "kt-g2",
+                "--from-file", str(csv), "--execute")
+        for group in ("kt-g1", "kt-g2"):
+            assert admin.list_consumer_group_offsets(group) == dict.fromkeys(tps, 1)
+    wrong = oncelog("groups", "--reset-offsets", *bs, "--group", "kt-g1", "--from-file",
+                    str(csv), check=False)  # four columns for one group
+    assert wrong.returncode == 2 and "expected topic,partition,offset" in wrong.stderr
