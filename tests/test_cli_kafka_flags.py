@@ -280,3 +280,34 @@ def test_reset_offsets_by_duration_export_and_from_file(bs, groups_broker, tmp_p
     wrong = oncelog("groups", "--reset-offsets", *bs, "--group", "kt-g1", "--from-file",
                     str(csv), check=False)  # four columns for one group
     assert wrong.returncode == 2 and "expected topic,partition,offset" in wrong.stderr
+
+
+# --- cluster info --------------------------------------------------------------------------
+
+
+def test_cluster_info_names_the_cluster_its_brokers_features_and_api_versions(bs, groups_broker):  # noqa: F811
+    from oncelog.protocol.apis import SUPPORTED_VERSIONS, ApiKey
+
+    with Admin(bootstrap_servers=groups_broker.bootstrap_servers) as admin:
+        cluster_id = admin.describe_cluster().cluster_id
+    host, port = groups_broker.bootstrap_servers.rsplit(":", 1)
+    info = json.loads(oncelog("cluster", "info", *bs, "--output", "json").stdout)
+    assert info["cluster_id"] == cluster_id and cluster_id
+    assert info["controller_id"] == 1
+    assert [{k: b[k] for k in ("id", "host", "port", "rack")} for b in info["brokers"]] == [
+        {"id": 1, "host": host, "port": int(port), "rack": None}]
+    # KIP-890's transaction.version: the broker finalizes its level (2 by default)
+    assert info["finalized_features"] == {
+        "transaction.version": {"min_version_level": 2, "max_version_level": 2}}
+    assert info["supported_features"]["transaction.version"]["max_version"] == 2
+    versions = {v["name"]: v for v in info["brokers"][0]["api_versions"]}
+    produce = versions["Produce"]
+    assert produce["api_key"] == 0 and produce["usable"] == \
+        f"usable: {min(SUPPORTED_VERSIONS[ApiKey.PRODUCE][1], produce['max_version'])}"
+    assert "ApiVersions" in versions and "InitProducerId" in versions
+    text = oncelog("cluster", "info", *bs).stdout.splitlines()
+    assert text[:4] == [f"Cluster ID: {cluster_id}", "Controller: 1", "Brokers:",
+                        f"\tid: 1\t{host}:{port}\track: null"]
+    assert f"{host}:{port} (id: 1 rack: null) -> (" in text
+    assert (f"\tProduce(0): {produce['min_version']} to {produce['max_version']} "
+            f"[{produce['usable']}],") in text

@@ -44,6 +44,12 @@ def run(args) -> int:
                 return run_users(args, admin)
         if args.command == "consumer-groups":
             return _consumer_groups(args)
+        if args.command == "cluster":  # cluster info (up and down are not a client's)
+            from .. import Admin
+            from .cluster_info import run as run_cluster_info
+
+            with Admin(**connect(args)) as admin:
+                return run_cluster_info(args, admin)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {describe_error(exc, args)}", file=sys.stderr)
         return 1

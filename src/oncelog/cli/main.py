@@ -211,12 +211,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     _groups_parser(sub, _add_bootstrap)
 
-    k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
+    k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers); "
+                       "describe a running one (cluster info)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
                        "`cluster up` starts it in the background, `cluster down` stops it.")
     from ..harness.local_cluster import add_arguments as _cluster_arguments
 
     _cluster_arguments(k)
+    from .cluster_info import add_parser as _cluster_info_parser
+
+    _cluster_info_parser(k, _add_bootstrap)
 
     v = sub.add_parser("verify", help="check the transactional guarantees under faults",
                        description="Run transactional writers and read_committed readers "
@@ -258,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         from .broker_command import run as run_broker_command
 
         return run_broker_command(args)
-    if args.command == "cluster":
+    if args.command == "cluster" and args.cluster_command != "info":
         from ..harness.local_cluster import run_command as run_cluster
 
         return run_cluster(args)
