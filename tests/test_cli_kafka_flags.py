@@ -32,6 +32,7 @@ def _internal_topic_exists(bootstrap: str, topic: str) -> None:
         c.commit({TopicPartition(topic, 0): 0})
 
 
+@pytest.mark.slow  # 10 to 25 runs of the command, ~0.3 s each
 def test_topics_action_flags_if_exists_if_not_exists_and_exclude_internal(bs):
     created = oncelog("topics", "--create", *bs, "--topic", "kt-list", "--partitions", "2")
     assert created.stdout == "Created topic kt-list.\n"
@@ -180,6 +181,7 @@ def test_consumer_properties_and_config_file_reach_the_consumer(bs, tmp_path, gr
         reset.stderr
 
 
+@pytest.mark.slow  # 10 to 25 runs of the command, ~0.3 s each
 def test_offset_last_n_timestamp_and_kcat_json(bs, groups_broker):  # noqa: F811
     oncelog("topics", "create", *bs, "--topic", "kt-off", "--partitions", "2")
     # recent timestamps: records older than retention.ms would be deleted
@@ -240,6 +242,7 @@ def test_include_never_matches_internal_topics_and_takes_exclude_internal(bs, gr
 # --- groups reset-offsets ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 10 to 25 runs of the command, ~0.3 s each
 def test_reset_offsets_by_duration_export_and_from_file(bs, groups_broker, tmp_path):  # noqa: F811
     boot = groups_broker.bootstrap_servers
     oncelog("topics", "create", *bs, "--topic", "kt-reset", "--partitions", "2")

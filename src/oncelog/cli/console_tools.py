@@ -155,7 +155,7 @@ def check_consume_args(args) -> None:
         raise ValueError("Options json and format cannot be specified together.")
 
 
-def consumer_settings(args, settings: dict) -> dict:
+def consumer_settings(args) -> dict:
     """The consumer's configuration, as Kafka's ConsoleConsumerOptions builds it:
     --consumer.config, then --consumer-property over it; the group id from --group or those
     (all that name one must agree); auto.offset.reset from them, else --from-beginning
@@ -200,7 +200,7 @@ def formatter(args):
 def consume(args, settings: dict) -> int:
     from .. import Consumer
 
-    props = consumer_settings(args, settings)
+    props = consumer_settings(args)
     check_consume_args(args)
     write = formatter(args)
     subscribe = args.group is not None or args.include is not None
