@@ -122,6 +122,15 @@ def test_a_usage_error_prints_the_subcommands_usage(bs):
     consume = oncelog("consume", *bs, "--topic", "x", "--offset", "soon", check=False)
     assert consume.returncode == 2 and consume.stderr.startswith("usage: oncelog consume ")
     assert "The provided offset value 'soon' is incorrect" in consume.stderr
+    # flags refused together: Kafka's printUsageAndThrow, before any connection
+    together = oncelog("consume", "--bootstrap-server", "127.0.0.1:1", "--topic", "x",
+                       "--group", "g", "--partition", "0", check=False)
+    assert together.returncode == 2 and together.stderr.startswith("usage: oncelog consume ")
+    assert together.stderr.rstrip().endswith(
+        "error: Options group and partition cannot be specified together.")
+    filters = oncelog("topics", "--describe", *bs, "--topics-with-overrides",
+                      "--unavailable-partitions", check=False)
+    assert filters.returncode == 2 and filters.stderr.startswith("usage: oncelog topics describe")
     groups = oncelog("groups", "--describe", *bs, "--group", "g", "--nope", check=False)
     assert groups.returncode == 2 and groups.stderr.startswith("usage: oncelog groups describe ")
 

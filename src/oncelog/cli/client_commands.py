@@ -8,6 +8,7 @@ import sys
 from ..client.reachable import SaslRequiredError, check_reachable
 from ..errors import KafkaError
 from . import partition_commands
+from .args import UsageError
 from .errors import describe as describe_error
 from .errors import sasl_message, show_retries
 from .table import print_table
@@ -53,6 +54,10 @@ def run(args) -> int:
     except KafkaError as exc:
         print(f"oncelog {args.command}: {describe_error(exc, args)}", file=sys.stderr)
         return 1
+    except UsageError as exc:  # with the (sub)command's usage, exit 2, as argparse's own
+        if getattr(args, "_parser", None) is None:
+            raise
+        args._parser.error(str(exc))
     except ValueError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -190,7 +195,7 @@ def _topics(args) -> int:
                 if args.topic not in present:
                     return 0
             elif not args.topic:
-                raise ValueError("--topic is required to describe a topic with --if-exists")
+                raise UsageError("--topic is required to describe a topic with --if-exists")
             else:
                 args.topic = [t for t in args.topic if t in present]
                 if not args.topic:
@@ -214,6 +219,8 @@ def _produce(args) -> int:
 
 
 def _consume(args) -> int:
-    from .console_tools import consume
+    from .console_tools import check_consume_args, consume, consumer_settings
 
-    return consume(args, connect(args))
+    props = consumer_settings(args)  # the flags are checked before connecting, as Kafka's
+    check_consume_args(args)
+    return consume(args, connect(args), props)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .args import UsageError
 from .record_format import KafkaFormatter, KcatFormatter, LineReader
 
 
@@ -133,26 +134,26 @@ def produce(args, settings: dict) -> int:
 def check_consume_args(args) -> None:
     """Kafka's ConsoleConsumerOptions checks, with its messages."""
     if (args.topic is None) == (args.include is None):
-        raise ValueError("Exactly one of --include/--topic is required.")
+        raise UsageError("Exactly one of --include/--topic is required.")
     if args.partition is not None and args.topic is None:
-        raise ValueError("The topic is required when partition is specified.")
+        raise UsageError("The topic is required when partition is specified.")
     if args.group is not None and args.partition is not None:
-        raise ValueError("Options group and partition cannot be specified together.")
+        raise UsageError("Options group and partition cannot be specified together.")
     if args.from_timestamp is not None:
         if args.offset is not None:
-            raise ValueError("Options from-timestamp and offset cannot be specified together.")
+            raise UsageError("Options from-timestamp and offset cannot be specified together.")
         args.offset = ("timestamp", args.from_timestamp)
     if args.offset is not None and args.from_beginning:
-        raise ValueError("Options from-beginning and offset cannot be specified together.")
+        raise UsageError("Options from-beginning and offset cannot be specified together.")
     if args.offset is not None and args.group is not None:
-        raise ValueError("Options group and offset cannot be specified together (the "
+        raise UsageError("Options group and offset cannot be specified together (the "
                          "group's committed offsets say where to start).")
     if args.offset is not None and args.topic is None:
-        raise ValueError("The topic is required when offset is specified.")
+        raise UsageError("The topic is required when offset is specified.")
     if args.exclude_internal and args.include is None:
-        raise ValueError("--exclude-internal goes with --include.")
+        raise UsageError("--exclude-internal goes with --include.")
     if args.json and args.format is not None:
-        raise ValueError("Options json and format cannot be specified together.")
+        raise UsageError("Options json and format cannot be specified together.")
 
 
 def consumer_settings(args) -> dict:
@@ -164,7 +165,7 @@ def consumer_settings(args) -> dict:
     props = client_properties(args.consumer_config, args.consumer_property)
     groups = {g for g in (args.group, props.get("group.id")) if g is not None}
     if len(groups) > 1:
-        raise ValueError("The group ids provided in different places (directly using "
+        raise UsageError("The group ids provided in different places (directly using "
                          "'--group', via '--consumer-property', or via '--consumer.config') do "
                          "not match. Detected group ids: "
                          + ", ".join(f"'{g}'" for g in sorted(groups)))
@@ -197,11 +198,11 @@ def formatter(args):
     return KafkaFormatter(props)
 
 
-def consume(args, settings: dict) -> int:
+def consume(args, settings: dict, props: dict) -> int:
+    """``settings``: the connection's (client_commands.connect); ``props``: the consumer's
+    own (consumer_settings, with check_consume_args done)."""
     from .. import Consumer
 
-    props = consumer_settings(args)
-    check_consume_args(args)
     write = formatter(args)
     subscribe = args.group is not None or args.include is not None
     if not subscribe:

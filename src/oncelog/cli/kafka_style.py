@@ -33,14 +33,14 @@ def kafka_style(argv: list[str]) -> list[str]:
     given = [a for a in argv[1:] if a in flags]
     if len(set(given)) != 1:
         if len(set(given)) > 1:
-            raise UsageError(argv[0], "Command must include exactly one action: "
+            raise ActionFlagError(argv[0], "Command must include exactly one action: "
                              + ", ".join(flags))
         return argv
     flag = given[0]
     return [argv[0], flags[flag], *(a for a in argv[1:] if a != flag)]
 
 
-class UsageError(Exception):
+class ActionFlagError(Exception):
     def __init__(self, command: str, message: str) -> None:
         super().__init__(message)
         self.command = command
@@ -58,11 +58,12 @@ def remember_parsers(parser: argparse.ArgumentParser) -> None:
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """``parser.parse_args`` whose "unrecognized arguments" error is the subcommand's (its
-    usage line, exit 2) rather than the top-level one's."""
+    usage line, exit 2) rather than the top-level one's. The namespace keeps that parser
+    (``_parser``) for the checks that come later (cli/args.py's UsageError)."""
     remember_parsers(parser)
     try:
         argv = kafka_style(argv)
-    except UsageError as exc:
+    except ActionFlagError as exc:
         target = parser
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction) and exc.command in action.choices:
@@ -71,5 +72,4 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     args, extras = parser.parse_known_args(argv)
     if extras:
         args._parser.error("unrecognized arguments: " + " ".join(extras))
-    del args._parser
     return args

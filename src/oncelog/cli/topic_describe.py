@@ -93,7 +93,9 @@ def describe(admin, args) -> int:
         return _offsets(admin, descriptions, args.output)
     filtering = any(getattr(args, f, False) for f in PARTITION_FILTERS)
     if filtering and args.topics_with_overrides:
-        raise ValueError("--topics-with-overrides cannot be used with the partition filters")
+        from .args import UsageError
+
+        raise UsageError("--topics-with-overrides cannot be used with the partition filters")
     live = set(admin.describe_cluster().nodes) if filtering else set()
     configs = admin.describe_configs([ConfigResource.topic(n) for n in names])
     out = []
