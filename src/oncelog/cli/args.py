@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 
 
+class UsageError(ValueError):
+    """Flags a command refuses together (or a flag one needs and lacks), as Kafka's tools'
+    printUsageAndThrow: the command's usage and the message, exit status 2."""
+
+
 def key_value(text: str) -> tuple[str, str]:
     """``KEY=VALUE`` (as Kafka's tools take ``--add-config`` and ``--producer-property``)."""
     key, value = property_value(text)

@@ -8,6 +8,7 @@ import sys
 from ..client.reachable import SaslRequiredError, check_reachable
 from ..errors import KafkaError
 from . import partition_commands
+from .args import UsageError
 from .errors import describe as describe_error
 from .errors import sasl_message, show_retries
 from .table import print_table
@@ -44,9 +45,19 @@ def run(args) -> int:
                 return run_users(args, admin)
         if args.command == "consumer-groups":
             return _consumer_groups(args)
+        if args.command == "cluster":  # cluster info (up and down are not a client's)
+            from .. import Admin
+            from .cluster_info import run as run_cluster_info
+
+            with Admin(**connect(args)) as admin:
+                return run_cluster_info(args, admin)
     except KafkaError as exc:
         print(f"oncelog {args.command}: {describe_error(exc, args)}", file=sys.stderr)
         return 1
+    except UsageError as exc:  # with the (sub)command's usage, exit 2, as argparse's own
+        if getattr(args, "_parser", None) is None:
+            raise
+        args._parser.error(str(exc))
     except ValueError as exc:
         print(f"oncelog {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -156,19 +167,41 @@ def _acls(args) -> int:
 
 
 def _topics(args) -> int:
+    """kafka-topics.sh's actions. ``--if-not-exists`` (create), ``--if-exists`` (delete,
+    alter, describe): a topic that already exists, or does not, is no error, as Kafka's.
+    ``list`` and ``describe`` include internal topics unless ``--exclude-internal``."""
     from .. import Admin, NewTopic
+    from ..errors import TopicAlreadyExistsError
 
     with Admin(**connect(args)) as admin:
         action = args.topics_command
         if action == "create":
-            admin.create_topics([NewTopic(args.topic, num_partitions=args.partitions,
-                                          replication_factor=args.replication_factor,
-                                          config=dict(args.config))])
+            try:
+                admin.create_topics([NewTopic(args.topic, num_partitions=args.partitions,
+                                              replication_factor=args.replication_factor,
+                                              config=dict(args.config))])
+            except TopicAlreadyExistsError:
+                if not args.if_not_exists:
+                    raise
+                return 0
             print(f"Created topic {args.topic}.")
-        elif action == "list":
-            for name in sorted(admin.list_topics()):
+            return 0
+        if action == "list":
+            for name in admin.list_topics(include_internal=not args.exclude_internal):
                 print(name)
-        elif action == "delete":
+            return 0
+        if getattr(args, "if_exists", False):
+            present = set(admin.list_topics(include_internal=True))
+            if action != "describe":
+                if args.topic not in present:
+                    return 0
+            elif not args.topic:
+                raise UsageError("--topic is required to describe a topic with --if-exists")
+            else:
+                args.topic = [t for t in args.topic if t in present]
+                if not args.topic:
+                    return 0
+        if action == "delete":
             admin.delete_topics([args.topic])
             print(f"Deleted topic {args.topic}.")
         elif action in ("add-partitions", "alter"):
@@ -187,6 +220,8 @@ def _produce(args) -> int:
 
 
 def _consume(args) -> int:
-    from .console_tools import consume
+    from .console_tools import check_consume_args, consume, consumer_settings
 
-    return consume(args, connect(args))
+    props = consumer_settings(args)  # the flags are checked before connecting, as Kafka's
+    check_consume_args(args)
+    return consume(args, connect(args), props)

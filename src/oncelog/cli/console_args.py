@@ -3,6 +3,8 @@ console producer's and consumer's names, plus kcat's ``--format`` and ``--header
 
 from __future__ import annotations
 
+import argparse
+
 from .args import key_value, property_value
 
 PRODUCE_PROPERTIES = ("parse.key, key.separator, parse.headers, headers.delimiter, "
@@ -35,9 +37,18 @@ def add_parsers(sub, add_bootstrap) -> None:
     p.add_argument("--timestamp", type=int, default=None, metavar="MS",
                    help="the records' CreateTime, in milliseconds since the epoch "
                    "(default: now)")
-    p.add_argument("--compression-type", default="none",
-                   choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"])
+    p.add_argument("--compression-type", "--compression-codec", default=None,
+                   choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                   help="default none (or compression.type of --producer-property / "
+                   "--producer.config)")
+    p.add_argument("--acks", "--request-required-acks", default=None,
+                   choices=["all", "-1", "0", "1"],
+                   help="default all (or acks of --producer-property / --producer.config)")
+    p.add_argument("--producer-property", action="append", type=key_value, default=[],
+                   metavar="KEY=VALUE", help="a producer setting under Kafka's name, e.g. "
+                   "linger.ms=50 (repeatable; wins over --producer.config)")
+    p.add_argument("--producer.config", dest="producer_config", default=None, metavar="FILE",
+                   help="producer settings in a properties file (Kafka's names)")
 
     c = sub.add_parser(
         "consume", help="print records to stdout, one per line",
@@ -48,8 +59,12 @@ def add_parsers(sub, add_bootstrap) -> None:
         "cleanly; with --group, what was printed is committed.")
     add_bootstrap(c)
     c.add_argument("--topic", default=None)
-    c.add_argument("--include", default=None, metavar="REGEX",
+    c.add_argument("--include", "--whitelist", default=None, metavar="REGEX",
                    help="subscribe to every topic whose name matches (instead of --topic)")
+    c.add_argument("--exclude-internal", action="store_true",
+                   help="with --include: leave out internal topics (__consumer_offsets, "
+                   "__transaction_state); oncelog's consumer always does, as Kafka's with "
+                   "exclude.internal.topics=true, its default")
     c.add_argument("--group", default=None,
                    help="consume as a member of this group, from its committed offsets, "
                    "committing what was printed")
@@ -58,8 +73,26 @@ def add_parsers(sub, add_bootstrap) -> None:
     c.add_argument("--from-beginning", action="store_true",
                    help="start at the earliest offset instead of the end (with --group: "
                    "where the group has no committed offset)")
-    c.add_argument("--offset", type=int, default=None, help="start at this offset")
-    c.add_argument("--isolation-level", default="read_uncommitted",
+    c.add_argument("--offset", type=offset_spec, default=None, metavar="OFFSET",
+                   help="where to start in each partition read: earliest, latest, N (an "
+                   "offset) as Kafka's console consumer, or kcat's -N (the last N records "
+                   "of each partition) and s@MS (the first record at or after that "
+                   "timestamp); not with --group")
+    c.add_argument("--from-timestamp", type=timestamp_spec, default=None,
+                   metavar="MS|YYYY-MM-DDTHH:mm:SS",
+                   help="start at each partition's first record at or after this time "
+                   "(milliseconds since the epoch, or an ISO date-time, UTC unless a zone "
+                   "follows); the same as --offset s@MS")
+    c.add_argument("--consumer-property", "--command-property", action="append",
+                   type=key_value, default=[], metavar="KEY=VALUE",
+                   help="a consumer setting under Kafka's name, e.g. fetch.max.bytes=1048576 "
+                   "(repeatable; wins over --consumer.config)")
+    c.add_argument("--consumer.config", dest="consumer_config", default=None, metavar="FILE",
+                   help="consumer settings in a properties file (Kafka's names)")
+    c.add_argument("--json", "-J", action="store_true",
+                   help="one JSON object per record, as kcat -J prints them: topic, "
+                   "partition, offset, tstype, ts, broker, headers, key, payload")
+    c.add_argument("--isolation-level", default=None,
                    choices=["read_uncommitted", "read_committed"])
     c.add_argument("--max-messages", type=int, default=None, help="exit after this many")
     c.add_argument("--timeout-ms", type=int, default=None,
@@ -75,3 +108,41 @@ def add_parsers(sub, add_bootstrap) -> None:
                    help=r"kcat's -f: %%t topic, %%p partition, %%o offset, %%k key, %%s "
                    r"value, %%K/%%S their lengths, %%T timestamp, %%h headers, \n \t; e.g. "
                    r"'%%t [%%p] @%%o: %%k=%%s\n'")
+
+
+EARLIEST, LATEST = "earliest", "latest"
+
+
+def offset_spec(text: str) -> str | int | tuple[str, int]:
+    """``--offset``: ``earliest``, ``latest``, ``N`` (an offset), ``-N`` (kcat's: N records
+    before the end) or ``s@MS`` (kcat's: a timestamp)."""
+    word = text.strip().lower()
+    if word in (EARLIEST, LATEST):
+        return word
+    if word.startswith("s@"):
+        return ("timestamp", timestamp_spec(word[2:]))
+    try:
+        number = int(word)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"The provided offset value '{text}' is incorrect. Valid values are 'earliest', "
+            "'latest', a non-negative long, -N (the last N records) or s@TIMESTAMP_MS"
+        ) from None
+    return ("last", -number) if number < 0 else number
+
+
+def timestamp_spec(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 date-time (UTC unless a zone is given)."""
+    from datetime import UTC, datetime
+
+    if text.strip().isdigit():
+        return int(text.strip())
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected milliseconds since the epoch or YYYY-MM-DDTHH:mm:SS[.sss] "
+            "with an optional zone") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .args import UsageError
 from .record_format import KafkaFormatter, KcatFormatter, LineReader
 
 
@@ -62,6 +63,25 @@ def properties(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return dict(pairs)
 
 
+def client_properties(path: str | None, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """``--producer.config FILE`` / ``--consumer.config FILE`` with ``--producer-property`` /
+    ``--consumer-property`` pairs over it, as Kafka's console tools merge them."""
+    from .properties import load_properties
+
+    props = load_properties(path) if path else {}
+    props.update(pairs)
+    return props
+
+
+def _merge_option(props: dict, key: str, given, default) -> None:
+    """Kafka's CommandLineUtils.maybeMergeOptions: a flag given on the command line wins;
+    otherwise the properties' value; otherwise the flag's default."""
+    if given is not None:
+        props[key] = given
+    else:
+        props.setdefault(key, default)
+
+
 # --- produce ------------------------------------------------------------------------------------
 
 def produce(args, settings: dict) -> int:
@@ -72,13 +92,14 @@ def produce(args, settings: dict) -> int:
         props.update({"parse.key": "true", "key.separator": args.key_separator})
     reader = LineReader(props)
     static_headers = [(k, v.encode()) for k, v in args.header]
-    acks = "all" if args.acks in ("all", "-1") else int(args.acks)
+    config = client_properties(args.producer_config, args.producer_property)
+    _merge_option(config, "acks", args.acks, "all")
+    _merge_option(config, "compression.type", args.compression_type, "none")
+    config.setdefault("client.id", "console-producer")
     count = 0
     refused = None
     futures = []
-    with _stop_on_signals() as stop, \
-            Producer(**settings, acks=acks, enable_idempotence=acks == "all",
-                     compression_type=args.compression_type) as producer:
+    with _stop_on_signals() as stop, Producer(config, **settings) as producer:
         lines = iter(sys.stdin.buffer)
         number = 0
         while stop.signal is None:
@@ -118,16 +139,58 @@ def produce(args, settings: dict) -> int:
 def check_consume_args(args) -> None:
     """Kafka's ConsoleConsumerOptions checks, with its messages."""
     if (args.topic is None) == (args.include is None):
-        raise ValueError("Exactly one of --include/--topic is required.")
+        raise UsageError("Exactly one of --include/--topic is required.")
     if args.partition is not None and args.topic is None:
-        raise ValueError("The topic is required when partition is specified.")
+        raise UsageError("The topic is required when partition is specified.")
     if args.group is not None and args.partition is not None:
-        raise ValueError("Options group and partition cannot be specified together.")
+        raise UsageError("Options group and partition cannot be specified together.")
+    if args.from_timestamp is not None:
+        if args.offset is not None:
+            raise UsageError("Options from-timestamp and offset cannot be specified together.")
+        args.offset = ("timestamp", args.from_timestamp)
     if args.offset is not None and args.from_beginning:
-        raise ValueError("Options from-beginning and offset cannot be specified together.")
+        raise UsageError("Options from-beginning and offset cannot be specified together.")
     if args.offset is not None and args.group is not None:
-        raise ValueError("Options group and offset cannot be specified together (the "
+        raise UsageError("Options group and offset cannot be specified together (the "
                          "group's committed offsets say where to start).")
+    if args.offset is not None and args.topic is None:
+        raise UsageError("The topic is required when offset is specified.")
+    if args.exclude_internal and args.include is None:
+        raise UsageError("--exclude-internal goes with --include.")
+    if args.json and args.format is not None:
+        raise UsageError("Options json and format cannot be specified together.")
+
+
+def consumer_settings(args) -> dict:
+    """The consumer's configuration, as Kafka's ConsoleConsumerOptions builds it:
+    --consumer.config, then --consumer-property over it; the group id from --group or those
+    (all that name one must agree); auto.offset.reset from them, else --from-beginning
+    (earliest) or latest; --isolation-level when given, else theirs, else
+    read_uncommitted."""
+    props = client_properties(args.consumer_config, args.consumer_property)
+    groups = {g for g in (args.group, props.get("group.id")) if g is not None}
+    if len(groups) > 1:
+        raise UsageError("The group ids provided in different places (directly using "
+                         "'--group', via '--consumer-property', or via '--consumer.config') do "
+                         "not match. Detected group ids: "
+                         + ", ".join(f"'{g}'" for g in sorted(groups)))
+    if groups:
+        args.group = groups.pop()
+    reset = props.get("auto.offset.reset")
+    if reset is not None and args.from_beginning and reset != "earliest":
+        raise ValueError(f"Can't simultaneously specify --from-beginning and "
+                         f"'auto.offset.reset={reset}', please remove one option")
+    props.setdefault("auto.offset.reset", "earliest" if args.from_beginning else "latest")
+    _merge_option(props, "isolation.level", args.isolation_level, "read_uncommitted")
+    props.setdefault("client.id", "console-consumer")
+    if args.group is None and args.include is not None:
+        # As Kafka's console consumer: without --group, a group of its own that commits
+        # nothing
+        props["group.id"] = f"console-consumer-{random.randrange(100000)}"
+        props.setdefault("enable.auto.commit", "false")
+    elif args.group is not None:
+        props["group.id"] = args.group
+    return props
 
 
 def formatter(args):
@@ -140,26 +203,20 @@ def formatter(args):
     return KafkaFormatter(props)
 
 
-def consume(args, settings: dict) -> int:
+def consume(args, settings: dict, props: dict) -> int:
+    """``settings``: the connection's (client_commands.connect); ``props``: the consumer's
+    own (consumer_settings, with check_consume_args done)."""
     from .. import Consumer
 
-    check_consume_args(args)
     write = formatter(args)
-    config = dict(settings, isolation_level=args.isolation_level,
-                  client_id="console-consumer")
     subscribe = args.group is not None or args.include is not None
-    if subscribe:
-        # As Kafka's console consumer: without --group, a group of its own that commits
-        # nothing; where a group has no committed offset, the end (or --from-beginning).
-        config.update(group_id=args.group or f"console-consumer-{random.randrange(100000)}",
-                      auto_offset_reset="earliest" if args.from_beginning else "latest")
-        if args.group is None:
-            config["enable_auto_commit"] = False
-    else:
+    if not subscribe:
         tps = _partitions(args, settings)
+    if args.json:
+        write = JsonFormatter(settings)
     seen = 0
     out = sys.stdout.buffer
-    with _stop_on_signals() as stop, Consumer(**config) as consumer:
+    with _stop_on_signals() as stop, Consumer(props, **settings) as consumer:
         if subscribe:
             if args.include is not None:
                 consumer.subscribe(pattern=args.include)
@@ -167,13 +224,7 @@ def consume(args, settings: dict) -> int:
                 consumer.subscribe([args.topic])
         else:
             consumer.assign(tps)
-            if args.offset is not None:
-                for tp in tps:
-                    consumer.seek(tp, args.offset)
-            elif args.from_beginning:
-                consumer.seek_to_beginning(*tps)
-            else:
-                consumer.seek_to_end(*tps)
+            _seek(consumer, tps, args)
         last_record = time.monotonic()
         while stop.signal is None and (args.max_messages is None or seen < args.max_messages):
             records = consumer.poll(timeout=0.5)
@@ -202,6 +253,65 @@ def consume(args, settings: dict) -> int:
             consumer.commit(timeout=30)  # what was printed (else close commits it, bounded)
     print(f"Processed a total of {seen} messages", file=sys.stderr)
     return stop.exit_status(0)
+
+
+def _seek(consumer, tps: list, args) -> None:
+    """Where each assigned partition starts: ``--offset`` (earliest, latest, N; kcat's -N and
+    s@MS; ``--from-timestamp``), else the beginning with --from-beginning, else the end."""
+    spec = args.offset
+    if spec is None:
+        spec = "earliest" if args.from_beginning else "latest"
+    if spec == "earliest":
+        consumer.seek_to_beginning(*tps)
+    elif spec == "latest":
+        consumer.seek_to_end(*tps)
+    elif isinstance(spec, int):
+        for tp in tps:
+            consumer.seek(tp, spec)
+    elif spec[0] == "last":  # kcat's -o -N: N before the end, not before the log start
+        starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, max(starts[tp], ends[tp] - spec[1]))
+    else:  # a timestamp: the first record at or after it, else the end
+        found = consumer.offsets_for_times(dict.fromkeys(tps, spec[1]))
+        ends = consumer.end_offsets([tp for tp in tps if found.get(tp) is None])
+        for tp in tps:
+            consumer.seek(tp, ends[tp] if found.get(tp) is None else found[tp].offset)
+
+
+class JsonFormatter:
+    """kcat's -J: one JSON object per record and line: topic, partition, offset, tstype
+    (create, logappend), ts, broker (the partition's leader), headers (only when the record
+    has some: a flat list name, value, name, value ...), key and payload (strings, null for
+    null; bytes that are not UTF-8 as U+FFFD)."""
+
+    def __init__(self, settings: dict) -> None:
+        self.settings = settings
+        self.leaders: dict[tuple[str, int], int] = {}
+
+    def broker(self, topic: str, partition: int) -> int:
+        if (topic, partition) not in self.leaders:
+            from .. import Admin
+
+            with Admin(**self.settings) as admin:
+                for p in admin.describe_topics([topic])[topic].partitions:
+                    self.leaders[(topic, p.partition)] = p.leader
+        return self.leaders.get((topic, partition), -1)
+
+    def __call__(self, r) -> bytes:
+        import json
+
+        def text(b: bytes | None) -> str | None:
+            return None if b is None else b.decode("utf-8", "replace")
+
+        doc: dict = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                     "tstype": "logappend" if r.timestamp_type == 1 else "create",
+                     "ts": r.timestamp, "broker": self.broker(r.topic, r.partition)}
+        if r.headers:
+            doc["headers"] = [x for name, value in r.headers for x in (name, text(value))]
+        doc["key"] = text(r.key)
+        doc["payload"] = text(r.value)
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def _rewind(consumer, unprinted) -> None:

@@ -294,22 +294,6 @@ def run_delete_offsets(args, admin) -> int:
 
 # --- the command line ---------------------------------------------------------------------------
 
-ACTIONS = ("list", "describe", "reset-offsets", "delete-offsets", "delete")
-
-
-def kafka_style(argv: list[str]) -> list[str]:
-    """``groups --describe --group g`` (kafka-consumer-groups.sh's action flags) read as
-    ``groups describe --group g``."""
-    if argv[:1] not in (["groups"], ["consumer-groups"]) or \
-            any(a in ACTIONS for a in argv[1:2]):
-        return argv
-    for action in ACTIONS:
-        if f"--{action}" in argv[1:]:
-            rest = [a for a in argv[1:] if a != f"--{action}"]
-            return [argv[0], action, *rest]
-    return argv
-
-
 def add_parser(sub, add_bootstrap) -> None:
     """The ``groups`` command (alias ``consumer-groups``) and its actions."""
     g = sub.add_parser(
@@ -371,6 +355,15 @@ def add_parser(sub, add_bootstrap) -> None:
     to.add_argument("--to-datetime", default=None, metavar="YYYY-MM-DDTHH:mm:SS.sss",
                     help="the first record at or after this time (UTC unless a zone "
                     "follows: Z, +01:00)")
+    to.add_argument("--by-duration", default=None, metavar="PnDTnHnMnS",
+                    help="the first record at or after this long ago (an ISO-8601 duration, "
+                    "as Kafka's: PT30M, P1DT12H)")
+    to.add_argument("--from-file", default=None, metavar="CSV",
+                    help="the offsets a CSV file gives: topic,partition,offset lines (with one "
+                    "--group), or group,topic,partition,offset (as --export writes them)")
+    rp.add_argument("--export", action="store_true",
+                    help="print the plan as CSV (topic,partition,offset; with more than one "
+                    "group group,topic,partition,offset), for --from-file")
     run_mode = rp.add_mutually_exclusive_group()
     run_mode.add_argument("--dry-run", action="store_true", help="only print the plan "
                           "(the default)")

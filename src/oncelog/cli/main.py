@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _broker_arguments(b)
 
-    t = sub.add_parser("topics", help="create, list, describe or delete topics")
+    t = sub.add_parser("topics", help="create, list, describe or delete topics",
+                       description="Topics, as Kafka's kafka-topics.sh (whose action flags "
+                       "--create, --list, --describe, --alter, --delete are accepted too).")
     tsub = t.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
     tc = tsub.add_parser("create", help="create a topic")
     _add_bootstrap(tc)
@@ -72,17 +74,28 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--replication-factor", type=int, default=1)
     tc.add_argument("--config", action="append", type=key_value, default=[],
                     metavar="KEY=VALUE", help="a topic setting, e.g. retention.ms=60000")
+    tc.add_argument("--if-not-exists", action="store_true",
+                    help="if set when creating topics, the create request will not fail if "
+                    "the topic already exists")
+    exclude_internal = ("exclude internal topics when listing or describing topics (by "
+                        "default they are included, as Kafka's)")
     tl = tsub.add_parser("list", help="list topic names")
     _add_bootstrap(tl)
+    tl.add_argument("--exclude-internal", action="store_true", help=exclude_internal)
     td = tsub.add_parser("describe", help="describe topics (all if --topic is not given)")
     _add_bootstrap(td)
     td.add_argument("--topic", action="append", default=[])
+    td.add_argument("--exclude-internal", action="store_true", help=exclude_internal)
+    td.add_argument("--if-exists", action="store_true",
+                    help="describe the topic only if it exists (a missing one is no error)")
     from .topic_describe import add_arguments as _describe_arguments
 
     _describe_arguments(td)
     tx = tsub.add_parser("delete", help="delete a topic")
     _add_bootstrap(tx)
     tx.add_argument("--topic", required=True)
+    tx.add_argument("--if-exists", action="store_true",
+                    help="delete the topic only if it exists (a missing one is no error)")
     ta = tsub.add_parser("add-partitions", aliases=["alter"],
                          help="grow a topic to more partitions (kafka-topics --alter "
                          "--partitions)")
@@ -93,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     ta.add_argument("--replica-assignment", default=None, metavar="B:B,B:B",
                     help="the added partitions' replicas: partitions separated by ',', broker "
                     "ids by ':' (default: the controller places them)")
+    ta.add_argument("--if-exists", action="store_true",
+                    help="alter the topic only if it exists (a missing one is no error)")
 
     dr = sub.add_parser("delete-records", help="delete a partition's records below an offset "
                         "(kafka-delete-records: its log start offset moves there)")
@@ -152,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("acls", help="add, list or remove ACLs",
                        description="Manage ACLs, as Kafka's kafka-acls.sh: e.g. acls add "
-                       "--allow-principal User:alice --operation Write --topic orders")
+                       "--allow-principal User:alice --operation Write --topic orders (its "
+                       "action flags --add, --remove, --list are accepted too)")
     asub = a.add_subparsers(dest="acls_command", required=True, metavar="ACTION")
     for name, text in (("add", "add ACLs"), ("list", "list ACLs (all, or a resource's)"),
                        ("remove", "remove ACLs")):
@@ -173,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "IdempotentWrite, TwoPhaseCommit, All (repeatable)")
         if name == "list":
             ap.add_argument("--principal", default=None)
+        if name == "remove":
+            ap.add_argument("--force", action="store_true",
+                            help="as kafka-acls.sh's: remove without asking (oncelog never "
+                            "asks)")
     g = sub.add_parser("configs", help="describe or change topic, broker and user configs",
                        description="Topic overrides, dynamic broker configs and SCRAM users, as "
                        "Kafka's kafka-configs.sh: e.g. configs --entity-type topics --entity-name "
@@ -191,12 +211,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     _groups_parser(sub, _add_bootstrap)
 
-    k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers)",
+    k = sub.add_parser("cluster", help="start or stop a local cluster (ZooKeeper and brokers); "
+                       "describe a running one (cluster info)",
                        description="A replicated cluster on this machine (docs/cluster.md): "
                        "`cluster up` starts it in the background, `cluster down` stops it.")
     from ..harness.local_cluster import add_arguments as _cluster_arguments
 
     _cluster_arguments(k)
+    from .cluster_info import add_parser as _cluster_info_parser
+
+    _cluster_info_parser(k, _add_bootstrap)
 
     v = sub.add_parser("verify", help="check the transactional guarantees under faults",
                        description="Run transactional writers and read_committed readers "
@@ -241,14 +265,14 @@ def _run(argv: list[str] | None) -> int:
         from ..demo import main as demo
 
         return demo(argv[1:])
-    from .group_commands import kafka_style
+    from .kafka_style import parse
 
-    args = build_parser().parse_args(kafka_style(argv))
+    args = parse(build_parser(), argv)
     if args.command == "broker":
         from .broker_command import run as run_broker_command
 
         return run_broker_command(args)
-    if args.command == "cluster":
+    if args.command == "cluster" and args.cluster_command != "info":
         from ..harness.local_cluster import run_command as run_cluster
 
         return run_cluster(args)

@@ -89,6 +89,16 @@ class ClusterDescription:
     authorized_operations: frozenset[Operation] | None = None
 
 
+@dataclass(frozen=True)
+class FeatureMetadata:
+    """``Admin.describe_features``'s answer (Kafka's ``FeatureMetadata``): feature name ->
+    (min, max) level."""
+
+    finalized: dict[str, tuple[int, int]]
+    finalized_epoch: int  # -1: none
+    supported: dict[str, tuple[int, int]]
+
+
 class Admin:
     """Manage topics. Configuration: bootstrap_servers=..., request_timeout_ms=...,
     default_api_timeout_ms=... (or a dict of the dotted names)."""
@@ -291,6 +301,39 @@ class Admin:
         return ClusterDescription(nodes=dict(cluster.brokers), controller_id=cluster.controller_id,
                                   cluster_id=cluster.cluster_id,
                                   authorized_operations=operations)
+
+    def describe_features(self, node_id: int | None = None) -> FeatureMetadata:
+        """KIP-584's feature levels, as Kafka's ``Admin.describeFeatures``: the finalized ones
+        and their epoch, and what the broker supports (an ApiVersions request, v3+)."""
+        r = self._api_versions(node_id)
+
+        def ranges(items, lo: str, hi: str) -> dict[str, tuple[int, int]]:
+            return {str(f.name): (int(getattr(f, lo)), int(getattr(f, hi))) for f in items}
+
+        return FeatureMetadata(
+            finalized=ranges(getattr(r, "finalized_features", ()), "min_version_level",
+                             "max_version_level"),
+            finalized_epoch=int(getattr(r, "finalized_features_epoch", -1)),
+            supported=ranges(getattr(r, "supported_features", ()), "min_version",
+                             "max_version"))
+
+    def api_versions(self, node_id: int) -> dict[int, tuple[int, int]]:
+        """The API version ranges a broker supports (api key -> (min, max)), as
+        kafka-broker-api-versions.sh shows them."""
+        return {int(k.api_key): (int(k.min_version), int(k.max_version))
+                for k in self._api_versions(node_id).api_keys}
+
+    def _api_versions(self, node_id: int | None) -> Any:
+        from .connection import CLIENT_SOFTWARE_NAME, _software_version
+
+        if node_id is not None and self._net.address(node_id) is None:
+            self._metadata([])  # the brokers' addresses
+        r = self._net.request_any(ApiKey.API_VERSIONS, {
+            "client_software_name": CLIENT_SOFTWARE_NAME,
+            "client_software_version": _software_version()}, self._deadline(), node_id=node_id)
+        if int(r.error_code):
+            raise error_for_code(int(r.error_code))("ApiVersions")
+        return r
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Names of all topics, sorted (internal ones such as __consumer_offsets only on
