@@ -152,10 +152,10 @@ def _jaas_login(text: str, settings: Mapping[str, str]) -> dict[str, str]:
 
 def connection_settings(bootstrap_servers: str, client: Mapping[str, str]) -> dict[str, str]:
     """What every client of the connector needs to reach the brokers: the bootstrap list and
-    the user's ``kafka.security.*`` / ``kafka.sasl.*`` settings (not the rest of ``kafka.*``,
-    which is for the reading consumer or the writing producer)."""
+    the user's ``kafka.security.*`` / ``kafka.sasl.*`` / ``kafka.ssl.*`` settings (not the
+    rest of ``kafka.*``, which is for the reading consumer or the writing producer)."""
     return {"bootstrap.servers": bootstrap_servers,
-            **{k: v for k, v in client.items() if k.startswith(("security.", "sasl."))}}
+            **{k: v for k, v in client.items() if k.startswith(("security.", "sasl.", "ssl."))}}
 
 
 class OptionError(ValueError):
