@@ -25,7 +25,10 @@ Kafka connector with what oncelog does with it.
 
 Unlike Spark, which ignores an option it does not know, an unknown option (a typo such as
 ``startingOffset``) is refused with the option's name and the closest known one: a typo in
-``startingOffsets`` would otherwise silently read from the default position.
+``startingOffsets`` would otherwise silently read from the default position. The sink's
+options are checked the same way (``sink_settings``), on the driver. ``kafka.sasl.jaas.config``
+(Kafka's JAAS line, as Spark's connector passes it to Kafka's client) becomes our client's user
+name and password (``client_settings``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Each task writes its rows in a two-phase-commit transaction of its own (transactional id
 ``{prefix}-{partition}-{attempt}``), records the micro-batch id in the same transaction (the
-offset ``batch + 1`` of group ``{prefix}`` for partition ``partition`` of the pseudo topic
-``__oncelog_spark_batches``), prepares, and hands the PreparedTxnState to the driver in its
+offset ``batch + 1`` of group ``{prefix}-batches-{partition}`` for partition 0 of the topic
+``__oncelog_spark_batches``, which brokers show as internal: oncelog/spark_markers.py), prepares, and hands the PreparedTxnState to the driver in its
 commit message. The driver writes its decision (the list of prepared transactions of the batch)
 to the checkpoint directory, then completes every one of them, then aborts whatever else the
 prefix has open (failed and speculative attempts). A driver that dies in between rolls the
