@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pyspark")  # oncelog.spark imports it (the options module itself does not)
 
-from oncelog.spark.options import OptionError, parse
+from oncelog.spark.options import OptionError, parse, sink_settings
 from oncelog.spark.ranges import split_ranges
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
@@ -67,13 +67,104 @@ def test_unknown_or_bad_kafka_settings_are_refused_with_the_clients_message():
 
 
 def test_the_kafka_settings_spark_refuses_are_refused_with_its_reasons():
-    assert error({"kafka.auto.offset.reset": "earliest"}) == (
-        "option kafka.auto.offset.reset is not supported: set the source option "
-        "startingOffsets to earliest or latest instead: the query, not the consumer, decides "
-        "where it starts")
-    for name in ("key.deserializer", "value.deserializer", "enable.auto.commit",
-                 "interceptor.classes"):
-        assert error({f"kafka.{name}": "x"}).startswith(f"option kafka.{name} is not supported")
+    assert error({"kafka.auto.offset.reset": "earliest"}).startswith(
+        "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
+        "'startingoffsets' to 'earliest' or 'latest' to specify where to start.")
+    assert error({"kafka.key.deserializer": "x"}) == (
+        "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte "
+        "arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize "
+        "the keys.")
+    for name in ("value.deserializer", "enable.auto.commit", "interceptor.classes"):
+        assert error({f"kafka.{name}": "x"}).startswith(f"Kafka option '{name}' is not supported")
+
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+              'username="alice" password="al\\"ice-pw";')
+SCRAM_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+              'username="bob" password="bob-pw";')
+
+
+def test_sasl_jaas_config_logs_in_as_kafkas_client_would():
+    o = parse({**BASE, "kafka.security.protocol": "SASL_PLAINTEXT",
+               "kafka.sasl.jaas.config": PLAIN_JAAS})
+    assert o.client_config() == {
+        "bootstrap.servers": "127.0.0.1:9092", "isolation.level": "read_committed",
+        "security.protocol": "SASL_PLAINTEXT", "sasl.plain.username": "alice",
+        "sasl.plain.password": 'al"ice-pw'}
+    _, client = sink_settings({"kafka.bootstrap.servers": "h:1",
+                               "kafka.security.protocol": "sasl_plaintext",
+                               "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                               "kafka.sasl.jaas.config": SCRAM_JAAS})
+    assert (client["sasl.mechanism"], client["sasl.plain.username"],
+            client["sasl.plain.password"]) == ("SCRAM-SHA-512", "bob", "bob-pw")
+    assert "jaas" not in str(client)
+    # A login module that is not the mechanism's, no SASL protocol, no password: refused.
+    assert "names the login module 'org.apache.kafka.common.security.scram.ScramLoginModule'" \
+        ", not org.apache.kafka.common.security.plain.PlainLoginModule, which " \
+        "kafka.sasl.mechanism=PLAIN needs (set kafka.sasl.mechanism to SCRAM-SHA-256 or " \
+        "SCRAM-SHA-512)" in error({"kafka.security.protocol": "SASL_PLAINTEXT",
+                                   "kafka.sasl.jaas.config": SCRAM_JAAS})
+    assert "kafka.security.protocol is PLAINTEXT: set kafka.security.protocol to " \
+        "SASL_PLAINTEXT or SASL_SSL" in error({"kafka.sasl.jaas.config": PLAIN_JAAS})
+    assert error({"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.jaas.config":
+                  PLAIN_JAAS.replace(' password="al\\"ice-pw"', "")}) == (
+        "option kafka.sasl.jaas.config has no password")
+    assert "expected Kafka's JAAS syntax" in error({
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.jaas.config": PLAIN_JAAS.rstrip(";")})
+
+
+def sink_error(options: dict) -> str:
+    with pytest.raises(OptionError) as info:
+        sink_settings({"kafka.bootstrap.servers": "127.0.0.1:9092", **options})
+    return str(info.value)
+
+
+def test_the_sinks_options_are_checked_before_any_task():
+    # a typo in one of its options, with the closest name (Spark's sink would ignore it)
+    assert sink_error({"transactionalIdPrefx": "p"}) == (
+        "unknown option 'transactionalidprefx' for the oncelog sink (did you mean "
+        "transactionalIdPrefix?)")
+    assert sink_error({"checkpointLocaton": "/x"}).endswith("(did you mean checkpointLocation?)")
+    assert sink_error({"subscribe": "t"}) == (
+        "option subscribe is for reading from oncelog, not for writing (to name the topic to "
+        "write, use topic)")
+    # acks other than all: why, not "transactional.id conflicts" in every task
+    for acks in ("1", "0"):
+        message = sink_error({"kafka.acks": acks})
+        assert message.startswith(f"option kafka.acks={acks} is not supported by the oncelog "
+                                  "sink: it writes exactly once, in transactions, and a "
+                                  "transactional producer needs acks=all (-1)")
+    for acks in ("all", "-1", "ALL"):
+        assert sink_settings({"kafka.bootstrap.servers": "h:1", "kafka.acks": acks})[1] == {
+            "acks": acks}
+    # Spark's Kafka sink's own refusals, with its words
+    assert sink_error({"kafka.key.serializer": "x"}) == (
+        "Kafka option 'key.serializer' is not supported as keys are serialized with "
+        "ByteArraySerializer.")
+    assert sink_error({"kafka.value.serializer": "x"}).startswith(
+        "Kafka option 'value.serializer' is not supported")
+    # what the sink sets itself, or cannot work with
+    assert "set the option transactionalIdPrefix" in sink_error({"kafka.transactional.id": "x"})
+    assert "never time out" in sink_error({"kafka.transaction.timeout.ms": "1000"})
+    assert "transactions need idempotence" in sink_error({"kafka.enable.idempotence": "false"})
+    assert sink_error({"kafka.retries": "0"}) == (
+        "option kafka.*: transactional.id conflicts with the configuration: retries must be "
+        "> 0 (the oncelog sink's producers are transactional)")
+    assert sink_error({"kafka.linger.ms": "x"}) == (
+        "option kafka.*: invalid value for producer config 'linger.ms': expected an integer, "
+        "got 'x'")
+    assert sink_error({"kafka.lingr.ms": "5"}).startswith(
+        "option kafka.*: unknown producer config 'lingr.ms'")
+    assert sink_error({"kafka.group.id": "g"}).startswith(
+        "option kafka.*: unknown producer config 'group.id'")  # a consumer setting
+    assert sink_settings_error() == "option kafka.bootstrap.servers is required"
+
+
+def sink_settings_error() -> str:
+    with pytest.raises(OptionError) as info:
+        sink_settings({"topic": "t"})
+    return str(info.value)
 
 
 # -- what to read ----------------------------------------------------------------------------

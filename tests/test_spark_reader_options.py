@@ -201,6 +201,6 @@ def test_refused_options_fail_before_any_task(spark, broker):
     assert "unknown consumer config 'max.poll.record' (did you mean 'max.poll.records'?)" in \
         error(lambda: read(spark, broker, subscribe="x",
                            **{"kafka.max.poll.record": "5"}).collect())
-    assert "option kafka.auto.offset.reset is not supported" in error(
+    assert "Kafka option 'auto.offset.reset' is not supported" in error(
         lambda: read(spark, broker, subscribe="x",
                      **{"kafka.auto.offset.reset": "earliest"}).collect())

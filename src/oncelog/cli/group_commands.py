@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from ..spark_markers import is_marker_offset
 from .group_args import group_ids, topic_partitions
 from .group_lso import lso_holds, note
 from .group_reset import run_reset
@@ -142,6 +143,8 @@ def _offsets(admin, group) -> tuple[list[str], list[list], list[int]]:
             offset = committed.get(tp)
             end = ends[tp].offset if tp in ends else None
             lag = end - offset if offset is not None and end is not None else None
+            if is_marker_offset(tp.topic):
+                lag = None  # a Spark sink's marker: a batch id, not a position (no lag)
             rows.append([group.group_id, tp.topic, tp.partition, offset, end, lag,
                          m.member_id if m else None, m.host if m else None,
                          m.client_id if m else None])

@@ -581,6 +581,34 @@ class GroupCoordinator:
         return None, errors, [WriteRecords(group_id, tuple(
             (OffsetKey(group_id, t, p), None) for t, p in gone))]
 
+    def expire_offsets(self, now_ms: int, retention_ms: int) -> list[Effect]:
+        """``offsets.retention.minutes`` (KIP-211), as Kafka's classic groups: a group without
+        members loses the offsets older than the retention, counted from when it became Empty
+        (a group that had members) or from each offset's commit (one that never had any:
+        offsets alone, as a simple consumer or a transactional producer commits them); offsets
+        pending in a transaction stay. An Empty group left with no offsets is removed (Dead,
+        its tombstone written), as Kafka's cleanupGroupMetadata. (Kafka also expires, in a
+        Stable consumer group, the offsets of topics no member subscribes to: not done here.)"""
+        effects: list[Effect] = []
+        for group in list(self.groups.values()):
+            if group.state != G.EMPTY or group.members:
+                continue
+            since_empty = group.state_timestamp_ms \
+                if group.protocol_type and group.state_timestamp_ms >= 0 else None
+            gone = [tp for tp, v in group.offsets.items() if not group.has_pending_offsets(tp)
+                    and now_ms - (v.commit_timestamp if since_empty is None else since_empty)
+                    >= retention_ms]
+            records: list = [(OffsetKey(group.group_id, t, p), None) for t, p in gone]
+            for tp in gone:
+                del group.offsets[tp]
+            if not group.offsets and not group.pending_txn_offsets:
+                records.append((GroupKey(group.group_id), None))
+                group.transition_to(G.DEAD, now_ms)
+                del self.groups[group.group_id]
+            if gone:
+                effects.append(WriteRecords(group.group_id, tuple(records)))
+        return effects
+
     def delete_group(self, group_id: str, now_ms: int) -> tuple[str | None, list[Effect]]:
         group = self.groups.get(group_id)
         if group is None or (group.state == G.EMPTY and not group.offsets

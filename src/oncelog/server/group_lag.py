@@ -6,7 +6,9 @@ a read_uncommitted consumer, the high watermark. A broker knows the committed of
 groups it coordinates (the ``__consumer_offsets`` partitions it leads) and the high watermarks
 of the partitions it hosts; a partition hosted elsewhere has no log end offset here (``None``,
 Kafka's tool prints ``-``). Transactional offsets still pending their marker are not committed
-yet and are not counted, as in Kafka.
+yet and are not counted, as in Kafka. The Spark sink's markers (offsets it commits for
+``__oncelog_spark_batches``, a topic nothing is written to: batch ids, not positions) have no
+lag (``None``), where a log end offset minus them would be negative.
 
 The web console's Groups page (server/console/) and the ``oncelog_consumer_group_lag`` metric
 family read the same figures from ``group_lags``.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+from ..spark_markers import is_marker_offset
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,8 @@ class PartitionLag:
 
     @property
     def lag(self) -> int | None:
-        if self.log_end_offset is None or self.committed_offset < 0:
+        if self.log_end_offset is None or self.committed_offset < 0 \
+                or is_marker_offset(self.topic):
             return None
         return self.log_end_offset - self.committed_offset
 

@@ -141,9 +141,17 @@ class GroupService:
 
     def start(self) -> None:
         self.runtime.every(TICK_S, self._tick)
+        self.runtime.every(self.broker.config.int("offsets.retention.check.interval.ms") / 1000,
+                           self._expire_offsets)
 
     def _tick(self) -> None:
         self.execute(self.core.tick(now_ms()))
+
+    def _expire_offsets(self) -> None:
+        """Kafka's offsets.retention.check.interval.ms task: offsets (and groups left with
+        none) past offsets.retention.minutes go, with their tombstones."""
+        retention_ms = self.broker.config.int("offsets.retention.minutes") * 60_000
+        self.execute(self.core.expire_offsets(now_ms(), retention_ms))
 
     def close(self) -> None:
         self.runtime.close()

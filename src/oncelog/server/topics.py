@@ -23,6 +23,7 @@ from ..log.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
 from ..log.loader import HIGH_WATERMARK_FILE
 from ..log.preallocator import Preallocator
 from ..log.segment import os_error_name
+from ..spark_markers import MARKER_TOPIC
 from .config import BrokerConfig, ConfigError, validate_topic_configs
 
 log = logging.getLogger("oncelog.topics")
@@ -32,6 +33,10 @@ TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE})
+# Shown as internal (Metadata's is_internal, left out of listings) besides those: the Spark
+# sink's markers (oncelog/spark_markers.py). Its client creates the topic and commits offsets
+# for it, so it is not refused to clients as the coordinators' topics are.
+SHOWN_INTERNAL = INTERNAL_TOPICS | {MARKER_TOPIC}
 MAX_TOPIC_NAME_LENGTH = 249
 META_DIR = ".topics"
 

@@ -25,7 +25,10 @@ Kafka connector with what oncelog does with it.
 
 Unlike Spark, which ignores an option it does not know, an unknown option (a typo such as
 ``startingOffset``) is refused with the option's name and the closest known one: a typo in
-``startingOffsets`` would otherwise silently read from the default position.
+``startingOffsets`` would otherwise silently read from the default position. The sink's
+options are checked the same way (``sink_settings``), on the driver. ``kafka.sasl.jaas.config``
+(Kafka's JAAS line, as Spark's connector passes it to Kafka's client) becomes our client's user
+name and password (``client_settings``).
 """
 
 from __future__ import annotations
@@ -56,27 +59,174 @@ _BATCH_ONLY = ("endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
 _STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 # The sink's options: meaningful to format("oncelog"), not to a read.
 SINK_OPTIONS = ("topic", "transactionalIdPrefix", "checkpointLocation")
-# kafka.* settings Spark's Kafka source refuses, with its reasons.
+# kafka.* settings Spark's Kafka source refuses, with its words
+# (KafkaSourceProvider.validateGeneralOptions).
 _REFUSED_CLIENT = {
-    "auto.offset.reset": "set the source option startingOffsets to earliest or latest instead: "
-                         "the query, not the consumer, decides where it starts",
-    "key.deserializer": "keys are always bytes; deserialize them with DataFrame operations",
-    "value.deserializer": "values are always bytes; deserialize them with DataFrame operations",
-    "enable.auto.commit": "the source commits no offsets (they live in the checkpoint)",
-    "interceptor.classes": "interceptors could change the records",
+    "auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. Instead set the "
+                         "source option 'startingoffsets' to 'earliest' or 'latest' to specify "
+                         "where to start. Structured Streaming manages which offsets are "
+                         "consumed internally, rather than relying on the kafkaConsumer to do "
+                         "it. This will ensure that no data is missed when new "
+                         "topics/partitions are dynamically subscribed. Note that "
+                         "'startingoffsets' only applies when a new Streaming query is "
+                         "started, and that resuming will always pick up from where the query "
+                         "left off. See the docs for more details.",
+    "key.deserializer": "Kafka option 'key.deserializer' is not supported as keys are "
+                        "deserialized as byte arrays with ByteArrayDeserializer. Use DataFrame "
+                        "operations to explicitly deserialize the keys.",
+    "value.deserializer": "Kafka option 'value.deserializer' is not supported as values are "
+                          "deserialized as byte arrays with ByteArrayDeserializer. Use "
+                          "DataFrame operations to explicitly deserialize the values.",
+    "enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
+    "interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
 }
+# kafka.* settings the sink refuses: Spark's Kafka sink's two (kafkaParamsForProducer, its
+# words), and what the exactly-once sink sets itself or cannot work with.
+_REFUSED_PRODUCER = {
+    "key.serializer": "Kafka option 'key.serializer' is not supported as keys are serialized "
+                      "with ByteArraySerializer.",
+    "value.serializer": "Kafka option 'value.serializer' is not supported as value are "
+                        "serialized with ByteArraySerializer.",
+    "transactional.id": "Kafka option 'transactional.id' is not supported: the oncelog sink "
+                        "names a transactional id per task; set the option "
+                        "transactionalIdPrefix to choose their prefix",
+    "transaction.two.phase.commit.enable": "Kafka option "
+                        "'transaction.two.phase.commit.enable' is not supported: the oncelog "
+                        "sink always writes two-phase-commit transactions (KIP-939)",
+    "transaction.timeout.ms": "Kafka option 'transaction.timeout.ms' is not supported: the "
+                              "oncelog sink's two-phase-commit transactions never time out "
+                              "(KIP-939); the driver completes or aborts them",
+    "interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}
+# The sink's options besides kafka.*: its own, and the source's includeHeaders (Spark's
+# writer writes a headers column whenever there is one, and ignores the option).
+SINK_KNOWN = ("kafka.bootstrap.servers", *SINK_OPTIONS, "includeHeaders")
+
+
+def client_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options (names already lower case) as our client's settings: the prefix
+    dropped, and Kafka's ``sasl.jaas.config`` (as Spark's Kafka connector passes it to Kafka's
+    client) turned into the user name and password of our client's SASL settings."""
+    out = {k[len("kafka."):]: v for k, v in options.items()
+           if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+    jaas = out.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        out.update(_jaas_login(jaas, out))
+    return out
+
+
+def _jaas_login(text: str, settings: Mapping[str, str]) -> dict[str, str]:
+    """Kafka's ``sasl.jaas.config`` (``org.apache.kafka.common.security.plain.PlainLoginModule
+    required username="..." password="...";``, or ScramLoginModule) checked against
+    ``sasl.mechanism`` and ``security.protocol`` as Kafka's client would use them."""
+    from ..security.sasl import LOGIN_MODULES, jaas_login_module, jaas_options
+
+    protocol = settings.get("security.protocol", "PLAINTEXT").strip().upper()
+    if not protocol.startswith("SASL_"):
+        raise OptionError(
+            f"option kafka.sasl.jaas.config is set but kafka.security.protocol is {protocol}: "
+            "set kafka.security.protocol to SASL_PLAINTEXT or SASL_SSL to log in with it")
+    mechanism = settings.get("sasl.mechanism", "PLAIN").strip().upper()
+    module = jaas_login_module(text)
+    want = LOGIN_MODULES.get(mechanism)
+    if want is None:
+        return {}  # an unknown mechanism: the client refuses it, naming the ones it has
+    if module != want:
+        scram = module == LOGIN_MODULES["SCRAM-SHA-256"]
+        hint = (" (set kafka.sasl.mechanism to SCRAM-SHA-256 or SCRAM-SHA-512)" if scram
+                else " (set kafka.sasl.mechanism to PLAIN)" if module == LOGIN_MODULES["PLAIN"]
+                else "")
+        raise OptionError(
+            f"option kafka.sasl.jaas.config names the login module {module or '(none)'!r}, "
+            f"not {want}, which kafka.sasl.mechanism={mechanism} needs{hint}")
+    words = text.split()
+    flags = ("required", "requisite", "sufficient", "optional")  # JAAS's control flags
+    if len(words) < 2 or words[1].lower() not in flags or not text.rstrip().endswith(";"):
+        raise OptionError("option kafka.sasl.jaas.config: expected Kafka's JAAS syntax, "
+                          '<LoginModule> required username="..." password="...";')
+    found = jaas_options(text)
+    missing = [k for k in ("username", "password") if k not in found]
+    if missing:
+        raise OptionError(f"option kafka.sasl.jaas.config has no {' and no '.join(missing)}")
+    unescape = re.compile(r"\\(.)")
+    return {"sasl.plain.username": unescape.sub(r"\1", found["username"]),
+            "sasl.plain.password": unescape.sub(r"\1", found["password"])}
 
 
 def connection_settings(bootstrap_servers: str, client: Mapping[str, str]) -> dict[str, str]:
     """What every client of the connector needs to reach the brokers: the bootstrap list and
-    the user's ``kafka.security.*`` / ``kafka.sasl.*`` settings (not the rest of ``kafka.*``,
-    which is for the reading consumer or the writing producer)."""
+    the user's ``kafka.security.*`` / ``kafka.sasl.*`` / ``kafka.ssl.*`` settings (not the
+    rest of ``kafka.*``, which is for the reading consumer or the writing producer)."""
     return {"bootstrap.servers": bootstrap_servers,
-            **{k: v for k, v in client.items() if k.startswith(("security.", "sasl."))}}
+            **{k: v for k, v in client.items() if k.startswith(("security.", "sasl.", "ssl."))}}
 
 
 class OptionError(ValueError):
     pass
+
+
+def sink_settings(options: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """Check a writer's options on the driver, before any task runs (Spark calls the data
+    source's ``writer`` / ``streamWriter`` there): (the options, names in lower case; the
+    ``kafka.*`` ones as our producer's settings).
+
+    Spark's Kafka sink reads only the options it knows and ignores the rest; this one refuses
+    a name it does not know (a typo such as ``transactionalIdPrefx`` would otherwise be
+    ignored, and the sink would name its transactions from the checkpoint instead), naming the
+    closest known one. Settings that would make the transactional producer fail in every task
+    (``kafka.acks=1``, ``kafka.enable.idempotence=false``, a typo in a producer setting) are
+    refused here too, with the reason."""
+    from ..client.config import producer_config
+
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    known = {s.lower(): s for s in SINK_KNOWN}
+    for k in opts:
+        if not k.startswith("kafka.") and k not in known:
+            raise OptionError(_unknown_for_sink(k))
+    if not opts.get("kafka.bootstrap.servers"):
+        raise OptionError("option kafka.bootstrap.servers is required")
+    client = client_settings(opts)
+    for name, why in _REFUSED_PRODUCER.items():
+        if name in client:
+            raise OptionError(why)
+    acks = client.get("acks")
+    if acks is not None and acks.strip().lower() not in ("all", "-1"):
+        raise OptionError(
+            f"option kafka.acks={acks} is not supported by the oncelog sink: it writes exactly "
+            "once, in transactions, and a transactional producer needs acks=all (-1), as "
+            "Kafka's (KIP-98): a record acknowledged by the leader alone could be lost with "
+            "it after the transaction committed. Leave kafka.acks out, or set it to all")
+    idempotence = client.get("enable.idempotence")
+    if idempotence is not None and idempotence.strip().lower() != "true":
+        raise OptionError(
+            f"option kafka.enable.idempotence={idempotence} is not supported by the oncelog "
+            "sink: its producers are transactional, and transactions need idempotence "
+            "(KIP-98). Leave it out")
+    try:
+        producer_config({"bootstrap.servers": opts["kafka.bootstrap.servers"], **client,
+                         "transactional.id": "oncelog-sink-options",
+                         "transaction.two.phase.commit.enable": "true"}, {})
+    except ValueError as exc:
+        why = " (the oncelog sink's producers are transactional)" if "conflicts" in str(exc) \
+            else ""
+        raise OptionError(f"option kafka.*: {exc}{why}") from None
+    return opts, client
+
+
+def _unknown_for_sink(name: str) -> str:
+    source = {s.lower(): s for s in SOURCE_OPTIONS}
+    if name in source:
+        hint = " (to name the topic to write, use topic)" if name == "subscribe" else ""
+        return f"option {source[name]} is for reading from oncelog, not for writing{hint}"
+    if name == "path":
+        return "the oncelog sink takes no path: name the topic with the topic option or a " \
+               "topic column"
+    names = [s for s in SINK_KNOWN if not s.startswith("kafka.")]
+    close = difflib.get_close_matches(name, [s.lower() for s in names], n=1)
+    hint = ""
+    if close:
+        hint = f" (did you mean {next(s for s in names if s.lower() == close[0])}?)"
+    return f"unknown option {name!r} for the oncelog sink{hint}"
 
 
 @dataclass
@@ -207,7 +357,7 @@ def _check_client(settings: dict[str, str]) -> None:
 
     for name, why in _REFUSED_CLIENT.items():
         if name in settings:
-            raise OptionError(f"option kafka.{name} is not supported: {why}")
+            raise OptionError(why)
     try:
         consumer_config(settings, {})
     except ValueError as exc:
@@ -295,9 +445,7 @@ def parse(options: Mapping[str, Any], streaming: bool = False) -> SourceOptions:
                           f"maxOffsetsPerTrigger ({o.max_offsets_per_trigger})")
     # groupIdPrefix names consumer groups; this source reads by assignment and joins none,
     # so there is nothing to name (it is accepted so that Spark jobs run unchanged).
-    for k, v in opts.items():
-        if k.startswith("kafka.") and k != "kafka.bootstrap.servers":
-            o.client[k[len("kafka."):]] = v
+    o.client = client_settings(opts)
     _check_client(o.client_config())
     return o
 

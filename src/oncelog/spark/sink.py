@@ -2,8 +2,8 @@
 
 Each task writes its rows in a two-phase-commit transaction of its own (transactional id
 ``{prefix}-{partition}-{attempt}``), records the micro-batch id in the same transaction (the
-offset ``batch + 1`` of group ``{prefix}`` for partition ``partition`` of the pseudo topic
-``__oncelog_spark_batches``), prepares, and hands the PreparedTxnState to the driver in its
+offset ``batch + 1`` of group ``{prefix}-batches-{partition}`` for partition 0 of the topic
+``__oncelog_spark_batches``, which brokers show as internal: oncelog/spark_markers.py), prepares, and hands the PreparedTxnState to the driver in its
 commit message. The driver writes its decision (the list of prepared transactions of the batch)
 to the checkpoint directory, then completes every one of them, then aborts whatever else the
 prefix has open (failed and speculative attempts). A driver that dies in between rolls the
@@ -29,10 +29,9 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from .options import connection_settings
+from ..spark_markers import MARKER_TOPIC
+from .options import connection_settings, sink_settings
 from .write_checks import NULL_TOPIC, save_mode_error, validate_query
-
-MARKER_TOPIC = "__oncelog_spark_batches"
 
 # A task sends its rows all at once and then prepares: batches far larger than a producer's
 # default (16 KiB) cost the broker a fraction per record (measured: a task's 150,000 rows of
@@ -67,10 +66,9 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool = True) -> SinkOptions:
-        opts = {k.lower(): str(v) for k, v in options.items()}
-        bootstrap = opts.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise SinkError("option kafka.bootstrap.servers is required")
+        # Checked on the driver before any task (an OptionError names the option).
+        opts, client = sink_settings(options)
+        bootstrap = opts["kafka.bootstrap.servers"]
         checkpoint = opts.get("checkpointlocation")
         prefix = opts.get("transactionalidprefix")
         check_id = f"{prefix}-check"
@@ -85,8 +83,6 @@ class SinkOptions:
             digest = hashlib.sha256(os.path.abspath(checkpoint).encode()).hexdigest()[:16]
             prefix = f"oncelog-spark-{digest}"
             check_id = f"{prefix}-check"
-        client = {k[len("kafka."):]: v for k, v in opts.items()
-                  if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
         # Spark's Kafka sink trims the topic option.
         topic = opts["topic"].strip() if "topic" in opts else None
         return cls(bootstrap, topic, prefix, checkpoint, client, check_id)

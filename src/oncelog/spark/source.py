@@ -367,6 +367,13 @@ class OncelogBatchReader(DataSourceReader):
                                       f"{start[tp]}, is past the end, offset {end[tp]}")
                 raise OptionError(f"{t}-{p}: startingOffsets {start[tp]} is past "
                                   f"endingOffsets {end[tp]}")
+        if self.opts.client_config()["isolation.level"] == "read_committed":
+            at_lso = [tp for tp in tps if end[tp] == latest[tp]]
+            try:
+                warn_open_transactions(planner, at_lso, latest)
+            except Exception as exc:  # noqa: BLE001 (a warning only: never fail the read)
+                log.info("could not look for open transactions holding the last stable "
+                         "offsets back: %s: %s", type(exc).__name__, exc)
         return _split(self.opts, [
             TopicPartitionRange(t, p, _checked(self.opts, t, p, start[(t, p)],
                                                earliest[(t, p)]), end[(t, p)])
@@ -374,6 +381,48 @@ class OncelogBatchReader(DataSourceReader):
 
     def read(self, partition):
         return _read(self.opts, partition)
+
+
+def warn_open_transactions(planner: _Planner, tps: list[tuple[str, int]], lso: dict) -> None:
+    """A read_committed batch read ends at the last stable offset: where that is below the high
+    watermark, an open transaction holds the partition back, and the read leaves out what
+    follows it, committed or not. Say so on the driver (a WARNING of the ``oncelog.spark``
+    logger), naming the partition, the transactional id whose transaction starts at the LSO
+    (DescribeProducers: the producer id whose open transaction starts there; ListTransactions
+    and DescribeTransactions: its transactional id and start time) and how long it has been
+    open, as ``oncelog transactions`` shows it."""
+    from .. import TopicPartition
+
+    if not tps:
+        return
+    admin = planner._admin()
+    ends = admin.list_offsets({TopicPartition(t, p): LATEST for t, p in tps})
+    held = {(tp.topic, tp.partition): r.offset for tp, r in ends.items()
+            if r.offset > lso[(tp.topic, tp.partition)]}
+    if not held:
+        return
+    producers = admin.describe_producers([TopicPartition(t, p) for t, p in sorted(held)])
+    now = time.time() * 1000
+    for (t, p), hw in sorted(held.items()):
+        stable = lso[(t, p)]
+        holder = next((s for s in producers.get(TopicPartition(t, p), ())
+                       if s.current_txn_start_offset == stable), None)
+        who = "an open transaction"
+        if holder is not None:
+            who = f"the open transaction of producer id {holder.producer_id}"
+            listed = admin.list_transactions(producer_ids=[holder.producer_id])
+            if listed:
+                txn_id = listed[0].transactional_id
+                described = admin.describe_transactions([txn_id])[txn_id]
+                age = "" if described.start_ms is None else \
+                    f", open for {max(0.0, (now - described.start_ms) / 1000):.1f} s"
+                who = (f"the open transaction of transactional id {txn_id!r} (producer id "
+                       f"{holder.producer_id}, state {described.state}{age})")
+        log.warning(
+            "%s-%d: this read_committed batch read ends at the last stable offset %d, below "
+            "the high watermark %d: %s holds it there; the %d offsets after it are left out "
+            "until that transaction commits or aborts (oncelog transactions list / "
+            "force-terminate)", t, p, stable, hw, who, hw - stable)
 
 
 def _checked(opts: SourceOptions, topic: str, partition: int, start: int, earliest: int) -> int:

@@ -17,7 +17,7 @@ from ...txn.state import TransactionMetadata, TransactionState
 from ..clock import now_ms
 from ..group_lag import group_lags
 from ..stable_offsets import LsoHolder, coordinated_by_producer_id, holder
-from ..topics import INTERNAL_TOPICS
+from ..topics import SHOWN_INTERNAL
 from .chart import offsets_chart
 from .layout import Html, age, esc, link, path_part, table
 
@@ -54,7 +54,7 @@ def _more(total: int, what: str) -> str:
 def _topic_names(broker, viewer, internal: bool) -> list[str]:
     view = broker.metadata.view
     names = set(view.topics) if view is not None else set(broker.topics.topics)
-    return sorted(n for n in names if (internal or n not in INTERNAL_TOPICS)
+    return sorted(n for n in names if (internal or n not in SHOWN_INTERNAL)
                   and viewer.may_see(ResourceType.TOPIC, n))
 
 

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 from ...protocol import ApiKey, make, response_module
-from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
+from ..topics import INTERNAL_TOPICS, SHOWN_INTERNAL, TopicError, check_topic_name
 from . import acl
 from .util import error_code
 
@@ -104,7 +104,7 @@ async def _metadata(broker, ctx, request, mod):
                 replica_nodes=tuple(replicas), isr_nodes=tuple(state.isr),
                 offline_replicas=offline))
         topics_out.append(make(mod.MetadataResponseTopic, error_code=0, name=name,
-                               topic_id=assignment.topic_id, is_internal=name in INTERNAL_TOPICS,
+                               topic_id=assignment.topic_id, is_internal=name in SHOWN_INTERNAL,
                                partitions=tuple(parts),
                                topic_authorized_operations=topic_ops(name)))
     brokers = tuple(make(mod.MetadataResponseBroker, node_id=b, host=info.host, port=info.port,
