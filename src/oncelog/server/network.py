@@ -60,28 +60,75 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
+        """Count the connection in at accept, TLS or not (``max.connections``,
+        ``max.connections.per.ip``): one over its quota is closed here, before any handshake,
+        so it holds its descriptor no longer than this call. A TLS listener accepts plain TCP
+        and upgrades it (``_handshake``), as Kafka's SocketServer counts a connection before
+        its SslTransportLayer handshakes."""
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ip = peer[0] if peer else "?"
+        refused = self.server.admit(self)
+        if refused is None and self.server.ssl_context is not None:
+            refused = self.server.start_handshake()
+            if refused is not None:
+                self.server.release(self)
+        if refused:
+            log.warning("closing %s: %s", self.peer, refused)
+            self.closed = True
+            transport.close()
+            return
+        loop = asyncio.get_running_loop()
+        if self.server.ssl_context is not None:
+            # nothing read until start_tls takes the transport over: the ClientHello is its
+            transport.pause_reading()
+            self.task = loop.create_task(self._handshake(transport, self.server.ssl_context))
+            return
+        self._setup(transport, tls=False)
+        self.task = loop.create_task(self._serve())
+
+    def _setup(self, transport, *, tls: bool) -> None:
+        self.transport = transport
+        self.last_active = time.monotonic()
         sock = transport.get_extra_info("socket")
         # sendfile only on a plain socket: on a TLS connection it would put the segment's
         # bytes on the wire unencrypted, under the TLS stream; those take _write_chunks.
-        tls = self.server.ssl_context is not None or \
-            transport.get_extra_info("sslcontext") is not None
         if sock is not None and not tls:
             self.socket_fd = sock.fileno()
             self.zero_copy = self.socket_fd >= 0
             # can_write set exactly when the transport holds nothing: a record set sent by
             # sendfile must not overtake bytes still queued in front of it.
             transport.set_write_buffer_limits(high=0, low=0)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.ip = peer[0] if peer else "?"
-        refused = self.server.admit(self)
-        if refused:
-            log.warning("closing %s: %s", self.peer, refused)
-            self.closed = True
-            transport.close()
+
+    async def _handshake(self, raw: asyncio.BaseTransport, context) -> None:
+        """The TLS handshake of an admitted connection, within socket.request.read.timeout.ms
+        (it counts among the pending handshakes meanwhile), then its requests."""
+        loop = asyncio.get_running_loop()
+        server = self.server
+        try:
+            tls = await loop.start_tls(raw, self, context, server_side=True,  # type: ignore[arg-type]
+                                       ssl_handshake_timeout=server.read_timeout_ms / 1000)
+        except asyncio.CancelledError:
+            server.end_handshake()
+            self._abandon(raw)
             return
-        self.task = asyncio.get_running_loop().create_task(self._serve())
+        except Exception as exc:  # noqa: BLE001  (a timeout, a TLS alert, a reset: this one only)
+            server.end_handshake()
+            log.info("closing %s: TLS handshake failed: %r", self.peer, exc)
+            self._abandon(raw)
+            return
+        server.end_handshake()
+        if tls is None or self.closed:
+            self._abandon(raw)
+            return
+        self._setup(tls, tls=True)
+        await self._serve()
+
+    def _abandon(self, raw: asyncio.BaseTransport) -> None:
+        self.closed = True
+        raw.close()
+        self.server.release(self)
 
     def data_received(self, data: bytes) -> None:
         self.framing.receive_data(data)
@@ -276,6 +323,7 @@ class BrokerServer:
         self.port = port
         self.connections: set[KafkaConnection] = set()
         self.per_ip: dict[str, int] = {}
+        self.handshakes = 0  # TLS handshakes under way (connections counted in, not yet TLS)
         config = broker.config
         self.idle_ms = config.int("connections.max.idle.ms")
         self.read_timeout_ms = config.int("socket.request.read.timeout.ms")
@@ -308,6 +356,23 @@ class BrokerServer:
         self.broker.stats.connections_created += 1
         self.per_ip[conn.ip] = self.per_ip.get(conn.ip, 0) + 1
         return None
+
+    @property
+    def max_pending_handshakes(self) -> int:
+        """TLS handshakes under way at once: half of ``max.connections`` (at least one), so
+        connections that never finish theirs hold at most half the broker's slots and each
+        for at most socket.request.read.timeout.ms (oncelog's; Kafka bounds them only by
+        max.connections)."""
+        return max(1, self.max_connections // 2)
+
+    def start_handshake(self) -> str | None:
+        if self.handshakes >= self.max_pending_handshakes:
+            return f"{self.handshakes} TLS handshakes pending (half of max.connections)"
+        self.handshakes += 1
+        return None
+
+    def end_handshake(self) -> None:
+        self.handshakes -= 1
 
     def release(self, conn: KafkaConnection) -> None:
         if conn in self.connections:
@@ -345,10 +410,8 @@ class BrokerServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=512,
-            ssl=self.ssl_context,
-            # a handshake is not yet a connection the sweeper sees: bound it as a request
-            ssl_handshake_timeout=self.read_timeout_ms / 1000 if self.ssl_context else None)
+            # TLS is started per connection once it is counted in (KafkaConnection._handshake)
+            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=512)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self.broker.host = self.host

@@ -3,7 +3,9 @@
 Small on purpose: GET and HEAD, one request per connection (``Connection: close``), the
 request head bounded (``MAX_REQUEST_HEAD`` bytes, ``MAX_HEADERS`` lines, read within
 ``READ_TIMEOUT_S``), at most ``MAX_CONNECTIONS`` at once (the next ones are answered 503, and
-past twice that hung up on). Whatever a client sends, it gets a status (400, 401, 404, 405,
+past twice that hung up on), ``MAX_CONNECTIONS_PER_IP`` of them from one address (the next hung
+up on). Connections are counted at accept: over HTTPS, before their TLS handshake, which must
+end within ``READ_TIMEOUT_S``. Whatever a client sends, it gets a status (400, 401, 404, 405,
 431, 503) or a closed connection; the broker's own work goes on.
 A page that fails to render is a 500 and a logged traceback, nothing more. With an
 ``ssl.SSLContext`` the console is served over HTTPS.
@@ -29,6 +31,7 @@ MAX_REQUEST_HEAD = 8192
 MAX_HEADERS = 64
 READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
+MAX_CONNECTIONS_PER_IP = 8
 LINGER_BYTES = 1 << 20  # after answering, unread input drained (for two seconds at most)
 
 SECURITY_HEADERS = (
@@ -87,12 +90,27 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
     return method, target, headers
 
 
+class _Accepted(asyncio.StreamReaderProtocol):
+    """asyncio.start_server's protocol, which over HTTPS reads nothing until ``_serve`` has
+    counted the connection in and started TLS on it (the ClientHello is start_tls's to read)."""
+
+    def __init__(self, reader: asyncio.StreamReader, serve, tls: bool) -> None:
+        super().__init__(reader, serve)
+        self._tls = tls
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        if self._tls:
+            transport.pause_reading()
+        super().connection_made(transport)
+
+
 class ConsoleServer:
     def __init__(self, broker, ssl_context: ssl.SSLContext | None = None) -> None:
         self.broker = broker
         self.ssl_context = ssl_context
         self.sampler = OffsetSampler(broker)
         self.connections = 0
+        self.per_ip: dict[str, int] = {}
         self.port: int | None = None
         self._server: asyncio.base_events.Server | None = None
 
@@ -101,10 +119,13 @@ class ConsoleServer:
         return "https" if self.ssl_context is not None else "http"
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(
-            self._serve, host, port, limit=MAX_REQUEST_HEAD, reuse_address=True,
-            ssl=self.ssl_context,
-            ssl_handshake_timeout=READ_TIMEOUT_S if self.ssl_context is not None else None)
+        tls = self.ssl_context is not None
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            return _Accepted(asyncio.StreamReader(limit=MAX_REQUEST_HEAD), self._serve, tls)
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(protocol, host, port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         self.sampler.start()
         return self.port
@@ -118,9 +139,14 @@ class ConsoleServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        peer = writer.get_extra_info("peername")
+        ip = peer[0] if peer else "?"
+        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
         try:
-            if self.connections > 2 * MAX_CONNECTIONS:
-                return  # a flood: hung up on at once
+            if self.connections > 2 * MAX_CONNECTIONS or self.per_ip[ip] > MAX_CONNECTIONS_PER_IP:
+                return  # a flood: hung up on at once, before any TLS handshake
+            if self.ssl_context is not None:
+                await writer.start_tls(self.ssl_context, ssl_handshake_timeout=READ_TIMEOUT_S)
             if self.connections > MAX_CONNECTIONS:
                 # told so, briefly: its request read (or not) within a second, then a 503
                 with contextlib.suppress(TimeoutError, asyncio.LimitOverrunError, ValueError):
@@ -137,8 +163,7 @@ class ConsoleServer:
                                     f"the request head is over {MAX_REQUEST_HEAD} bytes")
                 await _linger(reader, writer)
                 return
-            peer = writer.get_extra_info("peername")
-            await self._answer(writer, head, peer[0] if peer else "?")
+            await self._answer(writer, head, ip)
             await _linger(reader, writer)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # gone, silent or not speaking HTTP: nothing to answer
@@ -146,6 +171,10 @@ class ConsoleServer:
             log.exception("console request failed")
         finally:
             self.connections -= 1
+            if self.per_ip[ip] > 1:
+                self.per_ip[ip] -= 1
+            else:
+                del self.per_ip[ip]
             writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, head: bytes, host: str) -> None:
