@@ -127,7 +127,7 @@ def test_silent_connections_to_the_https_console_are_capped_at_accept(broker, ce
     assert url.startswith("https://")
     port = int(url.rsplit(":", 1)[1])
     baseline = _open_fds(pid)
-    bound = baseline + 8 + 5  # the console's per-address limit, and some slack
+    bound = baseline + PER_IP + 5  # max.connections.per.ip holds for the console too
     with _flood(port, FLOOD):
         fds = _settled_fds(pid, bound)
         assert fds <= bound, f"{fds} descriptors open with {FLOOD} silent console " \

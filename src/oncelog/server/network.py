@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 
 from ..protocol.framing import FrameSizeError, Framing
@@ -33,8 +34,9 @@ def _set_once(fut: asyncio.Future) -> None:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, counted: bool = False) -> None:
         self.server = server
+        self.counted = counted  # a TLS connection: counted in at accept, before its handshake
         self.broker = server.broker
         config = self.broker.config
         self.max_frame = config.int("socket.request.max.bytes")
@@ -60,75 +62,29 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
-        """Count the connection in at accept, TLS or not (``max.connections``,
-        ``max.connections.per.ip``): one over its quota is closed here, before any handshake,
-        so it holds its descriptor no longer than this call. A TLS listener accepts plain TCP
-        and upgrades it (``_handshake``), as Kafka's SocketServer counts a connection before
-        its SslTransportLayer handshakes."""
         self.transport = transport
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.ip = peer[0] if peer else "?"
-        refused = self.server.admit(self)
-        if refused is None and self.server.ssl_context is not None:
-            refused = self.server.start_handshake()
-            if refused is not None:
-                self.server.release(self)
-        if refused:
-            log.warning("closing %s: %s", self.peer, refused)
-            self.closed = True
-            transport.close()
-            return
-        loop = asyncio.get_running_loop()
-        if self.server.ssl_context is not None:
-            # nothing read until start_tls takes the transport over: the ClientHello is its
-            transport.pause_reading()
-            self.task = loop.create_task(self._handshake(transport, self.server.ssl_context))
-            return
-        self._setup(transport, tls=False)
-        self.task = loop.create_task(self._serve())
-
-    def _setup(self, transport, *, tls: bool) -> None:
-        self.transport = transport
-        self.last_active = time.monotonic()
         sock = transport.get_extra_info("socket")
         # sendfile only on a plain socket: on a TLS connection it would put the segment's
         # bytes on the wire unencrypted, under the TLS stream; those take _write_chunks.
+        tls = self.server.ssl_context is not None or \
+            transport.get_extra_info("sslcontext") is not None
         if sock is not None and not tls:
             self.socket_fd = sock.fileno()
             self.zero_copy = self.socket_fd >= 0
             # can_write set exactly when the transport holds nothing: a record set sent by
             # sendfile must not overtake bytes still queued in front of it.
             transport.set_write_buffer_limits(high=0, low=0)
-
-    async def _handshake(self, raw: asyncio.BaseTransport, context) -> None:
-        """The TLS handshake of an admitted connection, within socket.request.read.timeout.ms
-        (it counts among the pending handshakes meanwhile), then its requests."""
-        loop = asyncio.get_running_loop()
-        server = self.server
-        try:
-            tls = await loop.start_tls(raw, self, context, server_side=True,  # type: ignore[arg-type]
-                                       ssl_handshake_timeout=server.read_timeout_ms / 1000)
-        except asyncio.CancelledError:
-            server.end_handshake()
-            self._abandon(raw)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ip = peer[0] if peer else "?"
+        refused = self.server.admit(self)
+        self.counted = False  # in self.server.connections now, or refused
+        if refused:
+            log.warning("closing %s: %s", self.peer, refused)
+            self.closed = True
+            transport.close()
             return
-        except Exception as exc:  # noqa: BLE001  (a timeout, a TLS alert, a reset: this one only)
-            server.end_handshake()
-            log.info("closing %s: TLS handshake failed: %r", self.peer, exc)
-            self._abandon(raw)
-            return
-        server.end_handshake()
-        if tls is None or self.closed:
-            self._abandon(raw)
-            return
-        self._setup(tls, tls=True)
-        await self._serve()
-
-    def _abandon(self, raw: asyncio.BaseTransport) -> None:
-        self.closed = True
-        raw.close()
-        self.server.release(self)
+        self.task = asyncio.get_running_loop().create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
         self.framing.receive_data(data)
@@ -323,7 +279,10 @@ class BrokerServer:
         self.port = port
         self.connections: set[KafkaConnection] = set()
         self.per_ip: dict[str, int] = {}
-        self.handshakes = 0  # TLS handshakes under way (connections counted in, not yet TLS)
+        self.handshakes = 0  # TLS connections accepted and counted in, their handshake under way
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task | None = None
+        self._handshaking: set[asyncio.Task] = set()
         config = broker.config
         self.idle_ms = config.int("connections.max.idle.ms")
         self.read_timeout_ms = config.int("socket.request.read.timeout.ms")
@@ -345,44 +304,99 @@ class BrokerServer:
     def max_per_ip(self) -> int:
         return self.broker.config.int("max.connections.per.ip")
 
+    def _refusal(self, ip: str) -> str | None:
+        if len(self.connections) + self.handshakes >= self.max_connections:
+            return f"max.connections ({self.max_connections}) reached"
+        if self.per_ip.get(ip, 0) >= self.max_per_ip:
+            return f"max.connections.per.ip ({self.max_per_ip}) reached for {ip}"
+        return None
+
+    def _count_ip(self, ip: str, delta: int) -> None:
+        left = self.per_ip.get(ip, 0) + delta
+        if left:
+            self.per_ip[ip] = left
+        else:
+            del self.per_ip[ip]
+
     def admit(self, conn: KafkaConnection) -> str | None:
         """Count a new connection in, or say why it is refused: ``max.connections`` and
-        ``max.connections.per.ip`` (Kafka closes a connection over its IP's quota at once)."""
-        if len(self.connections) >= self.max_connections:
-            return f"max.connections ({self.max_connections}) reached"
-        if self.per_ip.get(conn.ip, 0) >= self.max_per_ip:
-            return f"max.connections.per.ip ({self.max_per_ip}) reached for {conn.ip}"
+        ``max.connections.per.ip`` (Kafka closes a connection over its IP's quota at once).
+        A TLS connection was counted at accept (``_accept_tls``): it only moves from the
+        handshakes to the connections."""
+        if conn.counted:
+            self.handshakes -= 1
+        else:
+            refused = self._refusal(conn.ip)
+            if refused:
+                return refused
+            self._count_ip(conn.ip, 1)
         self.connections.add(conn)
         self.broker.stats.connections_created += 1
-        self.per_ip[conn.ip] = self.per_ip.get(conn.ip, 0) + 1
         return None
 
     @property
     def max_pending_handshakes(self) -> int:
         """TLS handshakes under way at once: half of ``max.connections`` (at least one), so
-        connections that never finish theirs hold at most half the broker's slots and each
-        for at most socket.request.read.timeout.ms (oncelog's; Kafka bounds them only by
+        connections that never finish theirs hold at most half the broker's slots, each for
+        at most socket.request.read.timeout.ms (oncelog's; Kafka bounds them only by
         max.connections)."""
         return max(1, self.max_connections // 2)
 
-    def start_handshake(self) -> str | None:
-        if self.handshakes >= self.max_pending_handshakes:
-            return f"{self.handshakes} TLS handshakes pending (half of max.connections)"
-        self.handshakes += 1
-        return None
+    async def _accept_tls(self, listener: socket.socket) -> None:
+        """The accept loop of a TLS listener: each connection is counted against
+        ``max.connections`` and ``max.connections.per.ip`` as it is accepted, before its
+        handshake, as Kafka's SocketServer counts it before its SslTransportLayer
+        handshakes: one over a limit (or over the pending handshakes') is closed at once,
+        holding its descriptor no longer than that."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors, say: try again in a moment
+                log.warning("accepting a connection failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            ip = address[0]
+            refused = self._refusal(ip)
+            if refused is None and self.handshakes >= self.max_pending_handshakes:
+                refused = f"{self.handshakes} TLS handshakes under way (half of max.connections)"
+            if refused:
+                log.warning("closing %s:%s: %s", ip, address[1], refused)
+                sock.close()
+                continue
+            self.handshakes += 1
+            self._count_ip(ip, 1)
+            task = loop.create_task(self._handshake(sock, ip))
+            self._handshaking.add(task)
+            task.add_done_callback(self._handshaking.discard)
 
-    def end_handshake(self) -> None:
-        self.handshakes -= 1
+    async def _handshake(self, sock: socket.socket, ip: str) -> None:
+        """The TLS handshake of a counted connection, within socket.request.read.timeout.ms;
+        then it is a KafkaConnection (whose connection_made moves it from the handshakes to
+        the connections). A failed one gives its place back."""
+        made: list[KafkaConnection] = []
+
+        def connection() -> KafkaConnection:
+            made.append(KafkaConnection(self, counted=True))
+            return made[0]
+
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                connection, sock, ssl=self.ssl_context,
+                ssl_handshake_timeout=self.read_timeout_ms / 1000)
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001  (timeout, alert, reset)
+            log.info("closing %s: TLS handshake failed: %r", ip, exc)
+            sock.close()
+        finally:
+            if not made or made[0].counted:  # never made: its place is given back
+                self.handshakes -= 1
+                self._count_ip(ip, -1)
 
     def release(self, conn: KafkaConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
             self.broker.stats.connections_closed += 1
-            left = self.per_ip[conn.ip] - 1
-            if left:
-                self.per_ip[conn.ip] = left
-            else:
-                del self.per_ip[conn.ip]
+            self._count_ip(conn.ip, -1)
 
     async def _sweep_forever(self) -> None:
         """Close connections idle past ``connections.max.idle.ms`` (Kafka's), and those whose
@@ -409,11 +423,18 @@ class BrokerServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            # TLS is started per connection once it is counted in (KafkaConnection._handshake)
-            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=512)
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        if self.ssl_context is None:
+            self._server = await loop.create_server(
+                lambda: KafkaConnection(self), self.host, self.port, reuse_address=True,
+                backlog=512)
+            self.port = self._server.sockets[0].getsockname()[1]
+        else:  # TLS: counted at accept, then the handshake (_accept_tls)
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            self._listener = socket.create_server((self.host, self.port), family=family,
+                                                  backlog=512)
+            self._listener.setblocking(False)
+            self.port = self._listener.getsockname()[1]
+            self._acceptor = loop.create_task(self._accept_tls(self._listener))
         self.broker.host = self.host
         self.broker.port = self.port
         await self.broker.join_cluster()
@@ -433,6 +454,12 @@ class BrokerServer:
         """Stop accepting, drop the connections, then shut the broker down cleanly."""
         if self._server is not None:
             self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self._handshaking):
+            task.cancel()
         if self._metrics is not None:
             self._metrics.close()
         if self.console is not None:

@@ -3,8 +3,8 @@
 Small on purpose: GET and HEAD, one request per connection (``Connection: close``), the
 request head bounded (``MAX_REQUEST_HEAD`` bytes, ``MAX_HEADERS`` lines, read within
 ``READ_TIMEOUT_S``), at most ``MAX_CONNECTIONS`` at once (the next ones are answered 503, and
-past twice that hung up on), ``MAX_CONNECTIONS_PER_IP`` of them from one address (the next hung
-up on). Connections are counted at accept: over HTTPS, before their TLS handshake, which must
+past twice that hung up on), at most the broker's ``max.connections.per.ip`` of them from one
+address (the next hung up on; counted apart from the Kafka listener's). Connections are counted at accept: over HTTPS, before their TLS handshake, which must
 end within ``READ_TIMEOUT_S``. Whatever a client sends, it gets a status (400, 401, 404, 405,
 431, 503) or a closed connection; the broker's own work goes on.
 A page that fails to render is a 500 and a logged traceback, nothing more. With an
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -31,7 +32,6 @@ MAX_REQUEST_HEAD = 8192
 MAX_HEADERS = 64
 READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
-MAX_CONNECTIONS_PER_IP = 8
 LINGER_BYTES = 1 << 20  # after answering, unread input drained (for two seconds at most)
 
 SECURITY_HEADERS = (
@@ -90,20 +90,6 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
     return method, target, headers
 
 
-class _Accepted(asyncio.StreamReaderProtocol):
-    """asyncio.start_server's protocol, which over HTTPS reads nothing until ``_serve`` has
-    counted the connection in and started TLS on it (the ClientHello is start_tls's to read)."""
-
-    def __init__(self, reader: asyncio.StreamReader, serve, tls: bool) -> None:
-        super().__init__(reader, serve)
-        self._tls = tls
-
-    def connection_made(self, transport) -> None:  # type: ignore[override]
-        if self._tls:
-            transport.pause_reading()
-        super().connection_made(transport)
-
-
 class ConsoleServer:
     def __init__(self, broker, ssl_context: ssl.SSLContext | None = None) -> None:
         self.broker = broker
@@ -112,41 +98,83 @@ class ConsoleServer:
         self.connections = 0
         self.per_ip: dict[str, int] = {}
         self.port: int | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
 
     @property
     def scheme(self) -> str:
         return "https" if self.ssl_context is not None else "http"
 
     async def start(self, host: str, port: int) -> int:
-        tls = self.ssl_context is not None
-
-        def protocol() -> asyncio.StreamReaderProtocol:
-            return _Accepted(asyncio.StreamReader(limit=MAX_REQUEST_HEAD), self._serve, tls)
-
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(protocol, host, port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, port), family=family)
+        self._listener.setblocking(False)
+        self._acceptor = asyncio.get_running_loop().create_task(self._accept(self._listener))
+        self.port = self._listener.getsockname()[1]
         self.sampler.start()
         return self.port
 
     def close(self) -> None:
         self.sampler.close()
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _accept(self, listener: socket.socket) -> None:
+        """Accept, count the connection in (the limits above) and, over HTTPS, hand it to its
+        TLS handshake: counted before the handshake, one over a limit is closed at once."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors, say
+                log.warning("console: accepting a connection failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            ip = address[0]
+            per_ip = self.broker.config.int("max.connections.per.ip")
+            if self.connections >= 2 * MAX_CONNECTIONS or self.per_ip.get(ip, 0) >= per_ip:
+                sock.close()  # a flood: hung up on at once, before any TLS handshake
+                continue
+            self.connections += 1
+            self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+            task = loop.create_task(self._connect(sock, ip))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, sock: socket.socket, ip: str) -> None:
+        try:
+            reader = asyncio.StreamReader(limit=MAX_REQUEST_HEAD)
+            done = asyncio.get_running_loop().create_future()
+
+            async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                try:
+                    await self._serve(r, w, ip)
+                finally:
+                    done.set_result(None)
+
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: asyncio.StreamReaderProtocol(reader, serve), sock, ssl=self.ssl_context,
+                ssl_handshake_timeout=READ_TIMEOUT_S if self.ssl_context is not None else None)
+            await done
+        except (OSError, TimeoutError, ssl.SSLError, asyncio.CancelledError):
+            sock.close()  # its TLS handshake failed or timed out, or the console is closing
+        finally:
+            self.connections -= 1
+            if self.per_ip[ip] > 1:
+                self.per_ip[ip] -= 1
+            else:
+                del self.per_ip[ip]
 
     # -- one request --------------------------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        peer = writer.get_extra_info("peername")
-        ip = peer[0] if peer else "?"
-        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     ip: str) -> None:
         try:
-            if self.connections > 2 * MAX_CONNECTIONS or self.per_ip[ip] > MAX_CONNECTIONS_PER_IP:
-                return  # a flood: hung up on at once, before any TLS handshake
-            if self.ssl_context is not None:
-                await writer.start_tls(self.ssl_context, ssl_handshake_timeout=READ_TIMEOUT_S)
             if self.connections > MAX_CONNECTIONS:
                 # told so, briefly: its request read (or not) within a second, then a 503
                 with contextlib.suppress(TimeoutError, asyncio.LimitOverrunError, ValueError):
@@ -170,11 +198,6 @@ class ConsoleServer:
         except Exception:
             log.exception("console request failed")
         finally:
-            self.connections -= 1
-            if self.per_ip[ip] > 1:
-                self.per_ip[ip] -= 1
-            else:
-                del self.per_ip[ip]
             writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, head: bytes, host: str) -> None:
