@@ -10,6 +10,8 @@ frame sizes, garbage, unknown APIs) closes that one connection; the broker goes 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
 import os
 import socket
@@ -21,7 +23,7 @@ from ..security.tls import server_ssl_context
 from .broker import Broker
 from .console import ConsoleServer, start_console_server
 from .context import CloseConnection
-from .metrics import start_metrics_server
+from .metrics import Sample, start_metrics_server
 
 log = logging.getLogger("oncelog.network")
 
@@ -58,6 +60,7 @@ class KafkaConnection(asyncio.Protocol):
         self.socket_fd = -1  # the connection's descriptor, for sendfile (-1: none to use)
         self.zero_copy = False
         self.sendfile_waiter: asyncio.Future | None = None
+        self.reserved = 0  # bytes of queued.max.request.bytes held for the frame being read
 
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
@@ -103,6 +106,16 @@ class KafkaConnection(asyncio.Protocol):
         framing = self.framing
         framing.max_frame_size = self.max_frame if self.session.authenticated \
             else min(self.max_frame, self.max_unauthenticated_frame)
+        if not self.reserved and self.server.queued_max > 0:
+            size = framing.next_size()
+            if size is not None and 0 <= size <= framing.max_frame_size and \
+                    not self.server.reserve(self, size + 4):
+                # queued.max.request.bytes reached: read nothing more until it has room
+                self.partial_since = None
+                if not self.reading_paused:
+                    self.reading_paused = True
+                    self.transport.pause_reading()
+                return
         try:
             frame = framing.next_event()
         except FrameSizeError as exc:
@@ -131,6 +144,7 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.server.release(self)
+        self.server.unreserve(self)
         self.can_write.set()
         if self.sendfile_waiter is not None:
             _set_once(self.sendfile_waiter)
@@ -171,6 +185,7 @@ class KafkaConnection(asyncio.Protocol):
                 self.last_active = time.monotonic()
                 self.partial_since = self.last_active if self.framing.buffered else None
                 self.frame = None
+                self.server.unreserve(self)
                 if not self.closed:
                     self._take_frame()  # the next request, already read, or read on
         except asyncio.CancelledError:
@@ -280,6 +295,13 @@ class BrokerServer:
         self.connections: set[KafkaConnection] = set()
         self.per_ip: dict[str, int] = {}
         self.handshakes = 0  # TLS connections accepted and counted in, their handshake under way
+        # queued.max.request.bytes: the bytes of requests being read or served (Kafka's
+        # MemoryPool), the connections waiting for room, and the most ever held
+        self.queued_max = broker.config.int("queued.max.request.bytes")
+        self.queued_bytes = 0
+        self.queued_peak = 0
+        self.waiting: collections.deque[KafkaConnection] = collections.deque()
+        broker.stats.add_source(self._samples)
         self._listener: socket.socket | None = None
         self._acceptor: asyncio.Task | None = None
         self._handshaking: set[asyncio.Task] = set()
@@ -303,6 +325,40 @@ class BrokerServer:
     @property
     def max_per_ip(self) -> int:
         return self.broker.config.int("max.connections.per.ip")
+
+    # -- queued.max.request.bytes ---------------------------------------------------------------
+
+    def reserve(self, conn: KafkaConnection, size: int) -> bool:
+        """Hold ``size`` bytes for the request ``conn`` is about to read, or queue ``conn``
+        until there is room: Kafka's SimpleMemoryPool, which lends to any reader while some
+        memory is left (a request larger than the rest still goes through) and mutes the
+        others; reading resumes as requests are answered."""
+        if self.queued_bytes >= self.queued_max:
+            if conn not in self.waiting:
+                self.waiting.append(conn)
+            return False
+        self.queued_bytes += size
+        self.queued_peak = max(self.queued_peak, self.queued_bytes)
+        conn.reserved = size
+        return True
+
+    def unreserve(self, conn: KafkaConnection) -> None:
+        if conn.reserved:
+            self.queued_bytes -= conn.reserved
+            conn.reserved = 0
+        if conn.closed:
+            with contextlib.suppress(ValueError):
+                self.waiting.remove(conn)
+        while self.waiting and self.queued_bytes < self.queued_max:
+            other = self.waiting.popleft()
+            if not other.closed and other.frame is None:
+                other._take_frame()
+
+    def _samples(self):
+        yield Sample("oncelog_queued_request_bytes", "bytes of requests read or being read and "
+                     "not yet answered (bounded by queued.max.request.bytes)", self.queued_bytes)
+        yield Sample("oncelog_queued_request_bytes_max", "the most bytes of requests ever "
+                     "queued at once", self.queued_peak)
 
     def _refusal(self, ip: str) -> str | None:
         if len(self.connections) + self.handshakes >= self.max_connections:
