@@ -102,7 +102,7 @@ def test_a_bomb_whose_first_record_is_bad_is_refused_after_one_window(windows, c
 
 
 def test_good_records_then_garbage_are_refused_at_the_first_bad_record(windows):
-    # 5,000 good records (about 600 KB), then 60 MiB of zeros
+    # 5,000 good records (about 600 KB: within the first window), then 60 MiB of zeros
     data = _batch(Compression.ZSTD, 10_000, _good_then_zeros(5000, 60 << 20))
     with pytest.raises(InvalidRecordError, match="record 5000"):
         check_records(data, 0, parse_header(data))
@@ -126,8 +126,8 @@ def test_good_compressed_batches_are_read_whole(windows):
     assert check_records(small, 0, parse_header(small)) is not None
     assert windows == [PROBE_BYTES]
     windows.clear()
-    big = _batch(Compression.ZSTD, 30_000,
-                 [b"".join(_record(i, b"y" * 100) for i in range(30_000))])  # ~3.2 MB
+    big = _batch(Compression.ZSTD, 90_000,
+                 [b"".join(_record(i, b"y" * 100) for i in range(90_000))])  # ~9.7 MB
     assert check_records(big, 0, parse_header(big)) is not None
     assert windows == [PROBE_BYTES, PROBE_BYTES * 8, PROBE_BYTES * 64]
 
@@ -182,7 +182,7 @@ def test_bombs_on_several_connections_do_not_starve_a_producer(broker):
     in_flight_during_legit: list[int] = []
 
     def attacker(bomb: bytes) -> None:
-        with RawConnection(broker.bootstrap_servers) as conn:
+        with RawConnection(broker.bootstrap_servers, timeout=120) as conn:
             while not stop.is_set():
                 answers.append(produce(conn, topic, 0, bomb).error_code)
 
@@ -208,7 +208,7 @@ def test_bombs_on_several_connections_do_not_starve_a_producer(broker):
 
 
 def test_queued_max_request_bytes_pauses_reading(broker):
-    """12 connections each sending 6 MiB produce requests at once, against a 16 MiB budget:
+    """10 connections each sending 6 MiB produce requests at once, against a 16 MiB budget:
     every request is answered, and the most ever queued stays within the budget plus one
     request (Kafka's pool lends to a reader while any memory is left)."""
     topic = _topic(broker)
@@ -216,16 +216,17 @@ def test_queued_max_request_bytes_pauses_reading(broker):
     results: list[int] = []
 
     def sender() -> None:
-        with RawConnection(broker.bootstrap_servers) as conn:
-            for _ in range(3):
+        # a connection may wait its turn for long on a busy machine: not a failure
+        with RawConnection(broker.bootstrap_servers, timeout=240) as conn:
+            for _ in range(2):
                 results.append(produce(conn, topic, 0, payload).error_code)
 
-    threads = [threading.Thread(target=sender) for _ in range(12)]
+    threads = [threading.Thread(target=sender) for _ in range(10)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
-    assert results == [0] * 36
+    assert results == [0] * 20
     fams = families(metrics_url(broker))
     peak = value(fams, "oncelog_queued_request_bytes_max")
     assert 6 << 20 < peak <= (16 << 20) + len(payload) + 1024, peak

@@ -461,9 +461,10 @@ def check_records(buf, pos: int, header: BatchHeader, limit: int = 0, *,
 # PROBE_GROWTH times more each time, up to the limit, the records of each window checked before
 # the next is inflated. A bomb is refused at its first bad record, having cost a window at most
 # PROBE_GROWTH times the good bytes before it (at least PROBE_BYTES), not the whole limit; a
-# good batch that fits the first window (every batch of Kafka's default batch.size and
-# max.request.size) is inflated once, a larger one at most 1 + 1/(PROBE_GROWTH - 1) times.
-PROBE_BYTES = 256 << 10
+# good batch that fits the first window (every batch of the Java client's default batch.size,
+# 16 KiB, and of librdkafka's, 1,000,000 bytes) is inflated once, a larger one at most
+# 1 + 1/(PROBE_GROWTH - 1) times.
+PROBE_BYTES = 1 << 20
 PROBE_GROWTH = 8
 # length, attributes, timestamp delta, offset delta, key length, value length, header count
 MIN_RECORD_BYTES = 7
