@@ -446,7 +446,7 @@ def check_records(buf, pos: int, header: BatchHeader, limit: int = 0, *,
     count = header.records_count
     codec = header.attributes & ATTR_COMPRESSION_MASK
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
-    data: bytes | memoryview | None = body
+    data: bytes | bytearray | memoryview | None = body
     if codec:
         data = _inflate_checked(codec, body, count, limit or produce_inflate_limit(header.size),
                                 give_up_past)
@@ -471,7 +471,7 @@ MIN_RECORD_BYTES = 7
 
 
 def _inflate_checked(codec: int, body, count: int, limit: int, give_up_past: int
-                     ) -> bytes | None:
+                     ) -> bytes | bytearray | None:
     """The payload inflated (at most ``limit`` bytes), its records checked window by window
     on the way (``_check_prefix``); None once it is past ``give_up_past`` (when set)."""
     if count * MIN_RECORD_BYTES > limit:
@@ -485,11 +485,11 @@ def _inflate_checked(codec: int, body, count: int, limit: int, give_up_past: int
             raise CorruptRecordError(str(exc)) from None
         if not more:
             return data
-        if data:
-            _check_prefix(data, count, limit)
         if window >= limit:
             raise CorruptRecordError(f"{Compression(codec).name}: payload inflates past the "
                                      f"limit of {limit} bytes")
+        if data:
+            _check_prefix(data, count, limit)
         if give_up_past and window >= give_up_past:
             return None
         window = min(window * PROBE_GROWTH, limit)
