@@ -443,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a broker setting for oncelog (repeatable)")
     ap.add_argument("--consumer-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a librdkafka setting for every contender's consumer (repeatable)")
+    ap.add_argument("--producer-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a librdkafka setting for every contender's producer (repeatable), "
+                    "say compression.type=zstd")
     ap.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                     help="another oncelog checkout whose broker runs too, as 'baseline'")
     ap.add_argument("--sweep", choices=sorted(SWEEPS), default=None,
@@ -461,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="sweep: write every figure to this JSON file")
     args = ap.parse_args(argv)
     CONSUMER_CONFIG.update(s.split("=", 1) for s in args.consumer_set)
+    PRODUCER_CONFIG.update(s.split("=", 1) for s in args.producer_set)
     if args.baseline is not None and not (args.baseline / "src" / "oncelog").is_dir():
         ap.error(f"{args.baseline} is not an oncelog checkout (no src/oncelog)")
     if args.sweep is None and (args.plot or args.json):

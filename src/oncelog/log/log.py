@@ -292,7 +292,8 @@ class PartitionLog:
     def append(self, data: bytes | bytearray, batches: list[tuple[int, BatchHeader]],
                now_ms: int, *, verification: VerificationGuard | None = None,
                require_verification: bool = False, new_client: bool = False,
-               leader_epoch: int | None = None) -> AppendResult:
+               leader_epoch: int | None = None,
+               checked: dict[int, tuple[int, int]] | None = None) -> AppendResult:
         """Append validated batches (``batches``: ``split_batches(data)``, which cover it end
         to end; ``data`` is the request's record set: a bytearray is rewritten in place, bytes
         are written as they came with each batch's header rewritten in a copy of its own).
@@ -304,6 +305,7 @@ class PartitionLog:
         coordinator that no marker has dropped since.
         ``leader_epoch`` (a partition leader's append): stamped into every batch's
         partitionLeaderEpoch and recorded in the leader-epoch cache.
+        ``checked``: log/validator.py ``check_compressed``'s findings, not read again.
         """
         if require_verification:
             for _pos, h in batches:
@@ -320,7 +322,7 @@ class PartitionLog:
                 )
         try:
             data, batches = validate_records(self.config, data, batches, now_ms,
-                                             self.directory.name)
+                                             self.directory.name, checked)
             converted = convert_compression(self.config, data, batches)
         except RecordsError as exc:
             raise LogAppendError(exc.error_name, str(exc), exc.record_errors) from None

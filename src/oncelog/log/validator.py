@@ -15,7 +15,10 @@ compressed"); producers cannot send them anyway.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from ..records.batch import (
@@ -25,6 +28,7 @@ from ..records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    PROBE_BYTES,
     TIMESTAMP_LOG_APPEND_TIME,
     BatchHeader,
     CorruptRecordError,
@@ -53,6 +57,7 @@ class ValidatorConfig(Protocol):
     message_timestamp_before_max_ms: int
     message_timestamp_after_max_ms: int
     compression_type: str
+    max_message_bytes: int
     compression_gzip_level: int
     compression_lz4_level: int
     compression_zstd_level: int
@@ -78,7 +83,8 @@ class RecordsError(Exception):
 
 
 def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, BatchHeader]],
-                     now_ms: int, partition: str = ""
+                     now_ms: int, partition: str = "",
+                     checked: dict[int, tuple[int, int]] | None = None
                      ) -> tuple[bytes | bytearray, list[tuple[int, BatchHeader]]]:
     """The records inside each batch (records/batch.py ``check_records``: count, offset deltas,
     lengths, a payload that decompresses within records/compression.py's ``inflate_limit``);
@@ -91,7 +97,9 @@ def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, Bat
     a bytearray, else in a copy: the request's bytes are not copied otherwise), as Kafka's
     LogValidator does (setMaxTimestamp): librdkafka writes maxTimestamp 0 over records without
     timestamps, and the time index and retention trust the header. Batches already right are
-    left alone. ``partition`` names the topic partition in record errors' messages."""
+    left alone. ``partition`` names the topic partition in record errors' messages.
+    ``checked``: what ``check_compressed`` found of batches (at their positions), not read
+    again."""
     create_time = config.message_timestamp_type == "CreateTime"
     compacted = "compact" in config.cleanup_policy
     before = config.message_timestamp_before_max_ms
@@ -102,7 +110,8 @@ def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, Bat
             raise RecordsError("invalid_timestamp", "a producer may not set the timestamp type "
                                                     "to LogAppendTime")
         try:
-            lo, hi = check_records(data, pos, h)
+            got = checked.get(pos) if checked else None
+            lo, hi = got or check_records(data, pos, h)  # type: ignore[misc]
             # The smallest and largest timestamps bound every record's: the per-record walk
             # below runs only for a batch that may hold a refused record.
             suspect = create_time and (hi - now_ms > after or now_ms - lo > before)
@@ -121,6 +130,48 @@ def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, Bat
                 out = list(batches)
             out[i] = (pos, parse_header(data, pos))
     return data, out
+
+
+# Compressed batches whose records inflate past PROBE_BYTES are read in these threads, not on
+# the event loop: cramjam releases the GIL while it inflates, so one connection's batches (or
+# bombs) cost the other connections nothing but a core. Bounded: at most this many batches are
+# inflated at once, the others wait their turn (their requests are already bounded by
+# queued.max.request.bytes).
+INFLATE_THREADS = max(1, min(4, os.cpu_count() or 1))
+_pool: ThreadPoolExecutor | None = None
+
+
+def _inflater() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(INFLATE_THREADS, thread_name_prefix="oncelog-inflate")
+    return _pool
+
+
+async def check_compressed(config: ValidatorConfig, data,
+                           batches: list[tuple[int, BatchHeader]]
+                           ) -> dict[int, tuple[int, int]]:
+    """``check_records`` of the compressed batches of a produced record set, before the log
+    appends it (pass the result to ``validate_records``): the first PROBE_BYTES of each payload
+    inline (a bomb whose first records are bad is refused there), the rest, when there is
+    more, in the inflate threads. RecordsError as ``validate_records``. Batches the log
+    refuses before reading their records (too large, LogAppendTime) are left to it."""
+    out: dict[int, tuple[int, int]] = {}
+    for pos, h in batches:
+        if not h.attributes & ATTR_COMPRESSION_MASK or h.size > config.max_message_bytes or \
+                h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+            continue
+        try:
+            got = check_records(data, pos, h, give_up_past=PROBE_BYTES)
+            if got is None:
+                got = await asyncio.get_running_loop().run_in_executor(
+                    _inflater(), check_records, data, pos, h)
+        except CorruptRecordError as exc:
+            raise RecordsError(exc.error_name, f"batch of {h.records_count} records: {exc}"
+                               ) from None
+        assert got is not None
+        out[pos] = got
+    return out
 
 
 def _check_each_record(data, pos: int, h: BatchHeader, timestamps: bool, keys: bool,

@@ -121,6 +121,17 @@ class Framing:
         self._pos = 0
         self._buffered = 0
 
+    def next_size(self) -> int | None:
+        """The size prefix of the next frame once its four bytes are in, unchecked; else
+        None. (The broker reserves that much of queued.max.request.bytes before reading on.)"""
+        if self._buffered < 4:
+            return None
+        if self._buffered - len(self._tail) < 4:
+            self._flush_tail()
+        if len(self._chunks[0]) - self._pos < 4:
+            self._merge_front(4)
+        return int(_SIZE.unpack_from(self._chunks[0], self._pos)[0])
+
     def next_event(self) -> bytes | NeedData:
         """The next complete frame, without its size prefix; else NEED_DATA. Raises
         FrameSizeError as soon as a size prefix is out of bounds."""

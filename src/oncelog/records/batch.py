@@ -23,6 +23,7 @@ Pure functions on bytes; nothing here does IO.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,14 @@ except ImportError as exc:  # pragma: no cover  (a checkout whose extension was 
                       "run scripts/bootstrap.sh (or pip install -e .)") from exc
 from .. import primitives
 from ..primitives import DecodeError
-from .compression import Compression, CompressionError, decompress, inflate_limit
+from .compression import (
+    Compression,
+    CompressionError,
+    decompress,
+    inflate_limit,
+    inflate_prefix,
+    produce_inflate_limit,
+)
 from .compression import compress as _compress
 
 MAGIC = 2
@@ -416,24 +424,99 @@ def record_keys(buf, pos: int, header: BatchHeader) -> list[tuple[int, bytes | N
     return out
 
 
-def check_records(buf, pos: int, header: BatchHeader, limit: int = 0) -> tuple[int, int]:
+def check_records(buf, pos: int, header: BatchHeader, limit: int = 0, *,
+                  give_up_past: int = 0) -> tuple[int, int] | None:
     """Validate the records inside a batch whose frame ``validate_batch`` accepted, as Kafka's
     LogValidator and DefaultRecord.readFrom do, and return the (smallest, largest) record
-    timestamp. Kafka's checks: the payload decompresses (within ``limit``, see
-    ``batch_payload``) and holds exactly ``recordsCount`` records, no more bytes; each record's
-    length covers exactly its fields; offset deltas run 0..count-1 (we store batches as sent,
-    so we refuse what Kafka would rewrite); header keys are not null. The batch's maxTimestamp
-    is not checked here: the leader rewrites it from the records (log/validator.py), as Kafka's
-    LogValidator does.
+    timestamp. Kafka's checks: the payload decompresses (within ``limit``, by default
+    records/compression.py's ``produce_inflate_limit``) and holds exactly ``recordsCount``
+    records, no more bytes; each record's length covers exactly its fields; offset deltas run
+    0..count-1 (we store batches as sent, so we refuse what Kafka would rewrite); header keys
+    are not null. The batch's maxTimestamp is not checked here: the leader rewrites it from
+    the records (log/validator.py), as Kafka's LogValidator does.
+
+    A compressed payload is read as Kafka's streaming iterator reads it, stopping at the first
+    bad record: see ``_inflate_checked``. ``give_up_past``: if the payload inflates past this
+    many bytes (its first records being good), return None instead of reading on (the caller
+    reads it whole elsewhere: off the event loop).
 
     One pass over the varints, no record objects: this runs on every produced batch.
     CorruptRecordError (undecompressable) or InvalidRecordError (the records are wrong).
     """
-    data = batch_payload(buf, pos, header, limit)
     count = header.records_count
+    codec = header.attributes & ATTR_COMPRESSION_MASK
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    data: bytes | bytearray | memoryview | None = body
+    if codec:
+        data = _inflate_checked(codec, body, count, limit or produce_inflate_limit(header.size),
+                                give_up_past)
+        if data is None:
+            return None
     lo, hi = _scan_records(data, count)
     base = header.base_timestamp
     return base + lo, base + hi
+
+
+# A compressed batch's records are read in windows: the first PROBE_BYTES of the payload, then
+# PROBE_GROWTH times more each time, up to the limit, the records of each window checked before
+# the next is inflated. A bomb is refused at its first bad record, having cost a window at most
+# PROBE_GROWTH times the good bytes before it (at least PROBE_BYTES), not the whole limit; a
+# good batch that fits the first window (every batch of the Java client's default batch.size,
+# 16 KiB, and of librdkafka's, 1,000,000 bytes) is inflated once, a larger one at most
+# 1 + 1/(PROBE_GROWTH - 1) times.
+PROBE_BYTES = 1 << 20
+PROBE_GROWTH = 8
+# length, attributes, timestamp delta, offset delta, key length, value length, header count
+MIN_RECORD_BYTES = 7
+
+
+def _inflate_checked(codec: int, body, count: int, limit: int, give_up_past: int
+                     ) -> bytes | bytearray | None:
+    """The payload inflated (at most ``limit`` bytes), its records checked window by window
+    on the way (``_check_prefix``); None once it is past ``give_up_past`` (when set)."""
+    if count * MIN_RECORD_BYTES > limit:
+        raise CorruptRecordError(f"{count} records cannot fit in the {limit} bytes a batch may "
+                                 "inflate to")
+    window = min(PROBE_BYTES, limit)
+    while True:
+        try:
+            data, more = inflate_prefix(codec, body, window)
+        except CompressionError as exc:
+            raise CorruptRecordError(str(exc)) from None
+        if not more:
+            return data
+        if window >= limit:
+            raise CorruptRecordError(f"{Compression(codec).name}: payload inflates past the "
+                                     f"limit of {limit} bytes")
+        if data:
+            _check_prefix(data, count, limit)
+        if give_up_past and window >= give_up_past:
+            return None
+        window = min(window * PROBE_GROWTH, limit)
+
+
+_TRUNCATED = re.compile(r"record \d+ overruns the batch$")
+_LONG = re.compile(r"record \d+: length (-?\d+) does not fit")
+
+
+def _check_prefix(data, count: int, limit: int) -> None:
+    """The records wholly inside ``data``, the first bytes of a longer payload: refuse the
+    first bad one (InvalidRecordError); a record cut off by the window's end is read in the
+    next window, unless it claims more than ``limit`` bytes (CorruptRecordError, as a payload
+    inflating past the limit)."""
+    try:
+        scan_records(data, count)
+    except ValueError as exc:
+        message = str(exc)
+        if _TRUNCATED.match(message):
+            return
+        m = _LONG.match(message)
+        if m and 6 <= int(m[1]) <= limit:
+            return
+        if m and int(m[1]) > limit:  # the payload would inflate past the limit
+            raise CorruptRecordError(f"{message.split(' does not fit')[0]} is past the limit of "
+                                     f"{limit} bytes a batch may inflate to") from None
+        raise InvalidRecordError(message) from None
 
 
 def find_timestamp(buf, pos: int, header: BatchHeader, timestamp: int

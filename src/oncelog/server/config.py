@@ -150,6 +150,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "max.connections": str(2**31 - 1),
     "max.connections.per.ip": str(2**31 - 1),
     "socket.request.read.timeout.ms": "30000",
+    # Kafka's name; its default is -1 (unbounded): ours bounds what requests read and not yet
+    # answered may hold (docs/security.md), -1 for none
+    "queued.max.request.bytes": str(256 * 1024 * 1024),
     "sasl.server.max.receive.size": "524288",
     # A failed authentication is answered this much later (Kafka's default): slows guessing.
     "connection.failed.authentication.delay.ms": "100",
@@ -305,6 +308,7 @@ _BROKER_PARSERS: dict[str, Callable[[str], object]] = {
     "max.connections": _positive_int,
     "max.connections.per.ip": _positive_int,
     "socket.request.read.timeout.ms": _positive_int,
+    "queued.max.request.bytes": _long,
     "sasl.server.max.receive.size": _positive_int,
     "log.cleaner.enable": _bool,
     "metrics.internal.topics": _bool,

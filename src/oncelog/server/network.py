@@ -10,9 +10,12 @@ frame sizes, garbage, unknown APIs) closes that one connection; the broker goes 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import errno
 import logging
 import os
+import socket
 import time
 
 from ..protocol.framing import FrameSizeError, Framing
@@ -21,7 +24,7 @@ from ..security.tls import server_ssl_context
 from .broker import Broker
 from .console import ConsoleServer, start_console_server
 from .context import CloseConnection
-from .metrics import start_metrics_server
+from .metrics import Sample, start_metrics_server
 
 log = logging.getLogger("oncelog.network")
 
@@ -37,8 +40,9 @@ def _set_once(fut: asyncio.Future) -> None:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, counted: bool = False) -> None:
         self.server = server
+        self.counted = counted  # a TLS connection: counted in at accept, before its handshake
         self.broker = server.broker
         config = self.broker.config
         self.max_frame = config.int("socket.request.max.bytes")
@@ -60,6 +64,7 @@ class KafkaConnection(asyncio.Protocol):
         self.socket_fd = -1  # the connection's descriptor, for sendfile (-1: none to use)
         self.zero_copy = False
         self.sendfile_waiter: asyncio.Future | None = None
+        self.reserved = 0  # bytes of queued.max.request.bytes held for the frame being read
 
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
@@ -80,6 +85,7 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.ip = peer[0] if peer else "?"
         refused = self.server.admit(self)
+        self.counted = False  # in self.server.connections now, or refused
         if refused is None and self.broker.security.principal_from_certificate:
             refused = self._certificate_principal(transport)
         if refused:
@@ -118,6 +124,16 @@ class KafkaConnection(asyncio.Protocol):
         framing = self.framing
         framing.max_frame_size = self.max_frame if self.session.authenticated \
             else min(self.max_frame, self.max_unauthenticated_frame)
+        if not self.reserved and self.server.queued_max > 0:
+            size = framing.next_size()
+            if size is not None and 0 <= size <= framing.max_frame_size and \
+                    not self.server.reserve(self, size + 4):
+                # queued.max.request.bytes reached: read nothing more until it has room
+                self.partial_since = None
+                if not self.reading_paused:
+                    self.reading_paused = True
+                    self.transport.pause_reading()
+                return
         try:
             frame = framing.next_event()
         except FrameSizeError as exc:
@@ -146,6 +162,7 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.server.release(self)
+        self.server.unreserve(self)
         self.can_write.set()
         if self.sendfile_waiter is not None:
             _set_once(self.sendfile_waiter)
@@ -186,6 +203,7 @@ class KafkaConnection(asyncio.Protocol):
                 self.last_active = time.monotonic()
                 self.partial_since = self.last_active if self.framing.buffered else None
                 self.frame = None
+                self.server.unreserve(self)
                 if not self.closed:
                     self._take_frame()  # the next request, already read, or read on
         except asyncio.CancelledError:
@@ -298,6 +316,17 @@ class BrokerServer:
         self.port = port
         self.connections: set[KafkaConnection] = set()
         self.per_ip: dict[str, int] = {}
+        self.handshakes = 0  # TLS connections accepted and counted in, their handshake under way
+        # queued.max.request.bytes: the bytes of requests being read or served (Kafka's
+        # MemoryPool), the connections waiting for room, and the most ever held
+        self.queued_max = broker.config.int("queued.max.request.bytes")
+        self.queued_bytes = 0
+        self.queued_peak = 0
+        self.waiting: collections.deque[KafkaConnection] = collections.deque()
+        broker.stats.add_source(self._samples)
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task | None = None
+        self._handshaking: set[asyncio.Task] = set()
         config = broker.config
         self.idle_ms = config.int("connections.max.idle.ms")
         self.read_timeout_ms = config.int("socket.request.read.timeout.ms")
@@ -319,27 +348,133 @@ class BrokerServer:
     def max_per_ip(self) -> int:
         return self.broker.config.int("max.connections.per.ip")
 
+    # -- queued.max.request.bytes ---------------------------------------------------------------
+
+    def reserve(self, conn: KafkaConnection, size: int) -> bool:
+        """Hold ``size`` bytes for the request ``conn`` is about to read, or queue ``conn``
+        until there is room: Kafka's SimpleMemoryPool, which lends to any reader while some
+        memory is left (a request larger than the rest still goes through) and mutes the
+        others; reading resumes as requests are answered."""
+        if self.queued_bytes >= self.queued_max:
+            if conn not in self.waiting:
+                self.waiting.append(conn)
+            return False
+        self.queued_bytes += size
+        self.queued_peak = max(self.queued_peak, self.queued_bytes)
+        conn.reserved = size
+        return True
+
+    def unreserve(self, conn: KafkaConnection) -> None:
+        if conn.reserved:
+            self.queued_bytes -= conn.reserved
+            conn.reserved = 0
+        if conn.closed:
+            with contextlib.suppress(ValueError):
+                self.waiting.remove(conn)
+        while self.waiting and self.queued_bytes < self.queued_max:
+            other = self.waiting.popleft()
+            if not other.closed and other.frame is None:
+                other._take_frame()
+
+    def _samples(self):
+        yield Sample("oncelog_queued_request_bytes", "bytes of requests read or being read and "
+                     "not yet answered (bounded by queued.max.request.bytes)", self.queued_bytes)
+        yield Sample("oncelog_queued_request_bytes_max", "the most bytes of requests ever "
+                     "queued at once", self.queued_peak)
+
+    def _refusal(self, ip: str) -> str | None:
+        if len(self.connections) + self.handshakes >= self.max_connections:
+            return f"max.connections ({self.max_connections}) reached"
+        if self.per_ip.get(ip, 0) >= self.max_per_ip:
+            return f"max.connections.per.ip ({self.max_per_ip}) reached for {ip}"
+        return None
+
+    def _count_ip(self, ip: str, delta: int) -> None:
+        left = self.per_ip.get(ip, 0) + delta
+        if left:
+            self.per_ip[ip] = left
+        else:
+            del self.per_ip[ip]
+
     def admit(self, conn: KafkaConnection) -> str | None:
         """Count a new connection in, or say why it is refused: ``max.connections`` and
-        ``max.connections.per.ip`` (Kafka closes a connection over its IP's quota at once)."""
-        if len(self.connections) >= self.max_connections:
-            return f"max.connections ({self.max_connections}) reached"
-        if self.per_ip.get(conn.ip, 0) >= self.max_per_ip:
-            return f"max.connections.per.ip ({self.max_per_ip}) reached for {conn.ip}"
+        ``max.connections.per.ip`` (Kafka closes a connection over its IP's quota at once).
+        A TLS connection was counted at accept (``_accept_tls``): it only moves from the
+        handshakes to the connections."""
+        if conn.counted:
+            self.handshakes -= 1
+        else:
+            refused = self._refusal(conn.ip)
+            if refused:
+                return refused
+            self._count_ip(conn.ip, 1)
         self.connections.add(conn)
         self.broker.stats.connections_created += 1
-        self.per_ip[conn.ip] = self.per_ip.get(conn.ip, 0) + 1
         return None
+
+    @property
+    def max_pending_handshakes(self) -> int:
+        """TLS handshakes under way at once: half of ``max.connections`` (at least one), so
+        connections that never finish theirs hold at most half the broker's slots, each for
+        at most socket.request.read.timeout.ms (oncelog's; Kafka bounds them only by
+        max.connections)."""
+        return max(1, self.max_connections // 2)
+
+    async def _accept_tls(self, listener: socket.socket) -> None:
+        """The accept loop of a TLS listener: each connection is counted against
+        ``max.connections`` and ``max.connections.per.ip`` as it is accepted, before its
+        handshake, as Kafka's SocketServer counts it before its SslTransportLayer
+        handshakes: one over a limit (or over the pending handshakes') is closed at once,
+        holding its descriptor no longer than that."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors, say: try again in a moment
+                log.warning("accepting a connection failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            ip = address[0]
+            refused = self._refusal(ip)
+            if refused is None and self.handshakes >= self.max_pending_handshakes:
+                refused = f"{self.handshakes} TLS handshakes under way (half of max.connections)"
+            if refused:
+                log.warning("closing %s:%s: %s", ip, address[1], refused)
+                sock.close()
+                continue
+            self.handshakes += 1
+            self._count_ip(ip, 1)
+            task = loop.create_task(self._handshake(sock, ip))
+            self._handshaking.add(task)
+            task.add_done_callback(self._handshaking.discard)
+
+    async def _handshake(self, sock: socket.socket, ip: str) -> None:
+        """The TLS handshake of a counted connection, within socket.request.read.timeout.ms;
+        then it is a KafkaConnection (whose connection_made moves it from the handshakes to
+        the connections). A failed one gives its place back."""
+        made: list[KafkaConnection] = []
+
+        def connection() -> KafkaConnection:
+            made.append(KafkaConnection(self, counted=True))
+            return made[0]
+
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                connection, sock, ssl=self.ssl_context,
+                ssl_handshake_timeout=self.read_timeout_ms / 1000)
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001  (timeout, alert, reset)
+            log.info("closing %s: TLS handshake failed: %s", ip, exc or type(exc).__name__)
+            sock.close()
+        finally:
+            if not made or made[0].counted:  # never made: its place is given back
+                self.handshakes -= 1
+                self._count_ip(ip, -1)
 
     def release(self, conn: KafkaConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
             self.broker.stats.connections_closed += 1
-            left = self.per_ip[conn.ip] - 1
-            if left:
-                self.per_ip[conn.ip] = left
-            else:
-                del self.per_ip[conn.ip]
+            self._count_ip(conn.ip, -1)
 
     async def _sweep_forever(self) -> None:
         """Close connections idle past ``connections.max.idle.ms`` (Kafka's), and those whose
@@ -366,13 +501,18 @@ class BrokerServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=512,
-            ssl=self.ssl_context,
-            # a handshake is not yet a connection the sweeper sees: bound it as a request
-            ssl_handshake_timeout=self.read_timeout_ms / 1000 if self.ssl_context else None)
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        if self.ssl_context is None:
+            self._server = await loop.create_server(
+                lambda: KafkaConnection(self), self.host, self.port, reuse_address=True,
+                backlog=512)
+            self.port = self._server.sockets[0].getsockname()[1]
+        else:  # TLS: counted at accept, then the handshake (_accept_tls)
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            self._listener = socket.create_server((self.host, self.port), family=family,
+                                                  backlog=512)
+            self._listener.setblocking(False)
+            self.port = self._listener.getsockname()[1]
+            self._acceptor = loop.create_task(self._accept_tls(self._listener))
         self.broker.host = self.host
         self.broker.port = self.port
         await self.broker.join_cluster()
@@ -392,6 +532,12 @@ class BrokerServer:
         """Stop accepting, drop the connections, then shut the broker down cleanly."""
         if self._server is not None:
             self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self._handshaking):
+            task.cancel()
         if self._metrics is not None:
             self._metrics.close()
         if self.console is not None:

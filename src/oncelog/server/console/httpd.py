@@ -3,7 +3,9 @@
 Small on purpose: GET and HEAD, one request per connection (``Connection: close``), the
 request head bounded (``MAX_REQUEST_HEAD`` bytes, ``MAX_HEADERS`` lines, read within
 ``READ_TIMEOUT_S``), at most ``MAX_CONNECTIONS`` at once (the next ones are answered 503, and
-past twice that hung up on). Whatever a client sends, it gets a status (400, 401, 404, 405,
+past twice that hung up on), at most the broker's ``max.connections.per.ip`` of them from one
+address (the next hung up on; counted apart from the Kafka listener's). Connections are counted at accept: over HTTPS, before their TLS handshake, which must
+end within ``READ_TIMEOUT_S``. Whatever a client sends, it gets a status (400, 401, 404, 405,
 431, 503) or a closed connection; the broker's own work goes on.
 A page that fails to render is a 500 and a logged traceback, nothing more. With an
 ``ssl.SSLContext`` the console is served over HTTPS.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -93,34 +96,85 @@ class ConsoleServer:
         self.ssl_context = ssl_context
         self.sampler = OffsetSampler(broker)
         self.connections = 0
+        self.per_ip: dict[str, int] = {}
         self.port: int | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
 
     @property
     def scheme(self) -> str:
         return "https" if self.ssl_context is not None else "http"
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(
-            self._serve, host, port, limit=MAX_REQUEST_HEAD, reuse_address=True,
-            ssl=self.ssl_context,
-            ssl_handshake_timeout=READ_TIMEOUT_S if self.ssl_context is not None else None)
-        self.port = self._server.sockets[0].getsockname()[1]
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, port), family=family)
+        self._listener.setblocking(False)
+        self._acceptor = asyncio.get_running_loop().create_task(self._accept(self._listener))
+        self.port = self._listener.getsockname()[1]
         self.sampler.start()
         return self.port
 
     def close(self) -> None:
         self.sampler.close()
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _accept(self, listener: socket.socket) -> None:
+        """Accept, count the connection in (the limits above) and, over HTTPS, hand it to its
+        TLS handshake: counted before the handshake, one over a limit is closed at once."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors, say
+                log.warning("console: accepting a connection failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            ip = address[0]
+            per_ip = self.broker.config.int("max.connections.per.ip")
+            if self.connections >= 2 * MAX_CONNECTIONS or self.per_ip.get(ip, 0) >= per_ip:
+                sock.close()  # a flood: hung up on at once, before any TLS handshake
+                continue
+            self.connections += 1
+            self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+            task = loop.create_task(self._connect(sock, ip))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, sock: socket.socket, ip: str) -> None:
+        try:
+            reader = asyncio.StreamReader(limit=MAX_REQUEST_HEAD)
+            done = asyncio.get_running_loop().create_future()
+
+            async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                try:
+                    await self._serve(r, w, ip)
+                finally:
+                    done.set_result(None)
+
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: asyncio.StreamReaderProtocol(reader, serve), sock, ssl=self.ssl_context,
+                ssl_handshake_timeout=READ_TIMEOUT_S if self.ssl_context is not None else None)
+            await done
+        except (OSError, TimeoutError, ssl.SSLError, asyncio.CancelledError):
+            sock.close()  # its TLS handshake failed or timed out, or the console is closing
+        finally:
+            self.connections -= 1
+            if self.per_ip[ip] > 1:
+                self.per_ip[ip] -= 1
+            else:
+                del self.per_ip[ip]
 
     # -- one request --------------------------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     ip: str) -> None:
         try:
-            if self.connections > 2 * MAX_CONNECTIONS:
-                return  # a flood: hung up on at once
             if self.connections > MAX_CONNECTIONS:
                 # told so, briefly: its request read (or not) within a second, then a 503
                 with contextlib.suppress(TimeoutError, asyncio.LimitOverrunError, ValueError):
@@ -137,15 +191,13 @@ class ConsoleServer:
                                     f"the request head is over {MAX_REQUEST_HEAD} bytes")
                 await _linger(reader, writer)
                 return
-            peer = writer.get_extra_info("peername")
-            await self._answer(writer, head, peer[0] if peer else "?")
+            await self._answer(writer, head, ip)
             await _linger(reader, writer)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # gone, silent or not speaking HTTP: nothing to answer
         except Exception:
             log.exception("console request failed")
         finally:
-            self.connections -= 1
             writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, head: bytes, host: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from ...log.validator import RecordsError, check_compressed
 from ...protocol import millis
 from ...protocol.produce_response import ProduceResponseWriter
 from ...records import CorruptRecordError, split_batches
@@ -68,13 +69,13 @@ def _prepare(broker, topic: str, index: int, records, acks: int):
     return partition, batches
 
 
-def _writer(records, batches, now: int, *, guard, verify: bool, new_client: bool):
+def _writer(records, batches, now: int, *, guard, verify: bool, new_client: bool, checked):
     """The append of one partition's record set, as the replica manager runs it on the
     leader (at its leader epoch)."""
     def write(plog, leader_epoch: int):
         return plog.append(records, batches, now, verification=guard,
                            require_verification=verify, new_client=new_client,
-                           leader_epoch=leader_epoch)
+                           leader_epoch=leader_epoch, checked=checked)
     return write
 
 
@@ -159,10 +160,20 @@ async def handle_produce(broker, ctx, request):
                 results[tp] = (exc.error_name, str(exc))
     verify, guards, failed = await _verify(broker, txn_id, prepared, new_client)
     results.update(failed)
+    # The records of compressed batches, read before the append: large payloads off the event
+    # loop, a bomb stopped at its first bad record (log/validator.py check_compressed).
+    checked: dict[tuple[str, int], dict] = {}
+    for tp, (partition, batches) in prepared.items():
+        if tp in failed:
+            continue
+        try:
+            checked[tp] = await check_compressed(partition.log.config, records_of[tp], batches)
+        except RecordsError as exc:
+            results[tp] = (exc.error_name, str(exc), exc.record_errors)
     now = now_ms()
     writes = {tp: _writer(records_of[tp], batches, now, guard=guards.get(tp), verify=verify,
-                          new_client=new_client)
-              for tp, (_partition, batches) in prepared.items() if tp not in failed}
+                          new_client=new_client, checked=checked[tp])
+              for tp, (_partition, batches) in prepared.items() if tp in checked}
     appended = await broker.replication.append_records(writes, required_acks=acks,
                                                        timeout_ms=millis(request.timeout))
     broker.stats.produced(appended, records_of)
