@@ -87,7 +87,7 @@ def test_every_family_is_typed_and_once_on_the_page(broker, traffic):
     assert fams["oncelog_request_total_time_seconds"].type == "histogram"
     assert fams["oncelog_partition_high_watermark"].type == "gauge"
     assert fams["oncelog_txn_verification"].type == "counter"
-    assert fams["oncelog_txn_verification_time_ms"].type == "summary"
+    assert fams["oncelog_txn_verification_time_seconds"].type == "summary"
 
 
 def test_openmetrics_when_the_scraper_asks_for_it(broker, traffic):

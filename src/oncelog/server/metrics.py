@@ -148,14 +148,14 @@ def log_cleaner_samples(cleaner) -> list[Sample]:
     """Kafka's LogCleaner and LogCleanerManager gauges (log/log_cleaner.py)."""
     worst, uncleanable = cleaner.dirty_and_uncleanable()
     return [
-        Sample("oncelog_log_cleaner_max_dirty_percent",
-               "the highest dirty ratio of a compacted log, percent", 100.0 * worst),
-        Sample("oncelog_log_cleaner_recopy_percent",
-               "bytes the last cleaning wrote over bytes it read, percent",
-               cleaner.last_recopy_percent),
-        Sample("oncelog_log_cleaner_buffer_utilization_percent",
-               "how full the offset map was in the last cleaning, percent",
-               cleaner.last_buffer_utilization_percent),
+        Sample("oncelog_log_cleaner_max_dirty_ratio",
+               "max-dirty-percent: the highest dirty ratio of a compacted log (0 to 1)", worst),
+        Sample("oncelog_log_cleaner_recopy_ratio",
+               "cleaner-recopy-percent: bytes the last cleaning wrote over bytes it read "
+               "(0 to 1)", cleaner.last_recopy_percent / 100),
+        Sample("oncelog_log_cleaner_buffer_utilization_ratio",
+               "max-buffer-utilization-percent: how full the offset map was in the last "
+               "cleaning (0 to 1)", cleaner.last_buffer_utilization_percent / 100),
         Sample("oncelog_log_cleaner_clean_time_seconds", "how long the last cleaning took",
                cleaner.last_clean_secs),
         Sample("oncelog_log_cleaner_cleanings_total", "cleanings done", cleaner.cleanings,
