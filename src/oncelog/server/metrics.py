@@ -1,33 +1,45 @@
-"""The broker's metrics (spec 000, "Metrics"), as Prometheus text over HTTP.
+"""The broker's metrics (spec 000, "Metrics"), as a Prometheus page over HTTP.
 
 Kafka exposes its metrics through JMX; oncelog serves the same figures as a Prometheus page at
-``http://HOST:PORT/metrics`` when ``metrics.port`` is set (``oncelog broker --metrics-port
-9404``): the Prometheus text format 0.0.4, or OpenMetrics 1.0.0 when the scraper asks for it
-(``Accept: application/openmetrics-text``, as Prometheus does). Every family has one ``# HELP``
-and one ``# TYPE``, its samples together; counters end in ``_total``; a histogram has its
-``_bucket{le=...}``, ``_sum`` and ``_count``. docs/metrics.md lists the families.
+``/metrics`` of the broker's HTTP server (console/httpd.py: ``metrics.port``, and the console's
+``console.port``), with the console's authentication, TLS and connection limits: the
+Prometheus text format 0.0.4, or OpenMetrics 1.0.0 when the scraper asks for it (``Accept:
+application/openmetrics-text``, as Prometheus does). prometheus_client writes the page (its
+``generate_latest`` for both formats) from families built at each scrape, followed by its
+process and platform collectors (``process_cpu_seconds_total``, ``process_open_fds``,
+``process_resident_memory_bytes``, ``python_info``). Every family has one ``# HELP`` and one
+``# TYPE``, its samples together; counters end in ``_total``; a histogram has its
+``_bucket{le=...}``, ``_sum`` and ``_count``; times are in seconds and fractions are ratios
+(0 to 1), Prometheus' base units. docs/metrics.md lists the families.
 
 Gauges are computed when the page is read, from the state the broker already keeps; the few
-counters the hot path keeps (bytes and messages per topic, requests and their latency per API,
-connections) are plain integer adds (server/broker_stats.py). Components add their own samples
-through a ``metric_samples()`` method (the coordinators) or ``broker.stats.add_source(fn)`` (any
-module: ``fn()`` yields ``Sample``s, of any type).
+counters the hot path keeps (bytes and messages per topic, requests, their latency and their
+error codes per API, connections) are plain integer adds (server/broker_stats.py). Components
+add their own samples through a ``metric_samples()`` method (the coordinators) or
+``broker.stats.add_source(fn)`` (any module: ``fn()`` yields ``Sample``s, of any type).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
+import platform
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import NamedTuple
 
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.samples import Sample as PromSample
+
+from ..security.acls import ResourceType
 from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger("oncelog.metrics")
-
-MAX_REQUEST_HEAD = 8192
 
 GAUGE, COUNTER, HISTOGRAM, SUMMARY = "gauge", "counter", "histogram", "summary"
 _SUFFIXES = {GAUGE: ("",), COUNTER: ("",), HISTOGRAM: ("_bucket", "_sum", "_count"),
@@ -165,8 +177,22 @@ def log_cleaner_samples(cleaner) -> list[Sample]:
     ]
 
 
+def _build_version() -> str:
+    try:
+        return version("oncelog")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree never installed
+        return "unknown"
+
+
+BUILD_INFO = Sample("oncelog_build_info", "the broker's build: oncelog's and Python's versions "
+                    "(Kafka's app-info version)", 1,
+                    (("version", _build_version()), ("python", platform.python_version()),
+                     ("implementation", platform.python_implementation())))
+
+
 def collect(broker) -> list[Sample]:
-    samples = list(partition_samples(broker))
+    samples = [BUILD_INFO]
+    samples.extend(partition_samples(broker))
     samples.extend(replication_samples(broker))
     samples.extend(broker.stats.samples(broker, _visible_topics(broker)))
     if getattr(broker, "log_cleaner", None) is not None:
@@ -189,14 +215,13 @@ def _visible_topics(broker) -> set[str]:
     return names if _shown(broker) else names - INTERNAL_TOPICS
 
 
-# -- the text formats --------------------------------------------------------------------------
+# -- the page, written by prometheus_client ------------------------------------------------------
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+_UNITS = ("seconds", "bytes", "ratio")  # OpenMetrics' # UNIT, for families named in one
+# the process (CPU seconds, open descriptors, resident memory, start time) and the Python build,
+# as every Prometheus client library exports them; read from /proc at each scrape
+_PROCESS = ProcessCollector(registry=None)
+_PLATFORM = PlatformCollector(registry=None)
 
 
 def _number(value: float) -> str:
@@ -209,43 +234,29 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-def _value(value: float) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return _number(value)
-
-
-def render(samples: Iterable[Sample], openmetrics: bool = False) -> str:
-    """The page: each family's ``# HELP``, ``# TYPE`` and samples together, in the order the
-    families first appear. Prometheus text format 0.0.4; with ``openmetrics``, OpenMetrics
-    1.0.0 (a counter's family named without ``_total``, ``# EOF`` at the end). A family named
-    twice with different types, a counter not ending in ``_total`` or a name Prometheus
-    refuses is a programming error: ValueError."""
-    families: dict[str, tuple[str, str, list[str]]] = {}
+def families(samples: Iterable[Sample]) -> list[Metric]:
+    """prometheus_client's metric families of the samples: a family per name, in the order
+    the names first appear, its samples in the order given. A family named twice with
+    different types, a counter not ending in ``_total`` or a name Prometheus refuses is a
+    programming error: ValueError."""
+    out: dict[str, tuple[str, Metric]] = {}
     for s in samples:
-        family = families.get(s.name)
-        if family is None:
+        got = out.get(s.name)
+        if got is None:
             _check_family(s)
-            family = families[s.name] = (s.type, s.help, [])
-        elif family[0] != s.type:
-            raise ValueError(f"metric {s.name} is both a {family[0]} and a {s.type}")
+            family = s.name[:-len("_total")] if s.type == COUNTER else s.name
+            unit = family.rpartition("_")[2]
+            metric = Metric(family, s.help, s.type, unit if unit in _UNITS else "")
+            out[s.name] = (s.type, metric)
+        else:
+            kind, metric = got
+            if kind != s.type:
+                raise ValueError(f"metric {s.name} is both a {kind} and a {s.type}")
         if s.suffix not in _SUFFIXES[s.type]:
             raise ValueError(f"metric {s.name}: a {s.type} has no {s.suffix!r} samples")
-        name = s.name + s.suffix
-        if s.labels:
-            labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in s.labels)
-            family[2].append(f"{name}{{{labels}}} {_value(s.value)}")
-        else:
-            family[2].append(f"{name} {_value(s.value)}")
-    lines: list[str] = []
-    for name, (kind, help_text, body) in families.items():
-        shown = name[:-len("_total")] if openmetrics and kind == COUNTER else name
-        lines.append(f"# HELP {shown} {_escape_help(help_text)}")
-        lines.append(f"# TYPE {shown} {kind}")
-        lines.extend(body)
-    if openmetrics:
-        lines.append("# EOF")
-    return "\n".join(lines) + "\n"
+        metric.samples.append(PromSample(s.name + s.suffix, dict(s.labels), s.value,
+                                         None, None, None))
+    return [metric for _kind, metric in out.values()]
 
 
 def _check_family(s: Sample) -> None:
@@ -257,50 +268,66 @@ def _check_family(s: Sample) -> None:
         raise ValueError(f"counter {s.name} must end in _total")
 
 
+class _Families:
+    """A prometheus_client collector of ready families (what ``generate_latest`` reads)."""
+
+    def __init__(self, *sources: Iterable[Metric]) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source
+
+
+def render(samples: Iterable[Sample], openmetrics: bool = False) -> str:
+    """The page of these samples alone: Prometheus text format 0.0.4, or with ``openmetrics``
+    OpenMetrics 1.0.0 (a counter's family named without ``_total``, ``# EOF`` at the end)."""
+    write = generate_openmetrics if openmetrics else generate_latest
+    return write(_Families(families(samples))).decode()
+
+
+# which label names a resource: a sample with one is shown to those who may describe it
+_RESOURCE_LABELS = (("topic", ResourceType.TOPIC), ("group", ResourceType.GROUP),
+                    ("transactional_id", ResourceType.TRANSACTIONAL_ID))
+
+
+def visible(samples: Iterable[Sample], viewer) -> Iterator[Sample]:
+    """The samples ``viewer`` may see (console/auth.py's Viewer; None: all of them): a sample
+    labelled with a topic, a group or a transactional id only when the viewer may Describe
+    it, as Kafka's Metadata, DescribeGroups and DescribeTransactions filter their answers
+    (super users, and everyone without SASL, may Describe everything)."""
+    if viewer is None:
+        yield from samples
+        return
+    allowed: dict[tuple[ResourceType, str], bool] = {}
+    for s in samples:
+        ok = True
+        for key, value in s.labels:
+            for label, rtype in _RESOURCE_LABELS:
+                if key == label:
+                    seen = allowed.get((rtype, value))
+                    if seen is None:
+                        seen = allowed[rtype, value] = viewer.may_see(rtype, value)
+                    ok = ok and seen
+        if ok:
+            yield s
+
+
+def page(broker, viewer, openmetrics: bool) -> tuple[str, bytes]:
+    """(Content-Type, body) of the metrics page as ``viewer`` may see it: the broker's
+    families, then the process's and the Python build's (prometheus_client's collectors)."""
+    registry = _Families(families(visible(collect(broker), viewer)), _PROCESS.collect(),
+                         _PLATFORM.collect())
+    if openmetrics:
+        return OPENMETRICS_TEXT, generate_openmetrics(registry)
+    return PROMETHEUS_TEXT, generate_latest(registry)
+
+
 def wants_openmetrics(accept: str) -> bool:
     """Prometheus asks for OpenMetrics first in its Accept header (client_python decides the
     same way); every other scraper gets the 0.0.4 text format."""
     return "application/openmetrics-text" in accept
 
 
-# -- the HTTP server ---------------------------------------------------------------------------
-
-def _header(head: bytes, name: bytes) -> str:
-    for line in head.split(b"\r\n")[1:]:
-        key, _, value = line.partition(b":")
-        if key.strip().lower() == name:
-            return value.strip().decode("latin-1")
-    return ""
-
-
-async def _serve_http(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                      ) -> None:
-    try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
-        request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-        if len(request_line) >= 2 and request_line[0] == "GET" and \
-                request_line[1].split("?")[0] == "/metrics":
-            openmetrics = wants_openmetrics(_header(head, b"accept"))
-            status = "200 OK"
-            ctype = OPENMETRICS_TEXT if openmetrics else PROMETHEUS_TEXT
-            body = render(collect(broker), openmetrics).encode()
-        else:
-            status, ctype, body = "404 Not Found", "text/plain", b"try /metrics\n"
-        writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
-                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-        await writer.drain()
-    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-        pass  # a client that does not speak HTTP gets nothing
-    except Exception:
-        log.exception("metrics request failed")
-    finally:
-        writer.close()
-
-
-async def start_metrics_server(broker, host: str, port: int) -> asyncio.base_events.Server:
-    return await asyncio.start_server(lambda r, w: _serve_http(broker, r, w), host, port,
-                                      limit=MAX_REQUEST_HEAD, reuse_address=True)
-
-
-__all__ = ["COUNTER", "GAUGE", "HISTOGRAM", "SUMMARY", "Sample", "collect", "histogram",
-           "render", "start_metrics_server", "summary"]
+__all__ = ["COUNTER", "GAUGE", "HISTOGRAM", "SUMMARY", "Sample", "collect", "families",
+           "histogram", "page", "render", "summary", "visible"]
