@@ -43,7 +43,7 @@ def scrape(broker) -> dict[str, float]:
 
 
 def test_lso_and_live_producer_ids_are_exposed(broker):
-    key = '{partition="0",topic="m"}'  # labels in name order, as prometheus_client writes
+    key = '{topic="m",partition="0"}'
     with RawConnection(broker.bootstrap_servers) as conn:
         conn.request(create_topics_request("m", 1))
         pids = [conn.request(init_producer_id_request()).producer_id for _ in range(2)]
