@@ -273,7 +273,10 @@ def test_the_grafana_dashboard_reads_only_what_the_broker_serves(broker, traffic
                    "oncelog_request_total_time_seconds_bucket", "oncelog_connections",
                    "oncelog_partition_last_stable_offset", "oncelog_partition_high_watermark",
                    "oncelog_partition_open_transactions", "oncelog_under_replicated_partitions",
-                   "oncelog_failed_authentication_total", "oncelog_consumer_group_lag"):
+                   "oncelog_failed_authentication_total", "oncelog_consumer_group_lag",
+                   # issue 29: errors per API and code, the event loop's lag, the process
+                   "oncelog_request_errors_total", "oncelog_event_loop_lag_seconds",
+                   "oncelog_event_loop_wakeup_delay_seconds_sum", "process_cpu_seconds_total"):
         assert needed in used, needed
 
 
