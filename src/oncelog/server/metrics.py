@@ -309,8 +309,8 @@ class _Collectors:
 
 
 # which label names a resource: a sample with one is shown to those who may describe it
-_RESOURCE_LABELS = (("topic", ResourceType.TOPIC), ("group", ResourceType.GROUP),
-                    ("transactional_id", ResourceType.TRANSACTIONAL_ID))
+_RESOURCE_LABELS = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP,
+                    "transactional_id": ResourceType.TRANSACTIONAL_ID}
 
 
 def visible(samples: Iterable[Sample], viewer) -> Iterator[Sample]:
@@ -323,15 +323,15 @@ def visible(samples: Iterable[Sample], viewer) -> Iterator[Sample]:
         return
     allowed: dict[tuple[ResourceType, str], bool] = {}
     for s in samples:
-        ok = True
         for key, value in s.labels:
-            for label, rtype in _RESOURCE_LABELS:
-                if key == label:
-                    seen = allowed.get((rtype, value))
-                    if seen is None:
-                        seen = allowed[rtype, value] = viewer.may_see(rtype, value)
-                    ok = ok and seen
-        if ok:
+            rtype = _RESOURCE_LABELS.get(key)
+            if rtype is not None:
+                seen = allowed.get((rtype, value))
+                if seen is None:
+                    seen = allowed[rtype, value] = viewer.may_see(rtype, value)
+                if not seen:
+                    break
+        else:
             yield s
 
 

@@ -249,7 +249,10 @@ class ConsoleServer:
                          body_wanted=body_wanted)
 
     async def _metrics(self, writer, viewer, accept: str, body_wanted: bool) -> None:
-        """The metrics page as the viewer may see it (metrics.py's ``visible``)."""
+        """The metrics page as the viewer may see it (metrics.py's ``visible``; without SASL,
+        as the Kafka listener, everyone may see everything)."""
+        if not self.broker.security.sasl_enabled:
+            viewer = None
         try:
             ctype, body = metrics.page(self.broker, viewer,
                                        metrics.wants_openmetrics(accept))
