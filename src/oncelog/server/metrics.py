@@ -26,14 +26,8 @@ import math
 import platform
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from importlib.metadata import PackageNotFoundError, version
+from functools import cache
 from typing import NamedTuple
-
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
 
 from ..security.acls import ResourceType
 from .topics import INTERNAL_TOPICS
@@ -176,21 +170,24 @@ def log_cleaner_samples(cleaner) -> list[Sample]:
     ]
 
 
-def _build_version() -> str:
+@cache
+def build_info() -> Sample:
+    """``oncelog_build_info``: worked out at the first scrape (nothing to work out
+    for a broker that serves no metrics)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        return version("oncelog")
+        ours = version("oncelog")
     except PackageNotFoundError:  # pragma: no cover - run from a source tree never installed
-        return "unknown"
-
-
-BUILD_INFO = Sample("oncelog_build_info", "the broker's build: oncelog's and Python's versions "
-                    "(Kafka's app-info version)", 1,
-                    (("version", _build_version()), ("python", platform.python_version()),
-                     ("implementation", platform.python_implementation())))
+        ours = "unknown"
+    return Sample("oncelog_build_info", "the broker's build: oncelog's and Python's versions "
+                  "(Kafka's app-info version)", 1,
+                  (("version", ours), ("python", platform.python_version()),
+                   ("implementation", platform.python_implementation())))
 
 
 def collect(broker) -> list[Sample]:
-    samples = [BUILD_INFO]
+    samples = [build_info()]
     samples.extend(partition_samples(broker))
     samples.extend(replication_samples(broker))
     samples.extend(broker.stats.samples(broker, _visible_topics(broker)))
@@ -225,10 +222,6 @@ def _visible_topics(broker) -> set[str]:
 # after them, and its parsers of both formats are the tests' reference.
 
 _UNITS = ("seconds", "bytes", "ratio")  # OpenMetrics' # UNIT, for families named in one
-# the process (CPU seconds, open descriptors, resident memory, start time) and the Python build,
-# as every Prometheus client library exports them; read from /proc at each scrape
-_PROCESS = ProcessCollector(registry=None)
-_PLATFORM = PlatformCollector(registry=None)
 
 
 def _escape(value: str) -> str:
@@ -300,12 +293,26 @@ def _check_family(s: Sample) -> None:
         raise ValueError(f"counter {s.name} must end in _total")
 
 
-class _Collectors:
-    """prometheus_client's collectors as one (what its ``generate_latest`` reads)."""
+@cache
+def _process_page(openmetrics: bool):
+    """prometheus_client's writer of the process's and the Python build's families (CPU
+    seconds, open descriptors, resident memory, start time; python_info), as every Prometheus
+    client library exports them, read from /proc at each scrape. Imported at the first scrape:
+    a broker that serves no metrics does not load prometheus_client."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_om
+    from prometheus_client.platform_collector import PlatformCollector
+    from prometheus_client.process_collector import ProcessCollector
 
-    def collect(self) -> Iterator[Metric]:
-        yield from _PROCESS.collect()
-        yield from _PLATFORM.collect()
+    collectors = (ProcessCollector(registry=None), PlatformCollector(registry=None))
+
+    class Collectors:
+        def collect(self):
+            for collector in collectors:
+                yield from collector.collect()
+
+    write, registry = (generate_om if openmetrics else generate_latest), Collectors()
+    return lambda: write(registry)
 
 
 # which label names a resource: a sample with one is shown to those who may describe it
@@ -339,9 +346,8 @@ def page(broker, viewer, openmetrics: bool) -> tuple[str, bytes]:
     """(Content-Type, body) of the metrics page as ``viewer`` may see it: the broker's
     families, then the process's and the Python build's (prometheus_client's collectors)."""
     ours = render(visible(collect(broker), viewer), openmetrics, eof=False).encode()
-    if openmetrics:  # prometheus_client's part ends in the page's # EOF
-        return OPENMETRICS_TEXT, ours + generate_openmetrics(_Collectors())
-    return PROMETHEUS_TEXT, ours + generate_latest(_Collectors())
+    # in OpenMetrics, prometheus_client's part ends in the page's # EOF
+    return OPENMETRICS_TEXT if openmetrics else PROMETHEUS_TEXT, ours + _process_page(openmetrics)()
 
 
 def wants_openmetrics(accept: str) -> bool:
