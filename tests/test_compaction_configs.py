@@ -89,9 +89,9 @@ def test_a_compacted_topic_is_cleaned_in_the_background(broker, tmp_path):
         assert time.monotonic() < deadline, "no cleaning counted"
         time.sleep(0.05)
     got = samples()
-    assert 0 < got["oncelog_log_cleaner_recopy_percent"] < 100
+    assert 0 < got["oncelog_log_cleaner_recopy_ratio"] < 1
     assert got["oncelog_log_cleaner_uncleanable_partitions"] == 0
-    assert 0 <= got["oncelog_log_cleaner_max_dirty_percent"] <= 100
+    assert 0 <= got["oncelog_log_cleaner_max_dirty_ratio"] <= 1
     errors = []
     producer.produce("c", key=None, value=b"no key", partition=0,
                      on_delivery=lambda err, _msg: errors.append(err))

@@ -26,7 +26,7 @@ from support.waiting import wait_until
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.client import UserScramCredentialUpsertion as Upsertion
 from oncelog.server.console import start_console_server
-from oncelog.server.console.httpd import MAX_CONNECTIONS
+from oncelog.server.console.httpd import MAX_CONNECTIONS, MAX_PER_ADDRESS
 from oncelog.server.console.sampler import OffsetSampler
 from oncelog.server.embedded import EmbeddedBroker
 
@@ -240,8 +240,10 @@ def test_bad_requests_are_answered_and_the_broker_goes_on(broker):
 
 def test_connections_over_the_limit_are_turned_away(broker):
     console = broker.console
-    idle = [socket.create_connection(("127.0.0.1", console.port), timeout=20)
-            for _ in range(MAX_CONNECTIONS)]
+    # from several addresses, each within its MAX_PER_ADDRESS (tests/test_metrics_http.py)
+    sources = [f"127.0.0.{2 + i // MAX_PER_ADDRESS}" for i in range(MAX_CONNECTIONS)]
+    idle = [socket.create_connection(("127.0.0.1", console.port), timeout=20,
+                                     source_address=(source, 0)) for source in sources]
     try:
         wait_until(lambda: broker.call(lambda: console.connections) == MAX_CONNECTIONS, 20,
                    "the idle connections accepted")

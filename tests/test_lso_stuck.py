@@ -226,7 +226,7 @@ def test_the_alert_rules_read_only_what_the_broker_serves(broker, held):
         "OncelogUnderReplicatedPartitions": {"oncelog_under_replicated_partitions"},
         "OncelogConsumerGroupLagGrowing": {"oncelog_consumer_group_lag"},
         "OncelogTwoPhaseCommitTransactionOpenLong": {
-            "oncelog_active_transaction_open_time_max_ms"},
+            "oncelog_active_transaction_open_time_max_seconds"},
         "OncelogNoActiveController": {"oncelog_active_controller"},
     }
     served = sample_names(families(broker.metrics_url))

@@ -67,8 +67,8 @@ def test_other_paths_and_garbage_do_not_hurt_the_broker(broker):
         urllib.request.urlopen(f"http://127.0.0.1:{broker.server.metrics_port}/", timeout=10)
     assert e.value.code == 404
     with socket.create_connection(("127.0.0.1", broker.server.metrics_port), timeout=10) as s:
-        s.sendall(b"\x00" * 20000)  # no end of headers within the limit: hung up on
-        assert s.recv(100) == b""
+        s.sendall(b"\x00" * 20000)  # no end of headers within the limit: 431, as the console
+        assert s.recv(100).startswith(b"HTTP/1.1 431 ")
     assert "oncelog_live_producer_ids" in scrape(broker)
 
 
@@ -99,7 +99,7 @@ def test_verification_and_open_transaction_time_are_exposed(broker):
 
     m = scrape(broker)
     assert m["oncelog_txn_verification_total"] == 0
-    assert m["oncelog_active_transaction_open_time_max_ms"] == 0
+    assert m["oncelog_active_transaction_open_time_max_seconds"] == 0
     with Producer(bootstrap_servers=broker.bootstrap_servers, transactional_id="mv",
                   linger_ms=0) as p:
         p.init_transactions()
@@ -109,10 +109,10 @@ def test_verification_and_open_transaction_time_are_exposed(broker):
         m = scrape(broker)
         assert m["oncelog_txn_verification_total"] == 1
         assert m["oncelog_txn_verification_failures_total"] == 0
-        assert m["oncelog_txn_verification_time_ms_max"] > 0
-        assert m["oncelog_active_transaction_open_time_max_ms"] >= 200
+        assert m["oncelog_txn_verification_time_max_seconds"] > 0
+        assert m["oncelog_active_transaction_open_time_max_seconds"] >= 0.2
         p.commit_transaction()
-    assert scrape(broker)["oncelog_active_transaction_open_time_max_ms"] == 0
+    assert scrape(broker)["oncelog_active_transaction_open_time_max_seconds"] == 0
 
 
 def test_label_values_and_help_are_escaped_for_both_parsers():

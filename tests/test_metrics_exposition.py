@@ -6,10 +6,12 @@ broker process with SASL (so that a failed login can be counted too)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import promql_parser
 import pytest
@@ -37,7 +39,7 @@ def confluent_config(user: str = "admin") -> dict:
 def broker(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("metrics")
     with BrokerProcess(tmp / "data", settings={**sasl_config(tmp), "metrics.port": "0"}) as b:
-        b.metrics_url = metrics_url(b)
+        b.metrics_url = metrics_url(b, "admin", USERS["admin"])  # a super user sees all
         yield b
 
 
@@ -87,7 +89,7 @@ def test_every_family_is_typed_and_once_on_the_page(broker, traffic):
     assert fams["oncelog_request_total_time_seconds"].type == "histogram"
     assert fams["oncelog_partition_high_watermark"].type == "gauge"
     assert fams["oncelog_txn_verification"].type == "counter"
-    assert fams["oncelog_txn_verification_time_ms"].type == "summary"
+    assert fams["oncelog_txn_verification_time_seconds"].type == "summary"
 
 
 def test_openmetrics_when_the_scraper_asks_for_it(broker, traffic):
@@ -210,9 +212,11 @@ def test_internal_topics_are_left_out_unless_asked_for(broker, traffic, tmp_path
 
 
 def test_an_accept_header_of_any_bytes_gets_the_text_format(broker):
-    with socket.create_connection(("127.0.0.1", int(broker.metrics_url.rsplit(":", 1)[1]
-                                                     .split("/")[0])), timeout=10) as s:
-        s.sendall(b"GET /metrics HTTP/1.0\r\nAccept: \xff\xfe\r\n\r\n")
+    token = base64.b64encode(f"admin:{USERS['admin']}".encode())
+    with socket.create_connection(("127.0.0.1", urlsplit(broker.metrics_url).port),
+                                  timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.0\r\nAccept: \xff\xfe\r\n"
+                  b"Authorization: Basic " + token + b"\r\n\r\n")
         assert b"200 OK" in s.recv(100)
 
 
@@ -269,13 +273,17 @@ def test_the_grafana_dashboard_reads_only_what_the_broker_serves(broker, traffic
                    "oncelog_request_total_time_seconds_bucket", "oncelog_connections",
                    "oncelog_partition_last_stable_offset", "oncelog_partition_high_watermark",
                    "oncelog_partition_open_transactions", "oncelog_under_replicated_partitions",
-                   "oncelog_failed_authentication_total", "oncelog_consumer_group_lag"):
+                   "oncelog_failed_authentication_total", "oncelog_consumer_group_lag",
+                   # issue 29: errors per API and code, the event loop's lag, the process
+                   "oncelog_request_errors_total", "oncelog_event_loop_lag_seconds",
+                   "oncelog_event_loop_wakeup_delay_seconds_sum", "process_cpu_seconds_total"):
         assert needed in used, needed
 
 
 def test_every_family_on_the_page_is_documented(broker, traffic):
     docs = (DASHBOARD.parent.parent / "metrics.md").read_text()
-    documented = set(re.findall(r"^\| `(oncelog_\w+)` \|", docs, re.MULTILINE))
+    documented = set(re.findall(r"^\| `((?:oncelog|process|python)_\w+)` \|", docs,
+                                re.MULTILINE))
     _ctype, text = fetch(broker.metrics_url)
     served = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
     assert served - documented == set()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import urllib.request
+from urllib.parse import urlsplit, urlunsplit
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.parser import (
@@ -17,18 +19,29 @@ OPENMETRICS_ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.6,"
                       "text/plain;version=0.0.4;q=0.3,*/*;q=0.2")  # what Prometheus sends
 
 
-def metrics_url(broker) -> str:
+def metrics_url(broker, user: str | None = None, password: str | None = None) -> str:
     """The page's address: the broker (a BrokerProcess started with ``metrics.port`` 0) says
-    it on its second line, which its log file holds."""
+    it on its second line, which its log file holds. With ``user``, the address carries the
+    credentials ``fetch`` logs in with (HTTP Basic, as Prometheus' ``basic_auth``)."""
     def said():
-        m = re.search(r"oncelog metrics at (http://\S+)", broker.log_path.read_text())
+        m = re.search(r"oncelog metrics at (https?://\S+)", broker.log_path.read_text())
         return m.group(1) if m else None
-    return wait_until(said, 10, "the broker's metrics line")
+    url = wait_until(said, 10, "the broker's metrics line")
+    if user is not None:
+        scheme, rest = url.split("://", 1)
+        url = f"{scheme}://{user}:{password}@{rest}"
+    return url
 
 
 def fetch(url: str, accept: str | None = None) -> tuple[str, str]:
-    """(Content-Type, body) of one scrape."""
+    """(Content-Type, body) of one scrape (with the URL's credentials, if it has some)."""
     headers = {"Accept": accept} if accept else {}
+    parts = urlsplit(url)
+    if parts.username is not None:
+        token = base64.b64encode(f"{parts.username}:{parts.password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+        netloc = parts.netloc.rpartition("@")[2]
+        url = urlunsplit(parts._replace(netloc=netloc))
     with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
         return r.headers["Content-Type"], r.read().decode()
 

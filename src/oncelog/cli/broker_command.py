@@ -42,7 +42,8 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
                    "listeners=; 0 picks a free one)")
     b.add_argument("--metrics-port", type=int, default=None, help="serve the metrics as "
                    "Prometheus text at http://HOST:PORT/metrics (metrics.port; 0 picks a free "
-                   "port)")
+                   "port; HTTPS and the broker's users as the console's port, which serves "
+                   "/metrics too)")
     b.add_argument("--console-port", type=int, default=None, help="serve the read-only web "
                    "console at http://HOST:PORT/ (console.port; 0 picks a free port)")
     b.add_argument("--set", action="append", type=key_value, default=[], metavar="KEY=VALUE",

@@ -38,7 +38,7 @@ class FetchResponseWriter:
     """Fill with ``topic`` then its ``partition``s, in order; ``encode_response_parts`` asks
     ``frame`` for the parts to write."""
 
-    __slots__ = ("flexible", "parts", "size", "small", "version")
+    __slots__ = ("error_counts", "flexible", "parts", "size", "small", "version")
 
     def __init__(self, version: int, throttle_ms: int, error_code: int, session_id: int,
                  topics: int) -> None:
@@ -48,6 +48,8 @@ class FetchResponseWriter:
         self.flexible = version >= 12
         self.parts: list[Any] = []
         self.size = 0
+        # error code -> how many times it is written (the broker's ErrorsPerSec metric)
+        self.error_counts: dict[int, int] = {error_code: 1} if version >= 7 else {}
         small = bytearray(_I32.pack(throttle_ms)) if version < 7 else \
             bytearray(_HEAD_V7.pack(throttle_ms, error_code, session_id))
         small += length_prefix(topics, self.flexible)
@@ -72,6 +74,8 @@ class FetchResponseWriter:
         (``end_topic``)."""
         small = self.small
         version = self.version
+        counts = self.error_counts
+        counts[error_code] = counts.get(error_code, 0) + 1
         if version >= 5:
             small += _PARTITION_V5.pack(index, error_code, high_watermark, last_stable_offset,
                                         log_start_offset)

@@ -29,7 +29,7 @@ class ProduceResponseWriter:
     """Fill with ``topic`` then its ``partition``s in order; ``encode_response_parts`` asks
     ``frame`` for the bytes to write."""
 
-    __slots__ = ("buf", "flexible", "version")
+    __slots__ = ("buf", "error_counts", "flexible", "version")
 
     def __init__(self, version: int, topics: int) -> None:
         if not 3 <= version <= 12:
@@ -37,6 +37,8 @@ class ProduceResponseWriter:
         self.version = version
         self.flexible = version >= 9
         self.buf = bytearray(length_prefix(topics, self.flexible))
+        # error code -> how many times it is written (the broker's ErrorsPerSec metric)
+        self.error_counts: dict[int, int] = {}
 
     def topic(self, name: str, partitions: int) -> None:
         buf = self.buf
@@ -48,6 +50,8 @@ class ProduceResponseWriter:
                   error_message: str | None = None) -> None:
         buf = self.buf
         version = self.version
+        counts = self.error_counts
+        counts[error_code] = counts.get(error_code, 0) + 1
         if version >= 5:
             buf += _PARTITION_V5.pack(index, error_code, base_offset, log_append_time,
                                       log_start_offset)

@@ -190,6 +190,7 @@ class Broker:
             response = await self.handlers[ApiKey(api_key)](self, ctx, request)
             if response is None:
                 return None
+            self.stats.response_errors(api_key, response)  # ErrorsPerSec
             if large:  # nor encoding its answer (the thread lets the loop run between slices)
                 return await asyncio.to_thread(protocol.encode_response_parts,
                                                header.correlation_id, response)
@@ -210,6 +211,7 @@ class Broker:
                                                   "the broker failed to handle the request")
             else:
                 response = error_response(protocol.response_class(api_key, version), request)
+            self.stats.response_errors(api_key, response)
             return protocol.encode_response_parts(header.correlation_id, response)
         finally:
             self.stats.request_done(api_key, started)

@@ -88,7 +88,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     # Off by default, as Kafka's log.preallocate: the zeros are a second write of every page,
     # and on two cores shared with clients that cost more throughput than it saved.
     "log.preallocate.ahead.bytes": "0",
-    # oncelog's own: serve the metrics as Prometheus text on this port (-1: off, 0: any free).
+    # oncelog's own: serve /metrics alone on this port (-1: off, 0: any free), by the console's
+    # HTTP server (its users, TLS and limits); the console's port serves /metrics too.
     "metrics.port": "-1",
     # oncelog's own: per-topic and per-partition metrics of __consumer_offsets and
     # __transaction_state too (100 partitions by default: 800 series no dashboard reads).

@@ -22,9 +22,9 @@ from ..protocol.framing import FrameSizeError, Framing
 from ..records.region import FileRegion
 from ..security.tls import server_ssl_context
 from .broker import Broker
-from .console import ConsoleServer, start_console_server
+from .console import ConsoleServer, start_http_server
 from .context import CloseConnection
-from .metrics import Sample, start_metrics_server
+from .metrics import Sample
 
 log = logging.getLogger("oncelog.network")
 
@@ -332,8 +332,8 @@ class BrokerServer:
         self.read_timeout_ms = config.int("socket.request.read.timeout.ms")
         self._sweeper: asyncio.Task | None = None
         self._server: asyncio.base_events.Server | None = None
-        self._metrics: asyncio.base_events.Server | None = None
         self.metrics_port: int | None = None  # where the metrics page is served, if it is
+        self.http: ConsoleServer | None = None  # the HTTP server of both ports, if one is set
         # SSL and SASL_SSL listeners (security/tls.py); a bad setting fails here, at startup
         self.ssl_context = server_ssl_context(config)
         self.console: ConsoleServer | None = None  # the web console, when console.port is set
@@ -516,15 +516,15 @@ class BrokerServer:
         self.broker.host = self.host
         self.broker.port = self.port
         await self.broker.join_cluster()
-        metrics_port = self.broker.config.int("metrics.port")
-        if metrics_port >= 0:
-            self._metrics = await start_metrics_server(self.broker, self.host, metrics_port)
-            self.metrics_port = self._metrics.sockets[0].getsockname()[1]
-        console_port = self.broker.config.int("console.port")
-        if console_port >= 0:
-            # over HTTPS with the listener's own context when it is SSL or SASL_SSL
-            self.console = await start_console_server(self.broker, self.host, console_port,
-                                                      ssl_context=self.ssl_context)
+        # one HTTP server for the console's port and the metrics port, over HTTPS with the
+        # listener's own context when it is SSL or SASL_SSL
+        self.http = await start_http_server(
+            self.broker, self.host, self.broker.config.int("console.port"),
+            self.broker.config.int("metrics.port"), ssl_context=self.ssl_context)
+        if self.http is not None:
+            self.metrics_port = self.http.metrics_port
+            self.console = self.http if self.http.port is not None else None
+        self.broker.stats.start_loop_monitor()
         self.broker.start_maintenance()
         self._sweeper = loop.create_task(self._sweep_forever())
 
@@ -538,10 +538,9 @@ class BrokerServer:
             self._listener.close()
         for task in list(self._handshaking):
             task.cancel()
-        if self._metrics is not None:
-            self._metrics.close()
-        if self.console is not None:
-            self.console.close()
+        if self.http is not None:
+            self.http.close()
+        self.broker.stats.stop_loop_monitor()
         if self._sweeper is not None:
             self._sweeper.cancel()
         for conn in list(self.connections):

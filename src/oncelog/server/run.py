@@ -33,8 +33,9 @@ async def _serve(data_dir: Path, host: str, port: int, config: BrokerConfig) -> 
     tls = f" with {protocol}" if protocol != "PLAINTEXT" else ""
     print(f"oncelog broker listening on {host}:{server.port}{tls} (data dir {data_dir}, "
           f"cluster {broker.cluster_id})", flush=True)
-    if server.metrics_port is not None:
-        print(f"oncelog metrics at http://{host}:{server.metrics_port}/metrics", flush=True)
+    if server.http is not None and server.metrics_port is not None:
+        print(f"oncelog metrics at {server.http.scheme}://{host}:{server.metrics_port}/metrics",
+              flush=True)
     if server.console is not None:
         print(f"oncelog console at {server.console.scheme}://{host}:{server.console.port}/",
               flush=True)

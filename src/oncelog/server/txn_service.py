@@ -274,6 +274,7 @@ class TxnService:
                      sum(len(c.transactions) for c in self.all_cores()))
         # KIP-939: kafka.server:type=transaction-coordinator-metrics,
         # name=active-transaction-open-time-max
-        yield Sample("oncelog_active_transaction_open_time_max_ms",
-                     "how long the oldest open transaction has been open (ms)",
-                     max((c.longest_open_ms(now_ms()) for c in self.all_cores()), default=0))
+        yield Sample("oncelog_active_transaction_open_time_max_seconds",
+                     "how long the oldest open transaction has been open",
+                     max((c.longest_open_ms(now_ms()) for c in self.all_cores()),
+                         default=0) / 1000)

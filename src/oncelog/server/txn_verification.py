@@ -220,11 +220,11 @@ class TxnVerifier:
         yield Sample("oncelog_txn_verification_total",
                      "transaction verifications and implicit partition adds (KIP-890)",
                      self.count, type=COUNTER)
-        yield from summary("oncelog_txn_verification_time_ms",
-                           "VerificationTimeMs: time spent verifying (ms)",
-                           round(self.total_ms, 3), self.count)
-        yield Sample("oncelog_txn_verification_time_ms_max",
-                     "VerificationTimeMs: the longest verification", round(self.max_ms, 3))
+        yield from summary("oncelog_txn_verification_time_seconds",
+                           "VerificationTimeMs: time spent verifying",
+                           self.total_ms / 1000, self.count)
+        yield Sample("oncelog_txn_verification_time_max_seconds",
+                     "VerificationTimeMs: the longest verification", self.max_ms / 1000)
         yield Sample("oncelog_txn_verification_failures_total",
                      "VerificationFailureRate: verifications that failed (a counter; its rate "
                      "is the failure rate)", self.failures, type=COUNTER)

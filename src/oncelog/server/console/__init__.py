@@ -10,6 +10,6 @@ and partition leaders. docs/console.md shows it.
 - ``sampler`` and ``chart``: the HW and LSO history of each partition, and its SVG.
 """
 
-from .httpd import ConsoleServer, start_console_server
+from .httpd import ConsoleServer, start_console_server, start_http_server
 
-__all__ = ["ConsoleServer", "start_console_server"]
+__all__ = ["ConsoleServer", "start_console_server", "start_http_server"]

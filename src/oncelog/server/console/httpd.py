@@ -1,14 +1,18 @@
-"""The console's HTTP/1.1 server, on the broker's event loop.
+"""The broker's HTTP/1.1 server, on the broker's event loop: the console's pages
+(``console.port``) and the metrics page ``/metrics`` (``metrics.port``, and the console's port).
 
+One server whatever the ports: both listeners share its authentication, its TLS and its limits.
 Small on purpose: GET and HEAD, one request per connection (``Connection: close``), the
 request head bounded (``MAX_REQUEST_HEAD`` bytes, ``MAX_HEADERS`` lines, read within
-``READ_TIMEOUT_S``), at most ``MAX_CONNECTIONS`` at once (the next ones are answered 503, and
-past twice that hung up on), at most the broker's ``max.connections.per.ip`` of them from one
-address (the next hung up on; counted apart from the Kafka listener's). Connections are counted at accept: over HTTPS, before their TLS handshake, which must
+``READ_TIMEOUT_S`` in all, however slowly it trickles in), at most ``MAX_PER_ADDRESS``
+connections from one address (or the broker's ``max.connections.per.ip``, if lower: the next
+ones from it are hung up on at once, so that one client cannot take the slots of the others)
+and ``MAX_CONNECTIONS`` in all (the next ones are answered 503, and past twice that hung up
+on). Connections are counted at accept: over HTTPS, before their TLS handshake, which must
 end within ``READ_TIMEOUT_S``. Whatever a client sends, it gets a status (400, 401, 404, 405,
 431, 503) or a closed connection; the broker's own work goes on.
 A page that fails to render is a 500 and a logged traceback, nothing more. With an
-``ssl.SSLContext`` the console is served over HTTPS.
+``ssl.SSLContext`` (the broker's SSL or SASL_SSL listener's) both ports are served over HTTPS.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import ssl
 from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from .. import metrics
 from .auth import authenticate
 from .layout import esc, page
 from .pages import brokers_page, groups_page, topic_page, topics_page, transactions_page
@@ -32,6 +37,7 @@ MAX_REQUEST_HEAD = 8192
 MAX_HEADERS = 64
 READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
+MAX_PER_ADDRESS = 8  # a browser opens 6 at most to one site; Prometheus scrapes with one
 LINGER_BYTES = 1 << 20  # after answering, unread input drained (for two seconds at most)
 
 SECURITY_HEADERS = (
@@ -91,40 +97,60 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
 
 
 class ConsoleServer:
+    """The broker's HTTP server: ``start`` a console listener (the pages and /metrics),
+    ``start_metrics`` a metrics listener (/metrics alone); both count against one set of
+    limits."""
+
     def __init__(self, broker, ssl_context: ssl.SSLContext | None = None) -> None:
         self.broker = broker
         self.ssl_context = ssl_context
         self.sampler = OffsetSampler(broker)
         self.connections = 0
-        self.per_ip: dict[str, int] = {}
-        self.port: int | None = None
-        self._listener: socket.socket | None = None
-        self._acceptor: asyncio.Task | None = None
+        self.per_address: dict[str, int] = {}
+        self.port: int | None = None  # the console's
+        self.metrics_port: int | None = None
+        self._listeners: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task] = []
         self._tasks: set[asyncio.Task] = set()
 
     @property
     def scheme(self) -> str:
         return "https" if self.ssl_context is not None else "http"
 
-    async def start(self, host: str, port: int) -> int:
+    async def _listen(self, host: str, port: int, pages: bool) -> int:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, port), family=family)
-        self._listener.setblocking(False)
-        self._acceptor = asyncio.get_running_loop().create_task(self._accept(self._listener))
-        self.port = self._listener.getsockname()[1]
+        listener = socket.create_server((host, port), family=family, backlog=128)
+        listener.setblocking(False)
+        self._listeners.append(listener)
+        self._acceptors.append(
+            asyncio.get_running_loop().create_task(self._accept(listener, pages)))
+        return listener.getsockname()[1]
+
+    async def start(self, host: str, port: int) -> int:
+        """Serve the console's pages and /metrics on ``host:port``."""
+        self.port = await self._listen(host, port, pages=True)
         self.sampler.start()
         return self.port
 
+    async def start_metrics(self, host: str, port: int) -> int:
+        """Serve /metrics alone on ``host:port``."""
+        self.metrics_port = await self._listen(host, port, pages=False)
+        return self.metrics_port
+
     def close(self) -> None:
         self.sampler.close()
-        if self._acceptor is not None:
-            self._acceptor.cancel()
-        if self._listener is not None:
-            self._listener.close()
+        for acceptor in self._acceptors:
+            acceptor.cancel()
+        for listener in self._listeners:
+            listener.close()
         for task in list(self._tasks):
             task.cancel()
 
-    async def _accept(self, listener: socket.socket) -> None:
+    @property
+    def max_per_address(self) -> int:
+        return min(MAX_PER_ADDRESS, self.broker.config.int("max.connections.per.ip"))
+
+    async def _accept(self, listener: socket.socket, pages: bool) -> None:
         """Accept, count the connection in (the limits above) and, over HTTPS, hand it to its
         TLS handshake: counted before the handshake, one over a limit is closed at once."""
         loop = asyncio.get_running_loop()
@@ -136,24 +162,24 @@ class ConsoleServer:
                 await asyncio.sleep(0.1)
                 continue
             ip = address[0]
-            per_ip = self.broker.config.int("max.connections.per.ip")
-            if self.connections >= 2 * MAX_CONNECTIONS or self.per_ip.get(ip, 0) >= per_ip:
-                sock.close()  # a flood: hung up on at once, before any TLS handshake
+            if self.connections >= 2 * MAX_CONNECTIONS or \
+                    self.per_address.get(ip, 0) >= self.max_per_address:
+                sock.close()  # a flood, or this address has its share: hung up on at once
                 continue
             self.connections += 1
-            self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
-            task = loop.create_task(self._connect(sock, ip))
+            self.per_address[ip] = self.per_address.get(ip, 0) + 1
+            task = loop.create_task(self._connect(sock, ip, pages))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _connect(self, sock: socket.socket, ip: str) -> None:
+    async def _connect(self, sock: socket.socket, ip: str, pages: bool) -> None:
         try:
             reader = asyncio.StreamReader(limit=MAX_REQUEST_HEAD)
             done = asyncio.get_running_loop().create_future()
 
             async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
                 try:
-                    await self._serve(r, w, ip)
+                    await self._serve(r, w, ip, pages)
                 finally:
                     done.set_result(None)
 
@@ -165,15 +191,15 @@ class ConsoleServer:
             sock.close()  # its TLS handshake failed or timed out, or the console is closing
         finally:
             self.connections -= 1
-            if self.per_ip[ip] > 1:
-                self.per_ip[ip] -= 1
+            if self.per_address[ip] > 1:
+                self.per_address[ip] -= 1
             else:
-                del self.per_ip[ip]
+                del self.per_address[ip]
 
     # -- one request --------------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     ip: str) -> None:
+                     address: str, pages: bool = True) -> None:
         try:
             if self.connections > MAX_CONNECTIONS:
                 # told so, briefly: its request read (or not) within a second, then a 503
@@ -191,7 +217,7 @@ class ConsoleServer:
                                     f"the request head is over {MAX_REQUEST_HEAD} bytes")
                 await _linger(reader, writer)
                 return
-            await self._answer(writer, head, ip)
+            await self._answer(writer, head, address, pages)
             await _linger(reader, writer)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # gone, silent or not speaking HTTP: nothing to answer
@@ -200,7 +226,8 @@ class ConsoleServer:
         finally:
             writer.close()
 
-    async def _answer(self, writer: asyncio.StreamWriter, head: bytes, host: str) -> None:
+    async def _answer(self, writer: asyncio.StreamWriter, head: bytes, host: str,
+                      pages: bool = True) -> None:
         try:
             method, target, headers = parse_head(head)
         except BadRequest as exc:
@@ -208,7 +235,7 @@ class ConsoleServer:
             return
         if method not in ("GET", "HEAD"):
             await self._respond(writer, HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed",
-                                "the console is read only: GET and HEAD",
+                                "read only: GET and HEAD",
                                 extra=(("Allow", "GET, HEAD"),))
             return
         body_wanted = method == "GET"  # HEAD: the same status and fields, no body
@@ -232,6 +259,13 @@ class ConsoleServer:
                                 extra=(("WWW-Authenticate",
                                         'Basic realm="oncelog", charset="UTF-8"'),),
                                 body_wanted=body_wanted)
+            return
+        if path == "/metrics":
+            await self._metrics(writer, viewer, headers.get("accept", ""), body_wanted)
+            return
+        if not pages:
+            await self._respond(writer, HTTPStatus.NOT_FOUND, "not found",
+                                "this port serves /metrics", body_wanted=body_wanted)
             return
         if path == "/":
             await self._respond(writer, HTTPStatus.SEE_OTHER, "see other", "/topics",
@@ -257,6 +291,22 @@ class ConsoleServer:
         await self._send(writer, HTTPStatus.OK, page(title, body, active=active,
                                                      identity=self._identity()),
                          body_wanted=body_wanted)
+
+    async def _metrics(self, writer, viewer, accept: str, body_wanted: bool) -> None:
+        """The metrics page as the viewer may see it (metrics.py's ``visible``; without SASL,
+        as the Kafka listener, everyone may see everything)."""
+        if not self.broker.security.sasl_enabled:
+            viewer = None
+        try:
+            ctype, body = metrics.page(self.broker, viewer,
+                                       metrics.wants_openmetrics(accept))
+        except Exception:
+            log.exception("the metrics page failed")
+            await self._respond(writer, HTTPStatus.INTERNAL_SERVER_ERROR, "error",
+                                "the page failed to render; the broker's log has the details",
+                                body_wanted=body_wanted)
+            return
+        await self._write(writer, HTTPStatus.OK, body, ctype, body_wanted=body_wanted)
 
     def _render(self, path: str, viewer, flag) -> tuple[str, str, str] | None:
         broker = self.broker
@@ -288,8 +338,12 @@ class ConsoleServer:
 
     async def _send(self, writer, status: HTTPStatus, document: str, *,
                     extra: tuple[tuple[str, str], ...] = (), body_wanted: bool = True) -> None:
-        body = document.encode("utf-8")
-        fields = [("Content-Type", "text/html; charset=utf-8"),
+        await self._write(writer, status, document.encode("utf-8"), "text/html; charset=utf-8",
+                          extra=extra, body_wanted=body_wanted)
+
+    async def _write(self, writer, status: HTTPStatus, body: bytes, ctype: str, *,
+                     extra: tuple[tuple[str, str], ...] = (), body_wanted: bool = True) -> None:
+        fields = [("Content-Type", ctype),
                   ("Content-Length", str(len(body))), ("Connection", "close"),
                   *SECURITY_HEADERS, *extra]
         head = f"HTTP/1.1 {status.value} {status.phrase}\r\n" + "".join(
@@ -303,4 +357,18 @@ async def start_console_server(broker, host: str, port: int,
     """Serve the console on ``host:port`` (0: a free port; ``.port`` says which)."""
     server = ConsoleServer(broker, ssl_context)
     await server.start(host, port)
+    return server
+
+
+async def start_http_server(broker, host: str, console_port: int, metrics_port: int,
+                            ssl_context: ssl.SSLContext | None = None) -> ConsoleServer | None:
+    """The broker's one HTTP server, listening on the console's port and on the metrics port
+    (each: -1 off, 0 a free port); None when both are off."""
+    if console_port < 0 and metrics_port < 0:
+        return None
+    server = ConsoleServer(broker, ssl_context)
+    if console_port >= 0:
+        await server.start(host, console_port)
+    if metrics_port >= 0:
+        await server.start_metrics(host, metrics_port)
     return server
