@@ -181,7 +181,8 @@ class ConsoleServer:
                 try:
                     await self._serve(r, w, ip, pages)
                 finally:
-                    done.set_result(None)
+                    if not done.done():  # cancelled when the console closes
+                        done.set_result(None)
 
             await asyncio.get_running_loop().connect_accepted_socket(
                 lambda: asyncio.StreamReaderProtocol(reader, serve), sock, ssl=self.ssl_context,
