@@ -6,7 +6,7 @@ Spark (local[2]):
   write and a read against a SASL broker; a wrong password in it is refused;
 - the sink's options checked on the driver (a typo, ``kafka.acks=1``) before any job runs;
 - the sink's bookkeeping out of operators' views: ``__oncelog_spark_batches`` internal
-  (Metadata, ``oncelog topics list``), its marker groups without (negative) lag in ``oncelog
+  (Metadata, ``oncelog topics list --exclude-internal``), its marker groups without (negative) lag in ``oncelog
   groups describe``, the console's Groups page and the lag metric; and, with short
   ``transactional.id.expiration.ms`` and ``offsets.retention.minutes``, the per-write
   transactional ids and ``-aborted-`` groups a finished write leaves expire."""
@@ -161,7 +161,10 @@ def test_the_sinks_bookkeeping_is_internal_has_no_lag_and_expires(spark, bookkee
         marker_offsets = a.list_consumer_group_offsets(markers[0])
         assert max(o for tp, o in marker_offsets.items() if tp.topic == MARKER_TOPIC) >= 2
 
+    # as kafka-topics --list: internal topics are listed, and left out by --exclude-internal
     listed = oncelog("topics", "list", "--bootstrap-server", bs).stdout.split()
+    assert "bk-in" in listed and MARKER_TOPIC in listed and "__consumer_offsets" in listed
+    listed = oncelog("topics", "list", "--exclude-internal", "--bootstrap-server", bs).stdout.split()
     assert "bk-in" in listed and MARKER_TOPIC not in listed
 
     described = json.loads(oncelog("groups", "describe", "--bootstrap-server", bs,

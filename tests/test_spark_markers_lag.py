@@ -1,6 +1,6 @@
 """The Spark sink's markers as operators see them, without Spark: offsets committed (as the
 sink commits them, batch id + 1) for ``__oncelog_spark_batches``, a topic nothing is written
-to. The topic is internal in Metadata and left out of ``oncelog topics list``; its offsets have
+to. The topic is internal in Metadata and left out of ``oncelog topics list --exclude-internal``; its offsets have
 no lag in ``oncelog groups describe``, the console's Groups page and the lag metric (they
 showed -5), while an ordinary group's lag is still shown. (tests/test_spark_bookkeeping.py does
 the same through a real Spark query.)"""
@@ -46,7 +46,10 @@ def test_the_marker_topic_is_internal_and_left_out_of_listings(broker):
         assert not a.describe_topics(["orders"])["orders"].internal
         assert MARKER_TOPIC not in a.list_topics()
         assert MARKER_TOPIC in a.list_topics(include_internal=True)
+    # as kafka-topics --list: internal topics are listed, and left out by --exclude-internal
     listed = oncelog("topics", "list", "--bootstrap-server", bs).stdout.split()
+    assert "orders" in listed and MARKER_TOPIC in listed and "__consumer_offsets" in listed
+    listed = oncelog("topics", "list", "--exclude-internal", "--bootstrap-server", bs).stdout.split()
     assert "orders" in listed and MARKER_TOPIC not in listed
 
 
