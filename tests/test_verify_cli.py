@@ -52,12 +52,22 @@ def test_verify_passes_with_faults_on_the_default_broker(tmp_path):
 @pytest.mark.skipif("transaction.version" not in BROKER_DEFAULTS,
                     reason="the broker has no transaction.version setting")
 def test_verify_fails_on_the_old_protocol_with_an_old_client():
-    r = verify("--duration", "6", "--faults", "reorder", "--fault-probability", "0.5",
-               "--clients", "raw-old", "--seed", "1", "--readers", "1", "--read-timeout", "4",
-               "--set", "transaction.version=1",
-               "--set", "transaction.partition.verification.enable=false")
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "verdict: OK" not in r.stdout
+    # The seed fixes which requests are held, not when a held copy lands: its timer races the
+    # writer's retry that reuses the same sequence numbers, so a loaded machine can make the
+    # late copy a refused duplicate instead of a hanging transaction. The old protocol has to
+    # show an anomaly in one of three seeded runs (the first, on a quiet machine).
+    outputs = []
+    for seed in ("1", "2", "3"):
+        r = verify("--duration", "6", "--faults", "reorder", "--fault-probability", "0.5",
+                   "--clients", "raw-old", "--seed", seed, "--readers", "1",
+                   "--read-timeout", "4", "--set", "transaction.version=1",
+                   "--set", "transaction.partition.verification.enable=false")
+        assert r.returncode in (0, 1), r.stdout + r.stderr
+        if r.returncode == 1:
+            assert "verdict: OK" not in r.stdout
+            return
+        outputs.append(r.stdout)
+    raise AssertionError("no anomaly in three runs of the old protocol:\n" + "\n".join(outputs))
 
 
 def test_check_of_a_clean_and_of_a_broken_file(tmp_path):
