@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the tests, installing what they need on first use.
 #   bash scripts/test.sh          the whole suite (slow, Spark and cluster tests included), on
-#                                 three workers (pytest-xdist): CI; about 8 minutes here
+#                                 three workers (pytest-xdist): CI; about 14 minutes here (1,348 tests)
 #   bash scripts/test.sh --fast   the fast tier: everything not marked slow, spark or cluster,
 #                                 on three workers, in about two minutes
 # Three workers on two cores: most tests spend most of their time waiting (on brokers, Spark's
