@@ -8,10 +8,13 @@
 #   --with-node       Node.js and the npm clients of tests/node/package.json (the Node interop)
 #   --with-chromium   Chromium (the web console's tests load its pages in headless Chromium)
 #   --with-openssl    the openssl command (the TLS tests make their certificates with it)
+#   --with-kafka      Apache Kafka's broker, tools, Java client and Kafka Streams, from Maven
+#                     Central into .cache/kafka (scripts/kafka.sh), and Spark's own Kafka
+#                     connector (scripts/kafka.sh spark-jars): the tests beside a real Kafka
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-want_kcat="" want_postgres="" want_zookeeper="" want_node="" want_chromium="" want_openssl=""
+want_kcat="" want_postgres="" want_zookeeper="" want_node="" want_chromium="" want_openssl="" want_kafka=""
 for arg in "$@"; do
   case "$arg" in
     --with-kcat) want_kcat=1 ;;
@@ -20,8 +23,9 @@ for arg in "$@"; do
     --with-node) want_node=1 ;;
     --with-chromium) want_chromium=1 ;;
     --with-openssl) want_openssl=1 ;;
+    --with-kafka) want_kafka=1 ;;
     *) echo "bootstrap.sh: unknown option $arg (--with-kcat, --with-postgres," \
-            "--with-zookeeper, --with-node, --with-chromium, --with-openssl)" >&2; exit 2 ;;
+            "--with-zookeeper, --with-node, --with-chromium, --with-openssl, --with-kafka)" >&2; exit 2 ;;
   esac
 done
 if [ ! -x .venv/bin/python ]; then
@@ -56,6 +60,9 @@ fi
 if [ -n "$want_openssl" ] && ! command -v openssl >/dev/null 2>&1; then
   packages+=(openssl)
 fi
+if [ -n "$want_kafka" ] && { ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; }; then
+  packages+=(maven openjdk-17-jdk-headless)
+fi
 if [ "${#packages[@]}" -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo
@@ -69,4 +76,8 @@ if [ -n "$want_node" ]; then
     (cd tests/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
     echo "$node_hash" > "$node_stamp"
   fi
+fi
+if [ -n "$want_kafka" ]; then
+  bash scripts/kafka.sh install
+  bash scripts/kafka.sh spark-jars >/dev/null
 fi

@@ -18,12 +18,12 @@ if [ -n "$fast" ]; then
   bash "$root/scripts/bootstrap.sh"
 else
   bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper --with-node \
-    --with-chromium --with-openssl
+    --with-chromium --with-openssl --with-kafka
 fi
 cd "$root"
 .venv/bin/ruff check src
 .venv/bin/mypy src/oncelog
 if [ -n "$fast" ]; then
-  exec .venv/bin/python -m pytest -q -n 3 -m "not slow and not spark and not cluster" "$@"
+  exec .venv/bin/python -m pytest -q -n 3 -m "not slow and not spark and not cluster and not kafka" "$@"
 fi
 exec .venv/bin/python -m pytest -q -n 3 --dist worksteal "$@"

@@ -78,8 +78,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     indirectly) is a ``cluster`` test, so that the fast tier (-m "not cluster") leaves it out
     without each test having to say so."""
     for item in items:
-        if "zookeeper_server" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "zookeeper_server" in names:
             item.add_marker(pytest.mark.cluster)
+        if any(n in names for n in _KAFKA_FIXTURES):
+            item.add_marker(pytest.mark.kafka)
 
 
 @pytest.fixture(scope="session")
@@ -94,3 +97,55 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory):
     server.start()
     yield server
     server.stop()
+
+
+# -- Apache Kafka beside oncelog (tests/test_kafka_*.py) ------------------------------------------
+#
+#   apache_kafka   the bootstrap address of one real Apache Kafka (KRaft, one node) shared by the
+#                  whole session (see support/apache_kafka.py); tests use names of their own
+#   kafka_tools    Kafka's command-line tools run in one JVM per worker (KafkaTools.run)
+#   kafka_jars     the ':'-separated classpath of Kafka's client, Streams, tools and broker
+# Every test using one of them is marked ``kafka`` (left out of the fast tier).
+
+_KAFKA_FIXTURES = ("apache_kafka", "kafka_tools", "kafka_jars")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller: the workers inherit the directory
+        from support.apache_kafka import shared_dir
+
+        shared_dir()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        from support.apache_kafka import stop_shared_kafka
+
+        stop_shared_kafka()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> str:
+    from support.apache_kafka import shared_kafka_bootstrap
+
+    return shared_kafka_bootstrap()
+
+
+@pytest.fixture(scope="session")
+def kafka_tools(tmp_path_factory: pytest.TempPathFactory):
+    from oncelog.harness.apache_kafka import KafkaTools
+    from support.apache_kafka import require_kafka
+
+    require_kafka()
+    tools = KafkaTools(tmp_path_factory.mktemp("kafka-tools"))
+    yield tools
+    tools.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_jars() -> str:
+    from oncelog.harness.apache_kafka import kafka_classpath
+    from support.apache_kafka import require_kafka
+
+    require_kafka()
+    return kafka_classpath()
