@@ -50,6 +50,12 @@ MIB = 1024 * 1024
 # it is fuzzed: the inputs are at most a few KB each, so anything near this is a balloon.
 RSS_GROWTH_LIMIT = 200 * MIB
 SCALE = float(os.environ.get("ONCELOG_FUZZ_SCALE", "1"))
+# The long runs (other seeds, more inputs) are a command, not part of the suite:
+#   ONCELOG_FUZZ_SCALE=4 .venv/bin/python -m pytest -q tests/test_fuzz_wire.py
+# (SCALE multiplies every run's inputs; from 2 up the long runs join in).
+long_run = pytest.mark.skipif(
+    SCALE < 2, reason="the long fuzz runs with ONCELOG_FUZZ_SCALE=2 or more (a command; the "
+                      "suite runs the short ones)")
 
 
 def scaled(examples: int) -> int:
@@ -182,6 +188,7 @@ def test_a_broker_survives_fuzzed_requests(tmp_path, security):
         print(f"{security}: {sent} inputs in {time.monotonic() - started:.0f} s")
 
 
+@long_run
 @pytest.mark.slow
 @pytest.mark.parametrize("security", ["plaintext", "sasl"])
 def test_a_broker_survives_a_long_fuzz(tmp_path, security):
@@ -192,6 +199,7 @@ def test_a_broker_survives_a_long_fuzz(tmp_path, security):
         fuzz_broker(broker, examples=1300 if security == "plaintext" else 900, seed_=1617)
 
 
+@long_run
 @pytest.mark.slow
 def test_a_long_fuzz_of_the_decoders(tmp_path):
     last = tmp_path / "last-input"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from support.interop import unique_topic
 
 from oncelog.harness.apache_kafka import KAFKA_SH, kafka_sh, kafka_version
@@ -42,3 +43,27 @@ def test_the_tool_runner_gives_each_tools_output_and_exit_code(apache_kafka, kaf
     read = kafka_tools.run("kafka-console-consumer", "--bootstrap-server", apache_kafka,
                            "--topic", topic, "--from-beginning", "--max-messages", "2").check()
     assert sorted(read.stdout.split()) == ["one", "two"]
+
+
+@pytest.mark.slow
+def test_a_three_node_kafka_replicates_and_rides_out_a_node_kill(tmp_path, kafka_jars,
+                                                                  kafka_tools):
+    """ApacheKafka(nodes=3): a KRaft quorum of three combined nodes; a topic with three
+    replicas keeps taking acks=all writes with one node SIGKILLed, and the node comes back."""
+    from oncelog.harness.apache_kafka import ApacheKafka
+
+    with ApacheKafka(tmp_path / "k3", nodes=3, heap="256M", tools=kafka_tools) as kafka:
+        bs = kafka.bootstrap_servers
+        kafka_tools.run("kafka-topics", "--bootstrap-server", bs, "--create", "--topic", "r3",
+                        "--partitions", "1", "--replication-factor", "3",
+                        "--config", "min.insync.replicas=2").check()
+        kafka.kill(3)
+        kafka_tools.run("kafka-console-producer", "--bootstrap-server", bs, "--topic", "r3",
+                        "--producer-property", "acks=all", input="a\nb\n").check()
+        kafka.restart(3)
+        described = kafka_tools.run("kafka-topics", "--bootstrap-server", bs, "--describe",
+                                    "--topic", "r3").check().stdout
+        assert "ReplicationFactor: 3" in described
+        read = kafka_tools.run("kafka-console-consumer", "--bootstrap-server", bs, "--topic",
+                               "r3", "--from-beginning", "--max-messages", "2").check()
+        assert read.stdout.split() == ["a", "b"]

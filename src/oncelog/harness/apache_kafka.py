@@ -115,6 +115,7 @@ class _Node:
     properties: Path
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    log_start: int = 0  # where this start's lines begin in log_path
 
 
 class ApacheKafka:
@@ -123,12 +124,13 @@ class ApacheKafka:
 
     def __init__(self, directory: str | Path, nodes: int = 1, *, host: str = "127.0.0.1",
                  heap: str = "512M", settings: dict[str, str] | None = None,
-                 die_with_parent: bool = True) -> None:
+                 die_with_parent: bool = True, tools: KafkaTools | None = None) -> None:
         self.directory = Path(directory)
         self.host = host
         self.heap = heap
         self.settings = {k: str(v) for k, v in (settings or {}).items()}
         self.die_with_parent = die_with_parent
+        self.tools = tools  # formats the nodes in its JVM rather than one JVM each
         self.cluster_id = _cluster_id()
         self.nodes = [_Node(i + 1, _free_port(host), _free_port(host),
                             self.directory / f"node{i + 1}" / "server.properties",
@@ -165,12 +167,17 @@ class ApacheKafka:
         return props
 
     def format(self) -> None:
-        """Write each node's server.properties and ``kafka-storage format`` it (side by side)."""
+        """Write each node's server.properties and ``kafka-storage format`` it (side by side,
+        or one after another in ``tools``' JVM)."""
         procs = []
         for node in self.nodes:
             node.properties.parent.mkdir(parents=True, exist_ok=True)
             node.properties.write_text("".join(f"{k}={v}\n"
                                                for k, v in self._properties(node).items()))
+            if self.tools is not None:
+                self.tools.run("kafka-storage", "format", "-t", self.cluster_id, "-c",
+                               str(node.properties), "--ignore-formatted").check()
+                continue
             procs.append((node, subprocess.Popen(
                 ["bash", str(KAFKA_SH), "kafka-storage", "format", "-t", self.cluster_id,
                  "-c", str(node.properties), "--ignore-formatted"],
@@ -201,6 +208,7 @@ class ApacheKafka:
         if self.die_with_parent and shutil.which("setpriv"):
             command = ["setpriv", "--pdeathsig", "KILL", "--", *command]
         with open(node.log_path, "ab") as log:
+            node.log_start = log.tell()
             # kafka.sh execs java: the pid is the JVM's, and setpriv's death signal stays on it
             node.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, env=env,
@@ -212,9 +220,9 @@ class ApacheKafka:
             if node.proc.poll() is not None:
                 raise ApacheKafkaError(f"Kafka node {node.node_id} exited with "
                                        f"{node.proc.returncode}\n{self.log_tail(node)}")
-            with contextlib.suppress(OSError):
-                text = node.log_path.read_text(errors="replace")
-                if "Kafka Server started" in text:
+            with contextlib.suppress(OSError), open(node.log_path, "rb") as log:
+                log.seek(node.log_start)
+                if b"Kafka Server started" in log.read():
                     return
             time.sleep(0.2)
         raise ApacheKafkaError(f"Kafka node {node.node_id} did not start in time\n"
