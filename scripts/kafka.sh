@@ -140,8 +140,19 @@ spark_jars() {
     echo "kafka.sh: Maven Central serves no spark-sql-kafka-0-10 $want; using" \
          "$(cat "$dir/version") with PySpark $want" >&2
   fi
-  local out="" j
-  for j in "$dir"/lib/*.jar; do out="${out:+$out,}$j"; done
+  # Leave out what Spark already ships (hadoop-client, scala-library, snappy, ... at Spark's own
+  # versions): only the connector, its token provider, kafka-clients and commons-pool2 remain.
+  local sparkjars
+  sparkjars=$("$py" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+  local out="" j name
+  for j in "$dir"/lib/*.jar; do
+    name=$(basename "$j" .jar)
+    name=${name%%-[0-9]*}
+    if compgen -G "$sparkjars/$name-[0-9]*.jar" >/dev/null; then
+      continue
+    fi
+    out="${out:+$out,}$j"
+  done
   echo "$out"
 }
 
