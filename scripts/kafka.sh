@@ -18,7 +18,7 @@
 # KAFKA_JVM_PERFORMANCE_OPTS, KAFKA_LOG4J_OPTS and KAFKA_OPTS; ONCELOG_KAFKA_VERSION pins a
 # version.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
 cache="$root/.cache/kafka"
 candidates="${ONCELOG_KAFKA_VERSION:-4.4.0 4.3.1 4.3.0}"
 

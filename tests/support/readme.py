@@ -112,6 +112,8 @@ class Reader:
         self.env["PYTHONUNBUFFERED"] = "1"
         # `.venv/bin/oncelog ...` as written, from the scratch directory
         (scratch / ".venv").symlink_to(VENV_BIN.parent)
+        # `bash scripts/kafka.sh ...` as written, as from the repository's root
+        (scratch / "scripts").symlink_to(ROOT / "scripts")
 
     def localize(self, code: str) -> str:
         def port(m: re.Match) -> str:
