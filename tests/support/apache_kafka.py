@@ -17,6 +17,7 @@ import fcntl
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -61,7 +62,16 @@ def shared_kafka_bootstrap() -> str:
         kafka = ApacheKafka(d / "kafka", die_with_parent=False,
                             settings={"auto.create.topics.enable": "true"})
         kafka.start()
-        (d / "pids").write_text(" ".join(str(p) for p in kafka.pids()))
+        pids = " ".join(str(p) for p in kafka.pids())
+        (d / "pids").write_text(pids)
+        # If the session dies without its sessionfinish (killed, Ctrl-C twice), a watcher
+        # stops Kafka: the controller is this worker's parent under xdist, else this process.
+        controller = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+        watch = (f"while kill -0 {controller} 2>/dev/null; do sleep 2; done; "
+                 f"kill -9 {pids} 2>/dev/null; rm -rf '{d}'")
+        subprocess.Popen(["bash", "-c", watch],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
         address.write_text(kafka.bootstrap_servers)
         return kafka.bootstrap_servers
 
