@@ -1,0 +1,254 @@
+"""Kafka Streams (Apache Kafka's own, 4.x) with processing.guarantee=exactly_once_v2 against an
+oncelog broker, and against a real Kafka as the reference.
+
+The application (tests/java/streams/StreamsCount.java, compiled here with javac against Kafka's
+jars) counts its input's records by their value: a key other than the input's, so Streams
+repartitions through an internal topic (and purges it with DeleteRecords), into a persistent
+RocksDB store backed by a compacted changelog topic it creates itself (CreateTopics with
+configs), and writes every update of a count to the output topic, in transactions (KIP-447).
+Against oncelog it is SIGKILLed twice mid-run: restarted once on its state directory, once on an
+empty one (so it restores the store from the changelog). Read with read_committed, the output is
+exactly once: each key's counts are 1, 2, ..., n with none missing or repeated (caching is off, so
+each input record makes one update), and the last is the number of input records with that value.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from support.interop import unique_topic
+
+from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from oncelog.client.admin_configs import ConfigResource, ConfigSource
+from oncelog.harness.broker_process import BrokerProcess
+
+JAVA_DIR = Path(__file__).with_name("java") / "streams"
+RECORDS = 900          # input records
+KEYS = 6               # distinct values counted
+PARTITIONS = 2         # of the input, output (and so repartition and changelog) topics
+DELAY_MS = 5           # per record in the application: a run takes seconds, so a kill lands mid-run
+DEADLINE_S = 60.0
+
+SETTINGS = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
+            "group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
+
+
+@pytest.fixture(scope="module")
+def streams_classpath(kafka_jars: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("streams-classes")
+    subprocess.run(["javac", "-d", str(out), "-cp", kafka_jars,
+                    str(JAVA_DIR / "StreamsCount.java")], check=True, capture_output=True)
+    return f"{kafka_jars}:{out}"
+
+
+@pytest.fixture(scope="module")
+def oncelog_broker(tmp_path_factory: pytest.TempPathFactory):
+    with BrokerProcess(tmp_path_factory.mktemp("streams-broker") / "data",
+                       settings=SETTINGS) as broker:
+        yield broker
+
+
+class StreamsApp:
+    """One run of StreamsCount: a JVM of its own, its stdout read by a thread (the state lines
+    it prints), its log kept in ``log``."""
+
+    def __init__(self, classpath: str, bootstrap: str, app_id: str, input_topic: str,
+                 output_topic: str, state_dir: Path, log: Path, delay_ms: int) -> None:
+        self.log = log
+        self.states: list[str] = []
+        self._changed = threading.Condition()
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen(
+                ["java", "-Xmx256m", "-Xms256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                 f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
+                 "-cp", classpath, "StreamsCount", bootstrap, app_id, input_topic,
+                 output_topic, str(state_dir), str(delay_ms)],
+                stdout=subprocess.PIPE, stderr=err)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.states.append(line.decode().strip())
+                self._changed.notify_all()
+        with self._changed:
+            self.states.append("EXIT")
+            self._changed.notify_all()
+
+    def wait_running(self, timeout: float = DEADLINE_S) -> None:
+        with self._changed:
+            ok = self._changed.wait_for(
+                lambda: "STATE RUNNING" in self.states or "EXIT" in self.states
+                or "STATE ERROR" in self.states, timeout)
+        assert ok and "STATE RUNNING" in self.states, (self.states, self.log.read_text()[-4000:])
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self._reader.join(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._reader.join(30)
+
+    def failed(self) -> bool:
+        return any(s.startswith(("UNCAUGHT", "STATE ERROR")) for s in self.states)
+
+
+def _input(n: int = RECORDS, keys: int = KEYS) -> list[tuple[bytes, bytes]]:
+    return [(f"order-{i}".encode(), f"k{(i * 7 + i // keys) % keys}".encode()) for i in range(n)]
+
+
+def _setup(bootstrap: str, input_topic: str, output_topic: str) -> Counter:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(input_topic, PARTITIONS, 1),
+                             NewTopic(output_topic, PARTITIONS, 1)])
+    records = _input()
+    with Producer(bootstrap_servers=bootstrap, enable_idempotence=True) as producer:
+        for key, value in records:
+            producer.send(input_topic, value=value, key=key)
+        producer.flush()
+    return Counter(v.decode() for _, v in records)
+
+
+def _read_committed(bootstrap: str, topic: str) -> list[tuple[str, int]]:
+    """Every committed (key, count) of the output, each partition in its order."""
+    with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as c:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        ends = c.end_offsets(tps)
+        out: list[tuple[str, int]] = []
+        deadline = time.monotonic() + 30
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, (out, ends)
+            out.extend((r.key.decode(), int(r.value)) for r in c.poll(timeout=0.5)
+                       if r.key is not None and r.value is not None)
+        return out
+
+
+def _wait_output(bootstrap: str, topic: str, at_least: int, app: StreamsApp) -> int:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        n = len(_read_committed(bootstrap, topic))
+        if n >= at_least:
+            return n
+        assert not app.failed() and app.proc.poll() is None, (app.states,
+                                                              app.log.read_text()[-4000:])
+        assert time.monotonic() < deadline, (n, at_least, app.log.read_text()[-4000:])
+        time.sleep(0.1)
+
+
+def _counts_by_key(output: list[tuple[str, int]]) -> dict[str, list[int]]:
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for key, count in output:
+        by_key[key].append(count)
+    return dict(by_key)
+
+
+def _check_exactly_once(output: list[tuple[str, int]], expected: Counter) -> None:
+    by_key = _counts_by_key(output)
+    assert sorted(by_key) == sorted(expected)
+    for key, counts in by_key.items():
+        # one update per input record, none lost, none repeated, in order
+        assert counts == list(range(1, expected[key] + 1)), (key, counts)
+
+
+def _check_internal_topics(bootstrap: str, app_id: str) -> None:
+    """Streams created the changelog compacted (CreateTopics with configs) and purged the
+    repartition topic (DeleteRecords: its log start offset moved past 0)."""
+    changelog = f"{app_id}-counts-changelog"
+    repartition = f"{app_id}-by-value-repartition"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        configs = admin.describe_configs([ConfigResource.topic(changelog),
+                                          ConfigResource.topic(repartition)])
+        policy = configs[ConfigResource.topic(changelog)]["cleanup.policy"]
+        assert (policy.value, policy.source) == ("compact", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        # Streams makes its repartition topics deletable records of infinite retention
+        retention = configs[ConfigResource.topic(repartition)]["retention.ms"]
+        assert (retention.value, retention.source) == ("-1", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    with Consumer(bootstrap_servers=bootstrap) as c:
+        tps = [TopicPartition(repartition, p) for p in range(PARTITIONS)]
+        deadline = time.monotonic() + DEADLINE_S
+        while not all(start > 0 for start in c.beginning_offsets(tps).values()):
+            assert time.monotonic() < deadline, c.beginning_offsets(tps)
+            time.sleep(0.1)
+
+
+def _transactional_ids(bootstrap: str, app_id: str) -> set[str]:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        return {t.transactional_id for t in admin.list_transactions()
+                if t.transactional_id.startswith(f"{app_id}-")}
+
+
+def test_streams_exactly_once_v2_killed_twice_counts_each_record_once(
+        oncelog_broker, streams_classpath, tmp_path):
+    bootstrap = oncelog_broker.bootstrap_servers
+    app_id, input_topic, output_topic = (unique_topic("count"), unique_topic("orders"),
+                                         unique_topic("counts"))
+    expected = _setup(bootstrap, input_topic, output_topic)
+    state_dir, log = tmp_path / "state", tmp_path / "streams.log"
+
+    def start() -> StreamsApp:
+        app = StreamsApp(streams_classpath, bootstrap, app_id, input_topic, output_topic,
+                         state_dir, log, DELAY_MS)
+        app.wait_running()
+        return app
+
+    # 1: killed a quarter of the way through
+    app = start()
+    try:
+        _wait_output(bootstrap, output_topic, RECORDS // 4, app)
+    finally:
+        app.kill()
+    # 2: restarted on its state directory, killed half way through
+    app = start()
+    try:
+        done = _wait_output(bootstrap, output_topic, RECORDS // 2, app)
+    finally:
+        app.kill()
+    assert done < RECORDS, "the second run was to be killed mid-run"
+    # 3: restarted on an empty state directory: the store comes back from the changelog
+    shutil.rmtree(state_dir)
+    app = start()
+    try:
+        _wait_output(bootstrap, output_topic, RECORDS, app)
+        _check_internal_topics(bootstrap, app_id)
+    finally:
+        app.stop()
+    _check_exactly_once(_read_committed(bootstrap, output_topic), expected)
+    # its transactional ids (KIP-447: one per stream thread and process id; a new process id
+    # on the empty state directory)
+    assert len(_transactional_ids(bootstrap, app_id)) == 2
+
+
+def test_streams_exactly_once_v2_against_apache_kafka_gives_the_same_output(
+        apache_kafka, streams_classpath, tmp_path):
+    app_id, input_topic, output_topic = (unique_topic("count"), unique_topic("orders"),
+                                         unique_topic("counts"))
+    expected = _setup(apache_kafka, input_topic, output_topic)
+    app = StreamsApp(streams_classpath, apache_kafka, app_id, input_topic, output_topic,
+                     tmp_path / "state", tmp_path / "streams.log", 0)
+    try:
+        app.wait_running()
+        _wait_output(apache_kafka, output_topic, RECORDS, app)
+        _check_internal_topics(apache_kafka, app_id)
+    finally:
+        app.stop()
+    output = _read_committed(apache_kafka, output_topic)
+    _check_exactly_once(output, expected)
+    assert len(_transactional_ids(apache_kafka, app_id)) == 1
