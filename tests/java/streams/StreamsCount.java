@@ -50,6 +50,9 @@ public final class StreamsCount {
         props.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 6000);
         props.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 500);
         props.put(StreamsConfig.producerPrefix("transaction.timeout.ms"), 10000);
+        // Each record goes to the broker at once (not at the commit, after Streams' 100 ms
+        // linger): a kill then finds records of an open transaction there, which must be aborted.
+        props.put(StreamsConfig.producerPrefix("linger.ms"), 0);
         for (int i = 6; i < args.length; i++) {
             int eq = args[i].indexOf('=');
             props.put(args[i].substring(0, eq), args[i].substring(eq + 1));
