@@ -14,6 +14,7 @@ each input record makes one update), and the last is the number of input records
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -68,6 +69,7 @@ class StreamsApp:
             self.proc = subprocess.Popen(
                 ["java", "-Xmx256m", "-Xms256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                  f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
+                 f"-Dstreams.log.level={os.environ.get('STREAMS_LOG_LEVEL', 'WARN')}",
                  "-cp", classpath, "StreamsCount", bootstrap, app_id, input_topic,
                  output_topic, str(state_dir), str(delay_ms)],
                 stdout=subprocess.PIPE, stderr=err)

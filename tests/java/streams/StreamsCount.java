@@ -46,10 +46,14 @@ public final class StreamsCount {
         // Purge the repartition topic at every commit, not every 30 s.
         props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 100);
         props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
-        // A restarted instance takes its partitions back as soon as the broker lets it.
+        // A static member (KIP-345): a restarted instance takes its place in the group back at
+        // once, without waiting for the killed one's session to time out.
+        props.put(StreamsConfig.consumerPrefix("group.instance.id"), appId + "-instance");
         props.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 6000);
         props.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 500);
-        props.put(StreamsConfig.producerPrefix("transaction.timeout.ms"), 10000);
+        // A killed instance's open transaction is aborted by the coordinator after this long
+        // when the restart does not fence it (a new process id, on an empty state directory).
+        props.put(StreamsConfig.producerPrefix("transaction.timeout.ms"), 5000);
         // Each record goes to the broker at once (not at the commit, after Streams' 100 ms
         // linger): a kill then finds records of an open transaction there, which must be aborted.
         props.put(StreamsConfig.producerPrefix("linger.ms"), 0);
