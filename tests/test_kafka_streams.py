@@ -206,8 +206,25 @@ def _transactional_ids(bootstrap: str, app_id: str) -> set[str]:
                 if t.transactional_id.startswith(f"{app_id}-")}
 
 
+def _check_reset(bootstrap: str, kafka_tools, app_id: str, input_topic: str) -> None:
+    """kafka-streams-application-reset on the stopped application (its member left the group):
+    the group's input offsets back to the start, its internal topics deleted."""
+    changelog, repartition = f"{app_id}-counts-changelog", f"{app_id}-by-value-repartition"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        assert {changelog, repartition} <= set(admin.list_topics())
+        committed = admin.list_consumer_group_offsets(app_id)
+        assert sum(o or 0 for tp, o in committed.items() if tp.topic == input_topic) == RECORDS
+        out = kafka_tools.run("kafka-streams-application-reset", "--bootstrap-server", bootstrap,
+                              "--application-id", app_id, "--input-topics", input_topic)
+        assert out.returncode == 0, (out.stdout, out.stderr)
+        assert "Done." in out.stdout, out.stdout
+        committed = admin.list_consumer_group_offsets(app_id)
+        assert {o for tp, o in committed.items() if tp.topic == input_topic} == {0}
+        assert not {changelog, repartition} & set(admin.list_topics())
+
+
 def test_streams_exactly_once_v2_killed_twice_counts_each_record_once(
-        oncelog_broker, streams_classpath, tmp_path):
+        oncelog_broker, streams_classpath, kafka_tools, tmp_path):
     bootstrap = oncelog_broker.bootstrap_servers
     app_id, input_topic, output_topic = (unique_topic("count"), unique_topic("orders"),
                                          unique_topic("counts"))
@@ -249,6 +266,7 @@ def test_streams_exactly_once_v2_killed_twice_counts_each_record_once(
     # its transactional ids (KIP-447: one per stream thread and process id; a new process id
     # on the empty state directory)
     assert len(_transactional_ids(bootstrap, app_id)) == 2
+    _check_reset(bootstrap, kafka_tools, app_id, input_topic)
 
 
 def test_streams_exactly_once_v2_against_apache_kafka_gives_the_same_output(

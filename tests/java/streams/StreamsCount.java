@@ -11,13 +11,14 @@
 // DELAY_MS (default 0) slows each count's update down, so that a test can kill the application mid-run.
 // NAME=VALUE pairs are further Streams configs (group.protocol=streams, ...).
 // The application prints "STATE RUNNING" (and every other state it enters) on stdout, and runs
-// until it is killed (or gets SIGTERM, which closes it).
+// until it is killed (or gets SIGTERM, which closes it and leaves the group).
 import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -95,13 +96,18 @@ public final class StreamsCount {
             return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler
                 .StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
+        // SIGTERM closes it, and its static member leaves the group (KIP-1153: LeaveGroup by
+        // group.instance.id), so that kafka-streams-application-reset finds the group empty.
+        CloseOptions leave = CloseOptions
+            .groupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP)
+            .withTimeout(Duration.ofSeconds(10));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            streams.close(Duration.ofSeconds(10));
+            streams.close(leave);
             done.countDown();
         }));
         streams.start();
         done.await();
-        streams.close(Duration.ofSeconds(10));
+        streams.close(leave);
         System.exit(streams.state() == KafkaStreams.State.ERROR ? 1 : 0);
     }
 }
