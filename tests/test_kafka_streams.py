@@ -146,15 +146,37 @@ def _read_committed(bootstrap: str, topic: str, isolation: str = "read_committed
 
 
 def _wait_output(bootstrap: str, topic: str, at_least: int, app: StreamsApp) -> int:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        n = len(_read_committed(bootstrap, topic))
-        if n >= at_least:
-            return n
-        assert not app.failed() and app.proc.poll() is None, (app.states,
-                                                              app.log.read_text()[-4000:])
-        assert time.monotonic() < deadline, (n, at_least, app.log.read_text()[-4000:])
-        time.sleep(0.1)
+    """Reads the output with read_committed (one consumer, so each poll is cheap) until it has
+    ``at_least`` records; their number. Fails if the application stops or fails first."""
+    with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as c:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        n = 0
+        deadline = time.monotonic() + DEADLINE_S
+        while n < at_least:
+            assert not app.failed() and app.proc.poll() is None, (app.states,
+                                                                  app.log.read_text()[-4000:])
+            assert time.monotonic() < deadline, (n, at_least, app.log.read_text()[-4000:])
+            n += len(c.poll(timeout=0.1))
+        return n
+
+
+def _kill_mid_transaction(bootstrap: str, topic: str, app: StreamsApp) -> None:
+    """SIGKILLs the application while a transaction of its holds output records (a partition's
+    last stable offset below its high watermark), so that the broker has to abort them."""
+    with Consumer(bootstrap_servers=bootstrap) as uncommitted, \
+            Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as committed:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            assert app.proc.poll() is None and time.monotonic() < deadline, \
+                "no open transaction seen while the application ran"
+            high = uncommitted.end_offsets(tps)
+            stable = committed.end_offsets(tps)
+            if any(stable[tp] < high[tp] for tp in tps):
+                app.kill()
+                return
 
 
 def _counts_by_key(output: list[tuple[str, int]]) -> dict[str, list[int]]:
@@ -240,13 +262,16 @@ def test_streams_exactly_once_v2_killed_twice_counts_each_record_once(
     # 1: killed a quarter of the way through
     app = start()
     try:
-        _wait_output(bootstrap, output_topic, RECORDS // 4, app)
+        done = _wait_output(bootstrap, output_topic, RECORDS // 4, app)
+        _kill_mid_transaction(bootstrap, output_topic, app)
     finally:
         app.kill()
+    assert done < RECORDS, "the first run was to be killed mid-run"
     # 2: restarted on its state directory, killed half way through
     app = start()
     try:
         done = _wait_output(bootstrap, output_topic, RECORDS // 2, app)
+        _kill_mid_transaction(bootstrap, output_topic, app)
     finally:
         app.kill()
     assert done < RECORDS, "the second run was to be killed mid-run"
