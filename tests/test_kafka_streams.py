@@ -61,7 +61,8 @@ class StreamsApp:
     it prints), its log kept in ``log``."""
 
     def __init__(self, classpath: str, bootstrap: str, app_id: str, input_topic: str,
-                 output_topic: str, state_dir: Path, log: Path, delay_ms: int) -> None:
+                 output_topic: str, state_dir: Path, log: Path, delay_ms: int,
+                 configs: dict[str, str] | None = None) -> None:
         self.log = log
         self.states: list[str] = []
         self._changed = threading.Condition()
@@ -71,7 +72,8 @@ class StreamsApp:
                  f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
                  f"-Dstreams.log.level={os.environ.get('STREAMS_LOG_LEVEL', 'WARN')}",
                  "-cp", classpath, "StreamsCount", bootstrap, app_id, input_topic,
-                 output_topic, str(state_dir), str(delay_ms)],
+                 output_topic, str(state_dir), str(delay_ms),
+                 *(f"{k}={v}" for k, v in (configs or {}).items())],
                 stdout=subprocess.PIPE, stderr=err)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -310,3 +312,41 @@ def test_streams_exactly_once_v2_against_apache_kafka_gives_the_same_output(
     output = _read_committed(apache_kafka, output_topic)
     _check_exactly_once(output, expected)
     assert len(_transactional_ids(apache_kafka, app_id)) == 1
+
+
+@pytest.mark.skipif(not os.environ.get("ONCELOG_STREAMS_LONG"),
+                    reason="a long run (about a minute): ONCELOG_STREAMS_LONG=1 pytest "
+                           "tests/test_kafka_streams.py -k zombie")
+def test_streams_two_instances_one_stopped_as_a_zombie_counts_each_record_once(
+        oncelog_broker, streams_classpath, tmp_path):
+    """Two instances share the tasks (a rebalance of two static members); one is SIGSTOPped
+    past its session timeout, the other takes its tasks over (restoring their stores from the
+    changelog), and the stopped one, resumed, is fenced (its open transaction aborted by the
+    coordinator's timeout: its epoch is bumped) and rejoins: the output is exactly once."""
+    bootstrap = oncelog_broker.bootstrap_servers
+    app_id, input_topic, output_topic = (unique_topic("count"), unique_topic("orders"),
+                                         unique_topic("counts"))
+    expected = _setup(bootstrap, input_topic, output_topic)
+    apps = {name: StreamsApp(streams_classpath, bootstrap, app_id, input_topic, output_topic,
+                             tmp_path / f"state-{name}", tmp_path / f"streams-{name}.log",
+                             DELAY_MS, {"consumer.group.instance.id": f"{app_id}-{name}"})
+            for name in ("a", "b")}
+    zombie, survivor = apps["a"], apps["b"]
+    try:
+        for app in apps.values():
+            app.wait_running()
+        _wait_output(bootstrap, output_topic, RECORDS // 6, survivor)
+        zombie.proc.send_signal(signal.SIGSTOP)
+        # the survivor counts on, past what its own tasks could give: it has the zombie's
+        _wait_output(bootstrap, output_topic, RECORDS * 2 // 3, survivor)
+        zombie.proc.send_signal(signal.SIGCONT)
+        _wait_output(bootstrap, output_topic, RECORDS, survivor)
+        with zombie._changed:  # the zombie rejoins: it goes through a rebalance again
+            assert zombie._changed.wait_for(lambda: zombie.states.count("STATE RUNNING") >= 3,
+                                            DEADLINE_S), zombie.states
+    finally:
+        for app in apps.values():
+            app.proc.send_signal(signal.SIGCONT)
+            app.stop()
+    assert "fenced" in zombie.log.read_text()
+    _check_exactly_once(_read_committed(bootstrap, output_topic), expected)
