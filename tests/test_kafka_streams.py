@@ -224,10 +224,13 @@ def _check_internal_topics(bootstrap: str, app_id: str) -> None:
             time.sleep(0.1)
 
 
-def _transactional_ids(bootstrap: str, app_id: str) -> set[str]:
-    with Admin(bootstrap_servers=bootstrap) as admin:
-        return {t.transactional_id for t in admin.list_transactions()
-                if t.transactional_id.startswith(f"{app_id}-")}
+def _transactional_ids(bootstrap: str, kafka_tools, app_id: str) -> dict[str, str]:
+    """The application's transactional ids and their states, as ``kafka-transactions list``
+    prints them (ListTransactions to every broker)."""
+    out = kafka_tools.run("kafka-transactions", "--bootstrap-server", bootstrap, "list").check()
+    header, *rows = (line.split() for line in out.stdout.splitlines() if line.strip())
+    assert header == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    return {row[0]: row[3] for row in rows if row[0].startswith(f"{app_id}-")}
 
 
 def _check_reset(bootstrap: str, kafka_tools, app_id: str, input_topic: str) -> None:
@@ -292,12 +295,14 @@ def test_streams_exactly_once_v2_killed_twice_counts_each_record_once(
     assert len(_read_committed(bootstrap, output_topic, "read_uncommitted")) > len(output)
     # its transactional ids (KIP-447: one per stream thread and process id; a new process id
     # on the empty state directory)
-    assert len(_transactional_ids(bootstrap, app_id)) == 2
+    ids = _transactional_ids(bootstrap, kafka_tools, app_id)
+    assert len(ids) == 2, ids
+    assert set(ids.values()) <= {"CompleteCommit", "CompleteAbort", "Empty"}, ids
     _check_reset(bootstrap, kafka_tools, app_id, input_topic)
 
 
 def test_streams_exactly_once_v2_against_apache_kafka_gives_the_same_output(
-        apache_kafka, streams_classpath, tmp_path):
+        apache_kafka, streams_classpath, kafka_tools, tmp_path):
     app_id, input_topic, output_topic = (unique_topic("count"), unique_topic("orders"),
                                          unique_topic("counts"))
     expected = _setup(apache_kafka, input_topic, output_topic)
@@ -311,7 +316,9 @@ def test_streams_exactly_once_v2_against_apache_kafka_gives_the_same_output(
         app.stop()
     output = _read_committed(apache_kafka, output_topic)
     _check_exactly_once(output, expected)
-    assert len(_transactional_ids(apache_kafka, app_id)) == 1
+    ids = _transactional_ids(apache_kafka, kafka_tools, app_id)
+    assert len(ids) == 1, ids
+    assert set(ids.values()) <= {"CompleteCommit", "CompleteAbort", "Empty"}, ids
 
 
 @pytest.mark.skipif(not os.environ.get("ONCELOG_STREAMS_LONG"),
