@@ -1,0 +1,81 @@
+"""Apache Kafka's Java client driven from the tests: tests/java/JavaClient.java, compiled once
+per session with javac against Kafka's jars (the ``kafka_jars`` fixture's classpath), run in a
+JVM per group of scenarios with a small fixed heap.
+
+The program prints JSON lines (``{"event": ..., ...}``); ``JavaClient.run`` returns them. With
+``request_log`` the client's NetworkClient logs every request it sends there
+(tests/java/log4j2.properties), and ``requests_sent`` reads it back: which API, which version,
+from which client id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+JAVA_DIR = Path(__file__).resolve().parents[1] / "java"
+SOURCE = JAVA_DIR / "JavaClient.java"
+LOG_CONFIG = JAVA_DIR / "log4j2.properties"
+JVM_OPTIONS = ("-Xmx192m", "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+_SENDING = re.compile(r"Sending (\w+) request with header RequestHeader\(apiKey=(\w+), "
+                      r"apiVersion=(\d+), clientId=([^,]*),")
+
+
+class JavaClientError(RuntimeError):
+    pass
+
+
+class JavaClient:
+    def __init__(self, classpath: str, work_dir: Path) -> None:
+        self.work_dir = work_dir
+        classes = work_dir / "classes"
+        classes.mkdir(parents=True, exist_ok=True)
+        out = subprocess.run(["javac", "-nowarn", "-Xlint:-removal", "-d", str(classes),
+                              "-cp", classpath, str(SOURCE)],
+                             capture_output=True, text=True, timeout=300, check=False)
+        if out.returncode != 0:
+            raise JavaClientError(f"javac {SOURCE.name} failed:\n{out.stderr}")
+        self.classpath = f"{classes}:{classpath}"
+
+    def command(self, *args: str, request_log: Path | None = None) -> list[str]:
+        props = [f"-Dlog4j2.configurationFile={LOG_CONFIG}"]
+        if request_log is not None:
+            props.append(f"-Drequestlog={request_log}")
+        return ["java", *JVM_OPTIONS, *props, "-cp", self.classpath, "JavaClient", *args]
+
+    def run(self, *args: str, request_log: Path | None = None,
+            timeout: float = 180) -> list[dict[str, Any]]:
+        """Run the program to its end; its events. JavaClientError if it exits non-zero."""
+        out = subprocess.run(self.command(*args, request_log=request_log), capture_output=True,
+                             text=True, timeout=timeout, check=False, cwd=self.work_dir)
+        if out.returncode != 0:
+            raise JavaClientError(f"JavaClient {' '.join(args)} exited with {out.returncode}\n"
+                                  f"stdout:\n{out.stdout[-3000:]}\nstderr:\n{out.stderr[-5000:]}")
+        return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+    def popen(self, *args: str, stderr: Path) -> subprocess.Popen[str]:
+        """Start the program; its events come line by line on ``proc.stdout``; its stdin stays
+        open (a copier holding a transaction waits on it)."""
+        with open(stderr, "ab") as err:
+            return subprocess.Popen(self.command(*args), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err, text=True,
+                                    cwd=self.work_dir)
+
+
+def events_by_name(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["event"]: e for e in events}
+
+
+def requests_sent(request_log: Path) -> Counter[tuple[str, str, int]]:
+    """(client id, API, version) -> how many requests the client sent, from its request log."""
+    counts: Counter[tuple[str, str, int]] = Counter()
+    for line in request_log.read_text().splitlines():
+        m = _SENDING.search(line)
+        if m:
+            counts[(m.group(4), m.group(2), int(m.group(3)))] += 1
+    return counts
