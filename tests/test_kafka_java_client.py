@@ -345,3 +345,80 @@ def test_copier_killed_twice_copies_each_record_exactly_once(java, oncelog_broke
                if api in ("AddOffsetsToTxn", "AddPartitionsToTxn")) == 0, used
     assert used[("EndTxn", 5)] >= COPY_COUNT // 50
 
+
+
+# -- 5: the AdminClient calls -------------------------------------------------------------------
+
+def _admin_expected(prefix: str) -> dict[str, Any]:
+    """Each AdminClient call's outcome ({"ok": result} or {"error": exception}), the same on
+    both brokers."""
+    a = f"{prefix}-a"
+    return {
+        "createTopics": {"ok": "created"},
+        "createTopics again": {"error": "TopicExistsException"},
+        "listTopics": {"ok": {"a": True, "b": True}},
+        "describeTopics": {"ok": {"name": a, "internal": False, "topic_id_set": True,
+                                  "partitions": [{"partition": p, "leader": LEADER,
+                                                  "replicas": 1, "isr": 1}
+                                                 for p in range(3)]}},
+        "describeTopics missing": {"error": "UnknownTopicOrPartitionException"},
+        "describeConfigs": {"ok": {
+            "cleanup.policy": {"value": "delete", "source": "DYNAMIC_TOPIC_CONFIG"},
+            "retention.ms": {"value": "123456789", "source": "DYNAMIC_TOPIC_CONFIG"},
+            "segment.bytes": {"value": "1073741824", "source": "DEFAULT_CONFIG"}}},
+        "incrementalAlterConfigs": {"ok": {
+            "cleanup.policy": {"value": "delete", "source": "DEFAULT_CONFIG"},
+            "max.message.bytes": {"value": "200000", "source": "DYNAMIC_TOPIC_CONFIG"},
+            "retention.ms": {"value": "987654321", "source": "DYNAMIC_TOPIC_CONFIG"}}},
+        "incrementalAlterConfigs invalid": {"error": "InvalidConfigurationException"},
+        "listOffsets": {"ok": {"earliest": {"0": 0, "1": 0, "2": 0},
+                               "latest": {"0": 10, "1": 0, "2": 0},
+                               "max_timestamp": {"0": 9}, "for_timestamp": {"0": 5}}},
+        "listConsumerGroups": {"ok": {"listed": True, "state": "Empty", "simple": True}},
+        "describeConsumerGroups": {"ok": {"state": "Empty", "members": 0,
+                                          "coordinator_set": True}},
+        "listConsumerGroupOffsets": {"ok": {f"{a}-0": {"offset": 7, "metadata": "m"},
+                                            f"{a}-1": {"offset": 0, "metadata": ""}}},
+        "alterConsumerGroupOffsets": {"ok": {f"{a}-0": 3, f"{a}-1": 0, f"{a}-2": 0}},
+        "deleteConsumerGroups": {"ok": "deleted"},
+        "deleteConsumerGroups again": {"error": "GroupIdNotFoundException"},
+        "listTransactions": {"ok": {"listed": True, "state": "Ongoing",
+                                    "producer_id_set": True}},
+        "describeTransactions": {"ok": {"state": "Ongoing", "timeout_ms": 30000,
+                                        "partitions": [f"{prefix}-b-0"], "started": True}},
+        "describeProducers": {"ok": [{"epoch_set": True, "last_sequence": 0,
+                                      "txn_start_offset": 0}]},
+        # commitTransaction returns once PrepareCommit is logged; the markers follow
+        "describeTransactions committed": ({"ok": "PrepareCommit"}, {"ok": "CompleteCommit"}),
+        "deleteRecords": {"ok": {"low_watermark": 4, "earliest": {"0": 4}}},
+        "deleteRecords past the end": {"error": "OffsetOutOfRangeException"},
+        "createPartitions": {"ok": 3},
+        "createPartitions fewer": {"error": "InvalidPartitionsException"},
+        "alterUserScramCredentials SCRAM-SHA-256": {"ok": "altered"},
+        "alterUserScramCredentials SCRAM-SHA-512": {"ok": "altered"},
+        "describeUserScramCredentials": {"ok": {"SCRAM-SHA-256": 8192, "SCRAM-SHA-512": 4096}},
+        "alterUserScramCredentials delete": {"ok": "deleted"},
+        "describeUserScramCredentials one left": {"ok": {"SCRAM-SHA-512": 4096}},
+        "alterUserScramCredentials delete missing": {"error": "ResourceNotFoundException"},
+        "alterUserScramCredentials delete last": {"ok": "deleted"},
+        "describeUserScramCredentials deleted": {"error": "ResourceNotFoundException"},
+    }
+
+
+LEADER = object()  # any broker id: oncelog's and Kafka's node ids differ
+
+
+@pytest.mark.parametrize("which", BROKERS)
+def test_admin_client_calls_give_kafkas_outcomes(java, which, request):
+    prefix = unique_topic("java-admin")
+    events = java.run("admin", bootstrap_of(which, request), prefix)
+    got = {e["event"]: e["result"] for e in events}
+    expected = _admin_expected(prefix)
+    assert list(got) == list(expected)
+    leaders = {p.pop("leader") for p in got["describeTopics"]["ok"]["partitions"]}
+    assert len(leaders) == 1 and isinstance(leaders.pop(), int)
+    for p in expected["describeTopics"]["ok"]["partitions"]:
+        del p["leader"]
+    wrong = {call: (got[call], want) for call, want in expected.items()
+             if got[call] != want and not (isinstance(want, tuple) and got[call] in want)}
+    assert not wrong, wrong
