@@ -422,3 +422,28 @@ def test_admin_client_calls_give_kafkas_outcomes(java, which, request):
     wrong = {call: (got[call], want) for call, want in expected.items()
              if got[call] != want and not (isinstance(want, tuple) and got[call] in want)}
     assert not wrong, wrong
+
+
+def test_the_java_client_falls_back_to_transaction_version_1_where_oncelog_finalizes_1(
+        java, tmp_path):
+    """The feature level oncelog finalizes is what the Java client goes by: at
+    transaction.version=1 it adds each partition with AddPartitionsToTxn and ends with EndTxn
+    below v5, and the transactions still commit and abort as they should."""
+    with BrokerProcess(tmp_path / "data", settings={**SETTINGS,
+                                                    "transaction.version": "1"}) as broker:
+        broker.metrics_url = metrics_url(broker)
+        prefix = unique_topic("java-tv1")
+        log = tmp_path / "requests.log"
+        before = request_counts(broker)
+        e = events_by_name(java.run("txn", broker.bootstrap_servers, prefix,
+                                    request_log=log))["transactions"]
+        used = request_counts(broker) - before
+    assert _values(e["read_committed"]) == _in_partition_order(e["committed"])
+    mine = {(api, v): n for (c, api, v), n in requests_sent(log).items()
+            if c == f"{prefix}-txn-producer"}
+    assert sum(n for (api, v), n in mine.items() if api == "END_TXN" and v < 5) == 5, mine
+    assert not any(api == "END_TXN" and v >= 5 for api, v in mine), mine
+    assert sum(n for (api, _), n in mine.items() if api == "ADD_PARTITIONS_TO_TXN") >= 5, mine
+    assert max(v for api, v in mine if api == "PRODUCE") <= 11, mine
+    assert sum(n for (api, v), n in used.items() if api == "EndTxn" and v < 5) == 5, used
+    assert sum(n for (api, _), n in used.items() if api == "AddPartitionsToTxn") >= 5, used

@@ -7,6 +7,7 @@
 //
 //   JavaClient eos BOOTSTRAP PREFIX          idempotent produce and read-back; transactions
 //                                            committed and aborted; a zombie fenced
+//   JavaClient txn BOOTSTRAP PREFIX          the transactions alone
 //   JavaClient admin BOOTSTRAP PREFIX        the AdminClient calls, each with its outcome
 //   JavaClient copier BOOTSTRAP IN OUT GROUP TXN_ID HOLD_AFTER
 //                                            consume-transform-produce: each poll's records
@@ -83,6 +84,9 @@ public class JavaClient {
                 idempotent(bootstrap, args[2] + "-idem");
                 transactions(bootstrap, args[2] + "-txn");
                 fencing(bootstrap, args[2] + "-fence");
+                break;
+            case "txn":
+                transactions(bootstrap, args[2] + "-txn");
                 break;
             case "admin":
                 admin(bootstrap, args[2]);
