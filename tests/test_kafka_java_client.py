@@ -46,7 +46,10 @@ BROKERS = ("oncelog", "kafka")
 
 @pytest.fixture(scope="module")
 def java(kafka_jars, tmp_path_factory) -> JavaClient:
-    return JavaClient(kafka_jars, tmp_path_factory.mktemp("java-client"))
+    from support.apache_kafka import shared_dir
+
+    return JavaClient(kafka_jars, shared_dir() / "java-client-classes",
+                      tmp_path_factory.mktemp("java-client"))
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +76,13 @@ def bootstrap_of(which: str, request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("oncelog_broker").bootstrap_servers
 
 
-@pytest.fixture(scope="module", params=BROKERS)
-def eos_run(request, java, tmp_path_factory) -> dict[str, Any]:
+def eos_run(which: str, request: pytest.FixtureRequest, java: JavaClient,
+            tmp_path: Path) -> dict[str, Any]:
     """Scenarios 1, 2 and 4 in one JVM, against one broker: its events, the client's request
     log, and (oncelog) the broker's request counts around the run."""
-    which = request.param
     bootstrap = bootstrap_of(which, request)
     broker = request.getfixturevalue("oncelog_broker") if which == "oncelog" else None
-    log = tmp_path_factory.mktemp(f"eos-{which}") / "requests.log"
+    log = tmp_path / "requests.log"
     before = request_counts(broker) if broker else None
     prefix = unique_topic("java-eos")
     events = events_by_name(java.run("eos", bootstrap, prefix, request_log=log))
@@ -128,7 +130,18 @@ def python_read_to_end(bootstrap: str, topic: str, partitions: int, isolation: s
 # -- 1: idempotent produce and read-back ----------------------------------------------------
 
 
-def test_idempotent_produce_reads_back_every_record_once_in_order(eos_run):
+@pytest.mark.parametrize("which", BROKERS)
+def test_idempotence_transactions_fencing_and_transaction_version_2(which, request, java,
+                                                                    tmp_path):
+    """One JVM runs scenarios 1, 2 and 4 against the broker; each is checked in turn."""
+    run = eos_run(which, request, java, tmp_path)
+    check_idempotent_produce_reads_back_every_record_once_in_order(run)
+    check_transactions_committed_and_aborted_read_committed_and_uncommitted(run)
+    check_a_zombie_producer_is_fenced_and_its_transaction_never_commits(run)
+    check_the_java_client_uses_transaction_version_2(run)
+
+
+def check_idempotent_produce_reads_back_every_record_once_in_order(eos_run):
     e = eos_run["events"]["idempotent"]
     sent, read = e["sent"], e["read"]
     assert len(sent) == 300 and len({s["value"] for s in sent}) == 300
@@ -161,7 +174,7 @@ def _in_partition_order(values: list[str]) -> list[str]:
     return sorted(values, key=lambda v: (int(v.split(":")[0]), int(v.split(":")[1][:-2])))
 
 
-def test_transactions_committed_and_aborted_read_committed_and_uncommitted(eos_run):
+def check_transactions_committed_and_aborted_read_committed_and_uncommitted(eos_run):
     e = eos_run["events"]["transactions"]
     committed, aborted = e["committed"], e["aborted"]
     assert (len(committed), len(aborted)) == (30, 20)
@@ -185,7 +198,7 @@ FENCED = ("org.apache.kafka.common.errors.ProducerFencedException",
           "org.apache.kafka.common.errors.InvalidProducerEpochException")
 
 
-def test_a_zombie_producer_is_fenced_and_its_transaction_never_commits(eos_run):
+def check_a_zombie_producer_is_fenced_and_its_transaction_never_commits(eos_run):
     e = eos_run["events"]["fencing"]
     # the zombie's next send and its commit fail with a fencing error (KIP-890: the epoch
     # the successor bumped makes the zombie's produce an old epoch)
@@ -202,7 +215,7 @@ def test_a_zombie_producer_is_fenced_and_its_transaction_never_commits(eos_run):
 # -- 6: transaction version 2 -------------------------------------------------------------------
 
 
-def test_the_java_client_uses_transaction_version_2(eos_run):
+def check_the_java_client_uses_transaction_version_2(eos_run):
     """KIP-890's second version: EndTxn v5 (the coordinator bumps the epoch on every commit and
     abort), Produce v12 (the partition leader adds the partition to the transaction), no
     AddPartitionsToTxn from the client. The client's own request log says which versions it
@@ -296,8 +309,9 @@ def test_copier_killed_twice_copies_each_record_exactly_once(java, oncelog_broke
     assert 3 * 50 + progress["copied"] < COPY_COUNT  # both kills landed mid-run
     # 3rd run: to the end of the input
     run = java.popen(*copier, "-1", stderr=err)
-    _next_event(run, "done", stderr=err)
+    done = _next_event(run, "done", stderr=err)
     assert run.wait(60) == 0, err.read_text()[-3000:]
+    assert done["copied"] > 0  # the second kill, too, left records to copy
 
     # the group's committed offsets are the input's ends
     with Admin(bootstrap_servers=bootstrap) as admin:

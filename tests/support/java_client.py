@@ -1,6 +1,6 @@
 """Apache Kafka's Java client driven from the tests: tests/java/JavaClient.java, compiled once
-per session with javac against Kafka's jars (the ``kafka_jars`` fixture's classpath), run in a
-JVM per group of scenarios with a small fixed heap.
+per session (shared by the xdist workers) with javac against Kafka's jars (the ``kafka_jars``
+fixture's classpath), run in a JVM per group of scenarios with a small fixed heap.
 
 The program prints JSON lines (``{"event": ..., ...}``); ``JavaClient.run`` returns them. With
 ``request_log`` the client's NetworkClient logs every request it sends there
@@ -10,6 +10,7 @@ from which client id.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import subprocess
@@ -30,17 +31,27 @@ class JavaClientError(RuntimeError):
     pass
 
 
-class JavaClient:
-    def __init__(self, classpath: str, work_dir: Path) -> None:
-        self.work_dir = work_dir
-        classes = work_dir / "classes"
-        classes.mkdir(parents=True, exist_ok=True)
+def compile_once(classpath: str, classes: Path) -> Path:
+    """javac JavaClient.java into ``classes``, unless a class file newer than the source is
+    there: the session's workers share one directory (under a lock), so it compiles once."""
+    classes.mkdir(parents=True, exist_ok=True)
+    with open(classes / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        compiled = classes / "JavaClient.class"
+        if compiled.exists() and compiled.stat().st_mtime >= SOURCE.stat().st_mtime:
+            return classes
         out = subprocess.run(["javac", "-nowarn", "-Xlint:-removal", "-d", str(classes),
                               "-cp", classpath, str(SOURCE)],
                              capture_output=True, text=True, timeout=300, check=False)
         if out.returncode != 0:
             raise JavaClientError(f"javac {SOURCE.name} failed:\n{out.stderr}")
-        self.classpath = f"{classes}:{classpath}"
+        return classes
+
+
+class JavaClient:
+    def __init__(self, classpath: str, classes: Path, work_dir: Path) -> None:
+        self.work_dir = work_dir
+        self.classpath = f"{compile_once(classpath, classes)}:{classpath}"
 
     def command(self, *args: str, request_log: Path | None = None) -> list[str]:
         props = [f"-Dlog4j2.configurationFile={LOG_CONFIG}"]
