@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,13 @@ BROKERS = ("oncelog", "kafka")
 
 
 @pytest.fixture(scope="module")
-def java(kafka_jars, tmp_path_factory) -> JavaClient:
+def java(kafka_jars, tmp_path_factory) -> Iterator[JavaClient]:
     from support.apache_kafka import shared_dir
 
-    return JavaClient(kafka_jars, shared_dir() / "java-client-classes",
-                      tmp_path_factory.mktemp("java-client"))
+    client = JavaClient(kafka_jars, shared_dir() / "java-client-classes",
+                        tmp_path_factory.mktemp("java-client"))
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="module")
@@ -260,27 +263,6 @@ COPY_COUNT = 3000
 COPY_PARTITIONS = 3
 
 
-def _next_event(proc: subprocess.Popen[str], name: str, until=lambda e: True,
-                stderr: Path | None = None) -> dict[str, Any]:
-    """Read the copier's events until one named ``name`` that satisfies ``until``."""
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if not line.startswith("{"):
-            continue
-        event = json.loads(line)
-        if event["event"] == name and until(event):
-            return event
-    proc.wait(30)
-    raise AssertionError(f"the copier exited with {proc.returncode} before {name}: "
-                         + (stderr.read_text()[-3000:] if stderr else ""))
-
-
-def _sigkill(proc: subprocess.Popen[str]) -> None:
-    proc.kill()  # SIGKILL
-    proc.wait(30)
-    assert proc.returncode == -9
-
-
 def test_copier_killed_twice_copies_each_record_exactly_once(java, oncelog_broker, tmp_path):
     bootstrap = oncelog_broker.bootstrap_servers
     source, sink = unique_topic("java-copy-in"), unique_topic("java-copy-out")
@@ -297,19 +279,18 @@ def test_copier_killed_twice_copies_each_record_exactly_once(java, oncelog_broke
 
     # 1st run: after three commits it flushes a fourth transaction's copies (and its offsets)
     # and holds it open: killed there, with uncommitted copies in the log
-    run = java.popen(*copier, "3", stderr=err)
-    held = _next_event(run, "holding", stderr=err)
-    _sigkill(run)
+    run = java.start(*copier, "3", stderr=err)
+    held = run.next_event("holding")
+    assert run.sigkill() == -9
     # 2nd run: killed while it copies freely, a few hundred records in
-    run = java.popen(*copier, "-1", stderr=err)
-    first = _next_event(run, "committed", stderr=err)
-    progress = _next_event(run, "committed", lambda e: e["copied"] >= first["copied"] + 500,
-                           stderr=err)
-    _sigkill(run)
+    run = java.start(*copier, "-1", stderr=err)
+    first = run.next_event("committed")
+    progress = run.next_event("committed", lambda e: e["copied"] >= first["copied"] + 500)
+    assert run.sigkill() == -9
     assert 3 * 50 + progress["copied"] < COPY_COUNT  # both kills landed mid-run
     # 3rd run: to the end of the input
-    run = java.popen(*copier, "-1", stderr=err)
-    done = _next_event(run, "done", stderr=err)
+    run = java.start(*copier, "-1", stderr=err)
+    done = run.next_event("done")
     assert run.wait(60) == 0, err.read_text()[-3000:]
     assert done["copied"] > 0  # the second kill, too, left records to copy
 

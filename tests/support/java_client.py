@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import fcntl
 import json
+import queue
 import re
+import shutil
 import subprocess
+import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +57,22 @@ class JavaClient:
     def __init__(self, classpath: str, classes: Path, work_dir: Path) -> None:
         self.work_dir = work_dir
         self.classpath = f"{compile_once(classpath, classes)}:{classpath}"
+        self.started: list[JavaProcess] = []
+
+    def close(self) -> None:
+        """Kill what ``start`` started and is still running (a test that failed midway)."""
+        for p in self.started:
+            if p.proc.poll() is None:
+                p.sigkill()
 
     def command(self, *args: str, request_log: Path | None = None) -> list[str]:
         props = [f"-Dlog4j2.configurationFile={LOG_CONFIG}"]
         if request_log is not None:
             props.append(f"-Drequestlog={request_log}")
-        return ["java", *JVM_OPTIONS, *props, "-cp", self.classpath, "JavaClient", *args]
+        command = ["java", *JVM_OPTIONS, *props, "-cp", self.classpath, "JavaClient", *args]
+        if shutil.which("setpriv"):  # SIGKILL when the test process dies
+            command = ["setpriv", "--pdeathsig", "KILL", "--", *command]
+        return command
 
     def run(self, *args: str, request_log: Path | None = None,
             timeout: float = 180) -> list[dict[str, Any]]:
@@ -69,13 +84,60 @@ class JavaClient:
                                   f"stdout:\n{out.stdout[-3000:]}\nstderr:\n{out.stderr[-5000:]}")
         return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
-    def popen(self, *args: str, stderr: Path) -> subprocess.Popen[str]:
-        """Start the program; its events come line by line on ``proc.stdout``; its stdin stays
-        open (a copier holding a transaction waits on it)."""
+    def start(self, *args: str, stderr: Path) -> JavaProcess:
+        """Start the program (its stderr appended to ``stderr``); read its events with
+        ``next_event``. Its stdin stays open: a copier holding a transaction waits on it."""
         with open(stderr, "ab") as err:
-            return subprocess.Popen(self.command(*args), stdin=subprocess.PIPE,
+            proc = subprocess.Popen(self.command(*args), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=err, text=True,
                                     cwd=self.work_dir)
+        self.started.append(JavaProcess(proc, stderr))
+        return self.started[-1]
+
+
+class JavaProcess:
+    """A running JavaClient: its events, read by a thread as it prints them."""
+
+    def __init__(self, proc: subprocess.Popen[str], stderr: Path) -> None:
+        self.proc = proc
+        self.stderr = stderr
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.put(json.loads(line))
+        self.events.put(None)  # the program closed its stdout: it ended
+
+    def next_event(self, name: str, until: Callable[[dict[str, Any]], bool] = lambda e: True,
+                   timeout: float = 120.0) -> dict[str, Any]:
+        """The next event called ``name`` for which ``until`` holds (earlier ones are
+        skipped); JavaClientError if the program ends first or ``timeout`` passes (then it is
+        killed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                event = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.proc.kill()
+                self.proc.wait(30)
+                raise JavaClientError(f"no {name} event in {timeout}s:\n"
+                                      + self.stderr.read_text()[-3000:]) from None
+            if event is None:
+                self.proc.wait(30)
+                raise JavaClientError(f"exited with {self.proc.returncode} before a {name} "
+                                      "event:\n" + self.stderr.read_text()[-3000:])
+            if event["event"] == name and until(event):
+                return event
+
+    def sigkill(self) -> int:
+        self.proc.kill()
+        return self.proc.wait(30)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
 
 
 def events_by_name(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
