@@ -164,6 +164,10 @@ def check_idempotent_produce_reads_back_every_record_once_in_order(eos_run):
     assert len({(s["key"], s["partition"]) for s in sent}) == len({s["key"] for s in sent})
     # our client reads the same records, keys and headers
     assert python_read(eos_run["bootstrap"], e["topic"], 3, "read_uncommitted") == read
+    # the producer was idempotent: it took a producer id before producing
+    sent_by = {api for (client, api, _), _n in eos_run["requests"].items()
+               if client == f"{eos_run['prefix']}-idem-producer"}
+    assert {"INIT_PRODUCER_ID", "PRODUCE"} <= sent_by, sent_by
 
 
 # -- 2: transactions committed and aborted --------------------------------------------------
