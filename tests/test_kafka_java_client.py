@@ -11,7 +11,9 @@ tests/java/JavaClient.java, compiled in the test run:
 4. a zombie fenced by a new producer with the same transactional.id;
 5. the AdminClient calls;
 6. transaction version 2 (KIP-890): which request versions the client sent, read from its own
-   request log and, on oncelog, from the broker's ``oncelog_requests_total``.
+   request log and, on oncelog, from the broker's ``oncelog_requests_total``; both brokers
+   finalize transaction.version 2 (kafka-features describe), and where oncelog finalizes 1 the
+   client falls back to AddPartitionsToTxn (so the check can tell the two apart).
 
 Scenarios 1, 2, 4, 5 and 6 run against the session's real Apache Kafka too: both brokers pass the
 same program with the same checks. One JVM per group of scenarios.
