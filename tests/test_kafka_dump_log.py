@@ -25,14 +25,19 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import cramjam
 import pytest
 from support.apache_kafka import SHARED_DIR_ENV
 from support.interop import unique_topic
+from support.raw_wire import RawConnection, create_topics_request, produce
+from test_batch_validation import CORRUPT_MESSAGE, assert_refused, good_batch, with_payload
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.harness.apache_kafka import kafka_sh
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.log.producer_state import BatchMetadata, ProducerStateEntry, ProducerStateManager
+from oncelog.records import build_batch
+from oncelog.records.batch import HEADER_SIZE
 from oncelog.records.compression import Compression, _xxh32, compress
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -680,3 +685,31 @@ def test_a_snapshot_is_kafkas_layout_and_keeps_every_retained_batch():
     assert back.producers[7].last_timestamp == 500
     assert back.producers[9].current_txn_first_offset == 42
     assert not back.producers[9].batches
+
+
+@pytest.fixture(scope="module")
+def validating_broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("lz4") / "data") as b:
+        with RawConnection(b.bootstrap_servers) as conn:
+            assert conn.request(create_topics_request("lz4")).topics[0].error_code == 0
+        yield b
+
+
+def test_the_broker_refuses_lz4_of_linked_blocks_as_kafkas_reader_would(validating_broker):
+    """A payload Kafka's reader cannot read never reaches the log: LZ4 of linked blocks
+    (python-lz4's and cramjam's default) is CORRUPT_MESSAGE; independent blocks, with or
+    without checksums, are taken."""
+    records = build_batch([(b"k", b"lz4 " * 50, [], int(time.time() * 1000))])[HEADER_SIZE:]
+
+    def framed(block_linked: bool) -> bytes:
+        c = cramjam.lz4.Compressor(block_linked=block_linked)
+        c.compress(records)
+        return bytes(c.finish())
+
+    linked = with_payload(good_batch(), framed(True), int(Compression.LZ4))
+    assert_refused(validating_broker, linked, CORRUPT_MESSAGE, topic="lz4")
+    with RawConnection(validating_broker.bootstrap_servers) as conn:
+        for payload in (framed(False), compress(Compression.LZ4, records)):
+            taken = produce(conn, "lz4", 0, with_payload(good_batch(), payload,
+                                                          int(Compression.LZ4)))
+            assert taken.error_code == 0, taken

@@ -44,6 +44,7 @@ from .compression import (
     decompress,
     inflate_limit,
     inflate_prefix,
+    lz4_frame_problem,
     produce_inflate_limit,
 )
 from .compression import compress as _compress
@@ -448,6 +449,10 @@ def check_records(buf, pos: int, header: BatchHeader, limit: int = 0, *,
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     data: bytes | bytearray | memoryview | None = body
     if codec:
+        if codec == Compression.LZ4:  # Kafka's reader takes independent blocks only
+            problem = lz4_frame_problem(body)
+            if problem:
+                raise CorruptRecordError(problem)
         data = _inflate_checked(codec, body, count, limit or produce_inflate_limit(header.size),
                                 give_up_past)
         if data is None:

@@ -254,6 +254,22 @@ _LZ4_HEADER = (_LZ4_MAGIC + bytes([_LZ4_FLG, _LZ4_BD])
                + bytes([(_xxh32(bytes([_LZ4_FLG, _LZ4_BD])) >> 8) & 0xFF]))
 
 
+def lz4_frame_problem(payload) -> str | None:
+    """What Kafka's LZ4 reader refuses in a frame's descriptor (its FLG checks), or None. A
+    payload that is no LZ4 frame at all is left to the decompression to refuse."""
+    head = bytes(payload[:5])
+    if len(head) < 5 or head[:4] != _LZ4_MAGIC:
+        return None
+    flg = head[4]
+    if flg >> 6 != 1:
+        return f"LZ4 frame version {flg >> 6} is unsupported"
+    if flg & 0x03:
+        return "LZ4 frame descriptor: reserved bits must be 0"
+    if not flg & 0x20:
+        return "LZ4 frame of linked blocks: dependent block stream is unsupported (Kafka)"
+    return None
+
+
 def _lz4_frame(data: bytes, level: int | None) -> bytes:
     out = bytearray(_LZ4_HEADER)
     view = memoryview(data)
