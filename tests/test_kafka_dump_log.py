@@ -30,7 +30,7 @@ import pytest
 from support.apache_kafka import SHARED_DIR_ENV
 from support.interop import unique_topic
 from support.raw_wire import RawConnection, create_topics_request, produce
-from test_batch_validation import CORRUPT_MESSAGE, assert_refused, good_batch, with_payload
+from test_batch_validation import assert_refused, good_batch, with_payload
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.harness.apache_kafka import kafka_sh
@@ -50,6 +50,7 @@ PLAIN_CONFIG = {"segment.bytes": "1000", "index.interval.bytes": "100"}
 TXN_CONFIG = {"segment.bytes": "300"}
 TXN_OFFSET = 7  # what the transactional producer commits for the group
 ROUNDS = 2  # transactions committed, and as many aborted
+UNKNOWN_SERVER_ERROR = -1
 
 # DumpLogSegments.printBatchLevel (magic 2) and its record lines
 BATCH = re.compile(
@@ -697,8 +698,8 @@ def validating_broker(tmp_path_factory):
 
 def test_the_broker_refuses_lz4_of_linked_blocks_as_kafkas_reader_would(validating_broker):
     """A payload Kafka's reader cannot read never reaches the log: LZ4 of linked blocks
-    (python-lz4's and cramjam's default) is CORRUPT_MESSAGE; independent blocks, with or
-    without checksums, are taken."""
+    (python-lz4's and cramjam's default) is refused with UNKNOWN_SERVER_ERROR, as Kafka 4.3
+    refuses it; independent blocks, with or without checksums, are taken."""
     records = build_batch([(b"k", b"lz4 " * 50, [], int(time.time() * 1000))])[HEADER_SIZE:]
 
     def framed(block_linked: bool) -> bytes:
@@ -707,7 +708,7 @@ def test_the_broker_refuses_lz4_of_linked_blocks_as_kafkas_reader_would(validati
         return bytes(c.finish())
 
     linked = with_payload(good_batch(), framed(True), int(Compression.LZ4))
-    assert_refused(validating_broker, linked, CORRUPT_MESSAGE, topic="lz4")
+    assert_refused(validating_broker, linked, UNKNOWN_SERVER_ERROR, topic="lz4")
     with RawConnection(validating_broker.bootstrap_servers) as conn:
         for payload in (framed(False), compress(Compression.LZ4, records)):
             taken = produce(conn, "lz4", 0, with_payload(good_batch(), payload,

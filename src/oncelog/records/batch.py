@@ -91,6 +91,14 @@ class CorruptRecordError(ValueError):
     error_name = "corrupt_message"
 
 
+class UnreadableFrameError(CorruptRecordError):
+    """A compressed payload whose frame Kafka's reader refuses outright (LZ4 of linked blocks):
+    its KafkaException is no CorruptRecordException, and Kafka's broker answers the produce
+    with UNKNOWN_SERVER_ERROR (measured on Kafka 4.3), which a client does not retry."""
+
+    error_name = "unknown_server_error"
+
+
 class InvalidRecordError(CorruptRecordError):
     """A batch whose frame is intact but whose records are not what its header says: a record
     count or offset range that does not match the records, malformed records, trailing bytes
@@ -452,7 +460,7 @@ def check_records(buf, pos: int, header: BatchHeader, limit: int = 0, *,
         if codec == Compression.LZ4:  # Kafka's reader takes independent blocks only
             problem = lz4_frame_problem(body)
             if problem:
-                raise CorruptRecordError(problem)
+                raise UnreadableFrameError(problem)
         data = _inflate_checked(codec, body, count, limit or produce_inflate_limit(header.size),
                                 give_up_past)
         if data is None:
