@@ -714,3 +714,28 @@ def test_the_broker_refuses_lz4_of_linked_blocks_as_kafkas_reader_would(validati
             taken = produce(conn, "lz4", 0, with_payload(good_batch(), payload,
                                                           int(Compression.LZ4)))
             assert taken.error_code == 0, taken
+
+
+def test_an_index_of_base_offsets_from_an_older_oncelog_still_loads(tmp_path, caplog):
+    """Before this format an entry named its batch's base offset: such an index is taken as it
+    is (no rebuild, no recovery of the segment), new entries are Kafka's."""
+    from oncelog.log import LogConfig, PartitionLog
+    from oncelog.records import split_batches
+
+    cfg = LogConfig(index_interval_bytes=1, segment_bytes=400)
+    plog = PartitionLog(tmp_path / "t-0", cfg, 0)
+    for i in range(5):  # four batches in the first segment, which the fifth seals
+        data = bytearray(build_batch([(b"k", b"v%d" % j, [], 1000 + i) for j in range(3)]))
+        plog.append(data, split_batches(data), 2000)
+    plog.close(2000)
+    index = tmp_path / "t-0" / "00000000000000000000.index"
+    entries = list(struct.iter_unpack(">ii", index.read_bytes()))
+    assert [rel for rel, _ in entries] == [2, 5, 8, 11]  # Kafka's: each batch's last offset
+    older = b"".join(struct.pack(">ii", rel - 2, pos) for rel, pos in entries)
+    index.write_bytes(older)
+    with caplog.at_level("WARNING"):
+        again = PartitionLog(tmp_path / "t-0", cfg, 0)
+    assert "rebuilding" not in caplog.text and index.read_bytes() == older
+    assert [int.from_bytes(again.read(o, 1 << 20)[:8], "big") for o in (0, 4, 7, 11)] == [
+        0, 3, 6, 9]
+    again.close(3000)
