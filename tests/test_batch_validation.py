@@ -215,7 +215,9 @@ def bomb_payload(codec: Compression, inflated: int) -> bytes:
     prefix = encode_varint(body_len) + head
     module = {Compression.GZIP: cramjam.gzip, Compression.LZ4: cramjam.lz4,
               Compression.ZSTD: cramjam.zstd}[codec]
-    c = module.Compressor()
+    # LZ4 in independent blocks: the only LZ4 frame Kafka (and so the broker) reads
+    c = module.Compressor(block_linked=False) if codec == Compression.LZ4 \
+        else module.Compressor()
     c.compress(prefix)
     chunk = bytes(1 << 20)
     for _ in range(inflated >> 20):

@@ -141,24 +141,25 @@ def test_index_files_checked_as_kafka_checks_them(written, tmp_path):
     assert f"{seg.with_suffix('.timeindex')} passed sanity check." in ok.stdout.splitlines()
     verified = oncelog("dump-log", "--verify-index-only", str(index))
     assert verified.stdout.splitlines() == [f"Dumping {index}"] and verified.stderr == ""
-    # an index beside the same segment whose second entry points at the wrong batch
+    # an index beside the same segment (entries: the last offset of the batch at the position,
+    # as Kafka's) whose second entry points at the wrong batch
     positions = [int(m[1]) for m in re.finditer(r"position: (\d+) CreateTime",
                                                 oncelog("dump-log", str(seg)).stdout)]
     copy = tmp_path / seg.name
     copy.write_bytes(seg.read_bytes())
     good = copy.with_suffix(".index")
-    good.write_bytes((0).to_bytes(4, "big") + (0).to_bytes(4, "big")
+    good.write_bytes((2).to_bytes(4, "big") + (0).to_bytes(4, "big")
                      + (3).to_bytes(4, "big") + positions[1].to_bytes(4, "big"))
     assert oncelog("dump-log", "--verify-index-only", str(good)).stderr == ""
     assert oncelog("dump-log", str(good)).stdout.splitlines()[1:] == [
-        "offset: 0 position: 0", f"offset: 3 position: {positions[1]}"]
-    good.write_bytes((0).to_bytes(4, "big") + (0).to_bytes(4, "big")
+        "offset: 2 position: 0", f"offset: 3 position: {positions[1]}"]
+    good.write_bytes((2).to_bytes(4, "big") + (0).to_bytes(4, "big")
                      + (3).to_bytes(4, "big") + positions[2].to_bytes(4, "big"))
     bad = oncelog("dump-log", "--verify-index-only", str(good), check=False)
     assert bad.returncode == 1
     assert bad.stderr.splitlines() == [f"Mismatches in :{good}",
                                        "  Index offset: 3, log offset: 4"]
-    good.write_bytes((0).to_bytes(4, "big") + (0).to_bytes(4, "big")
+    good.write_bytes((2).to_bytes(4, "big") + (0).to_bytes(4, "big")
                      + (3).to_bytes(4, "big") + (0).to_bytes(4, "big"))
     insane = oncelog("dump-log", "--index-sanity-check", str(good), check=False)
     assert insane.returncode == 1

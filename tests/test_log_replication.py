@@ -75,8 +75,11 @@ def replicate(leader, follower, up_to=None, max_bytes=250):
 
 
 def producers(log):
+    # A batch's own timestamp is not compared: a producer snapshot (Kafka's layout) keeps the
+    # producer's last timestamp in its last batch's entry, as Kafka's does.
     return {pid: (e.producer_epoch, e.coordinator_epoch, e.current_txn_first_offset,
-                  e.last_timestamp, list(e.batches))
+                  e.last_timestamp,
+                  [(b.first_seq, b.last_seq, b.last_offset, b.offset_delta) for b in e.batches])
             for pid, e in sorted(log.producer_state.producers.items())}
 
 

@@ -245,8 +245,8 @@ def _index_sanity(kind: str, base: int, entries: list[tuple[int, ...]]) -> str |
 def _index_mismatches(path: str, base: int, entries: list[tuple[int, ...]]
                       ) -> list[tuple[int, int]]:
     """(index offset, log offset) where an offset index entry does not point at the batch it
-    names in the segment beside it (-1: no batch there). Our index holds each indexed
-    batch's base offset (Kafka's, its last offset): that is what is compared."""
+    names in the segment beside it (-1: no batch there). An entry holds the last offset of
+    the batch at its position (Kafka's LogSegment writes them so): that is what is compared."""
     log_path = Path(path).with_name(Path(path).name.split(".")[0] + ".log")
     try:
         data = log_path.read_bytes()
@@ -256,7 +256,7 @@ def _index_mismatches(path: str, base: int, entries: list[tuple[int, ...]]
     for relative, position in entries:
         found = -1
         if 0 <= position and position + HEADER_SIZE <= len(data):
-            found = parse_header(data, position).base_offset
+            found = parse_header(data, position).last_offset
         if found != base + relative:
             out.append((base + relative, found))
     return out

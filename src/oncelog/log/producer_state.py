@@ -322,29 +322,38 @@ class ProducerStateManager:
 
     # -- snapshots (spec 000, "PID Snapshots") ----------------------------------------------
     #
-    # PidSnapshot => Version CRC [PidEntry]; our PidEntry keeps all retained batches so that
-    # every in-flight retry can still be recognised after a clean restart:
-    #   PID int64, Epoch int16, CoordinatorEpoch int32, CurrentTxnFirstOffset int64,
-    #   LastTimestamp int64, [FirstSeq int32, LastSeq int32, LastOffset int64,
-    #   OffsetDelta int32, Timestamp int64] (count int8)
+    # Kafka's producer snapshot file (its ProducerSnapshot message, version 1):
+    #   Version int16, Crc uint32 (CRC-32C of what follows), [ProducerEntry] (count int32):
+    #   ProducerId int64, Epoch int16, LastSequence int32, LastOffset int64, OffsetDelta int32,
+    #   Timestamp int64, CoordinatorEpoch int32, CurrentTxnFirstOffset int64
+    # Kafka writes one entry per producer, for its last batch. We write one per retained batch,
+    # oldest first, so that every in-flight retry is still recognised after a clean restart;
+    # Kafka's reader keeps the last entry of a producer (its current state), so a Kafka broker
+    # and kafka-dump-log read the file. A producer with no batch (only markers) has one entry
+    # with LastSequence and LastOffset -1, as Kafka writes it. The last entry's Timestamp is
+    # the producer's last timestamp, as in Kafka's.
 
     SNAPSHOT_VERSION = 1
     _HEAD = struct.Struct(">hI")
     _COUNT = struct.Struct(">i")
-    _ENTRY = struct.Struct(">qhiqqb")
-    _BATCH = struct.Struct(">iiqiq")
+    _ENTRY = struct.Struct(">qhiqiqiq")
 
     def snapshot_bytes(self) -> bytes:
-        body = bytearray(self._COUNT.pack(len(self.producers)))
+        entries = bytearray()
+        count = 0
         for e in self.producers.values():
-            body += self._ENTRY.pack(
-                e.producer_id, e.producer_epoch, e.coordinator_epoch,
-                e.current_txn_first_offset, e.last_timestamp, len(e.batches),
-            )
-            for b in e.batches:
-                body += self._BATCH.pack(b.first_seq, b.last_seq, b.last_offset,
-                                         b.offset_delta, b.timestamp)
-        return self._HEAD.pack(self.SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
+            batches: list[BatchMetadata | None] = list(e.batches) or [None]
+            for i, b in enumerate(batches):
+                last = i == len(batches) - 1
+                entries += self._ENTRY.pack(
+                    e.producer_id, e.producer_epoch,
+                    b.last_seq if b else NO_SEQUENCE, b.last_offset if b else -1,
+                    b.offset_delta if b else 0,
+                    e.last_timestamp if last or b is None else b.timestamp,
+                    e.coordinator_epoch, e.current_txn_first_offset)
+                count += 1
+        body = self._COUNT.pack(count) + bytes(entries)
+        return self._HEAD.pack(self.SNAPSHOT_VERSION, crc32c(body)) + body
 
     @classmethod
     def from_snapshot(cls, data: bytes) -> ProducerStateManager:
@@ -358,21 +367,21 @@ class ProducerStateManager:
         if crc32c(body) != crc:
             raise ValueError("snapshot CRC mismatch")
         mgr = cls()
-        try:
-            (count,) = cls._COUNT.unpack_from(body, 0)
-            pos = cls._COUNT.size
-            for _ in range(count):
-                pid, epoch, coord, txn_first, last_ts, nb = cls._ENTRY.unpack_from(body, pos)
-                pos += cls._ENTRY.size
-                entry = ProducerStateEntry(pid, epoch, last_timestamp=last_ts,
-                                           coordinator_epoch=coord,
-                                           current_txn_first_offset=txn_first)
-                for _b in range(nb):
-                    entry.batches.append(BatchMetadata(*cls._BATCH.unpack_from(body, pos)))
-                    pos += cls._BATCH.size
-                mgr.producers[pid] = entry
-        except struct.error as exc:
-            raise ValueError(f"snapshot truncated: {exc}") from exc
-        if pos != len(body):
-            raise ValueError("trailing bytes in snapshot")
+        (count,) = cls._COUNT.unpack_from(body, 0)
+        if count < 0 or cls._COUNT.size + count * cls._ENTRY.size != len(body):
+            raise ValueError(f"snapshot of {len(body)} bytes cannot hold {count} entries")
+        for pid, epoch, last_seq, last_offset, delta, ts, coord, txn_first in \
+                cls._ENTRY.iter_unpack(body[cls._COUNT.size:]):
+            entry = mgr.producers.get(pid)
+            if entry is None:
+                entry = mgr.producers[pid] = ProducerStateEntry(pid, epoch)
+            entry.producer_epoch = epoch
+            entry.coordinator_epoch = coord
+            entry.current_txn_first_offset = txn_first
+            entry.last_timestamp = ts
+            if last_offset >= 0:
+                first_seq = last_seq - delta
+                if first_seq < 0 and last_seq != NO_SEQUENCE:  # the sequence wrapped
+                    first_seq += INT32_MAX + 1
+                entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset, delta, ts))
         return mgr

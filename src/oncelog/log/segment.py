@@ -2,8 +2,9 @@
 its aborted-transaction index ``.txnindex`` (log/txn_index.py).
 
 Files are named by the segment's 20-digit base offset, as Kafka names them. The offset index
-holds (relative offset int32, position int32) entries, the time index (timestamp int64, relative
-offset int32), one entry per ``index.interval.bytes`` of log, both append-only. The indexes are
+holds (relative offset int32, position int32) entries, the offset being the last offset of the
+batch at the position (as Kafka's LogSegment writes them), the time index (timestamp int64,
+relative offset int32), one entry per ``index.interval.bytes`` of log, both append-only. The indexes are
 derived data: when one is missing or damaged it is rebuilt from the log.
 """
 
@@ -145,8 +146,8 @@ class LogSegment:
 
         Kafka's sanity check looks at the file sizes and the last entry; this goes further, as
         a wrong entry sends a fetch or a timestamp lookup to the wrong place: every offset-index
-        entry must name the base offset of the batch that starts at its position (one header
-        read each), and every time-index entry the last offset and max timestamp of a batch
+        entry must name the last offset of the batch that starts at its position, as Kafka's
+        do (one header read each; in memory we keep that batch's base offset), and every time-index entry the last offset and max timestamp of a batch
         (usually one of those just read; else a few header reads from the offset-index entry
         before it). About 1 µs an entry, an entry per ``index.interval.bytes`` of log.
         """
@@ -166,19 +167,20 @@ class LogSegment:
         indexed: dict[int, int] = {}
         for i, (rel, pos) in enumerate(_OFFSET_ENTRY.iter_unpack(raw)):
             offset = self.base_offset + rel
-            if positions and (pos <= positions[-1] or offset <= offsets[-1]) or rel < 0:
-                return f"{self.index_path.name} entry {i} ({offset} at byte {pos}) is out of order"
-            head = os.pread(self.fd, HEADER_SIZE, pos) if pos >= 0 else b""
+            head = os.pread(self.fd, HEADER_SIZE, pos) if pos >= 0 and rel >= 0 else b""
             if len(head) < HEADER_SIZE:
                 return (f"{self.index_path.name} entry {i} ({offset} at byte {pos}) is past "
                         f"the last batch of the segment ({self.size} bytes)")
             base, length, last_delta, max_timestamp = _INDEX_CHECK.unpack_from(head)
-            if base != offset or length < HEADER_SIZE - LOG_OVERHEAD \
+            # Kafka's entry names the batch's last offset; older oncelog's named its base
+            if offset not in (base + last_delta, base) or length < HEADER_SIZE - LOG_OVERHEAD \
                     or pos + LOG_OVERHEAD + length > self.size:
                 return (f"{self.index_path.name} entry {i} ({offset} at byte {pos}) does not "
-                        f"point at the start of batch {offset}")
+                        f"point at the batch that ends at offset {offset}")
+            if positions and (pos <= positions[-1] or base <= offsets[-1]):
+                return f"{self.index_path.name} entry {i} ({offset} at byte {pos}) is out of order"
             indexed[base + last_delta] = max_timestamp
-            offsets.append(offset)
+            offsets.append(base)
             positions.append(pos)
         self.index_offsets, self.index_positions = offsets, positions
         tts: list[int] = []
@@ -307,7 +309,9 @@ class LogSegment:
 
     def _write_index_files(self) -> None:
         with open(self.index_path, "wb") as f:
-            f.writelines(_OFFSET_ENTRY.pack(off - self.base_offset, pos) for off, pos in zip(self.index_offsets, self.index_positions))
+            # Kafka's entry: the last offset of the batch at the position
+            f.writelines(_OFFSET_ENTRY.pack(self.read_header(pos).last_offset - self.base_offset,
+                                            pos) for pos in self.index_positions)
         with open(self.timeindex_path, "wb") as f:
             f.writelines(_TIME_ENTRY.pack(ts, off - self.base_offset) for ts, off in zip(self.time_timestamps, self.time_offsets))
 
@@ -334,7 +338,8 @@ class LogSegment:
         if not self.index_positions or self._bytes_since_index >= self.index_interval_bytes:
             self.index_offsets.append(h.base_offset)
             self.index_positions.append(pos)
-            idx = _OFFSET_ENTRY.pack(h.base_offset - self.base_offset, pos)
+            # on disk, as Kafka's LogSegment writes it: the batch's last offset
+            idx = _OFFSET_ENTRY.pack(h.last_offset - self.base_offset, pos)
             if not self.time_timestamps or self.max_timestamp > self.time_timestamps[-1]:
                 self.time_timestamps.append(self.max_timestamp)
                 self.time_offsets.append(self.offset_of_max_timestamp)

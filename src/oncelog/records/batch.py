@@ -44,6 +44,7 @@ from .compression import (
     decompress,
     inflate_limit,
     inflate_prefix,
+    lz4_frame_problem,
     produce_inflate_limit,
 )
 from .compression import compress as _compress
@@ -88,6 +89,14 @@ class CorruptRecordError(ValueError):
     does not decompress (Kafka's CORRUPT_MESSAGE)."""
 
     error_name = "corrupt_message"
+
+
+class UnreadableFrameError(CorruptRecordError):
+    """A compressed payload whose frame Kafka's reader refuses outright (LZ4 of linked blocks):
+    its KafkaException is no CorruptRecordException, and Kafka's broker answers the produce
+    with UNKNOWN_SERVER_ERROR (measured on Kafka 4.3), which a client does not retry."""
+
+    error_name = "unknown_server_error"
 
 
 class InvalidRecordError(CorruptRecordError):
@@ -448,6 +457,10 @@ def check_records(buf, pos: int, header: BatchHeader, limit: int = 0, *,
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     data: bytes | bytearray | memoryview | None = body
     if codec:
+        if codec == Compression.LZ4:  # Kafka's reader takes independent blocks only
+            problem = lz4_frame_problem(body)
+            if problem:
+                raise UnreadableFrameError(problem)
         data = _inflate_checked(codec, body, count, limit or produce_inflate_limit(header.size),
                                 give_up_past)
         if data is None:

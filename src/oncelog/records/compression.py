@@ -200,10 +200,92 @@ def compress(codec: Compression, data: bytes, level: int | None = None) -> bytes
     if codec == Compression.SNAPPY:
         return _snappy_compress(data)
     if codec == Compression.LZ4:
-        return bytes(cramjam.lz4.compress(data, level=level))
+        return _lz4_frame(data, level)
     if codec == Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec {codec}")
+
+
+# The LZ4 frame as Kafka's Lz4BlockOutputStream writes it (KIP-57): version 1, independent
+# blocks of at most 64 KiB, no block or content checksum, no content size, then the end mark.
+# Kafka's reader refuses a frame of linked blocks ("Dependent block stream is unsupported"),
+# which is what cramjam's frame compressor writes.
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_FLG = 0x60  # version 01, block independence
+_LZ4_BD = 0x40   # block maximum size 64 KiB
+_LZ4_BLOCK = 64 << 10
+_LZ4_UNCOMPRESSED = 0x80000000
+
+
+def _xxh32(data: bytes, seed: int = 0) -> int:
+    """xxHash32 of a few bytes (the LZ4 frame's header checksum)."""
+    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    n, i = len(data), 0
+    if n >= 16:
+        v = [(seed + p1 + p2) & mask, (seed + p2) & mask, seed & mask, (seed - p1) & mask]
+        while i + 16 <= n:
+            for j in range(4):
+                lane = int.from_bytes(data[i + 4 * j:i + 4 * j + 4], "little")
+                v[j] = (rotl((v[j] + lane * p2) & mask, 13) * p1) & mask
+            i += 16
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & mask
+    else:
+        h = (seed + p5) & mask
+    h = (h + n) & mask
+    while i + 4 <= n:
+        h = (rotl((h + int.from_bytes(data[i:i + 4], "little") * p3) & mask, 17) * p4) & mask
+        i += 4
+    while i < n:
+        h = (rotl((h + data[i] * p5) & mask, 11) * p1) & mask
+        i += 1
+    h ^= h >> 15
+    h = (h * p2) & mask
+    h ^= h >> 13
+    h = (h * p3) & mask
+    return h ^ (h >> 16)
+
+
+_LZ4_HEADER = (_LZ4_MAGIC + bytes([_LZ4_FLG, _LZ4_BD])
+               + bytes([(_xxh32(bytes([_LZ4_FLG, _LZ4_BD])) >> 8) & 0xFF]))
+
+
+def lz4_frame_problem(payload) -> str | None:
+    """What Kafka's LZ4 reader refuses in a frame's descriptor (its FLG checks), or None. A
+    payload that is no LZ4 frame at all is left to the decompression to refuse."""
+    head = bytes(payload[:5])
+    if len(head) < 5 or head[:4] != _LZ4_MAGIC:
+        return None
+    flg = head[4]
+    if flg >> 6 != 1:
+        return f"LZ4 frame version {flg >> 6} is unsupported"
+    if flg & 0x03:
+        return "LZ4 frame descriptor: reserved bits must be 0"
+    if not flg & 0x20:
+        return "LZ4 frame of linked blocks: dependent block stream is unsupported (Kafka)"
+    return None
+
+
+def _lz4_frame(data: bytes, level: int | None) -> bytes:
+    out = bytearray(_LZ4_HEADER)
+    view = memoryview(data)
+    for start in range(0, len(data), _LZ4_BLOCK):
+        chunk = view[start:start + _LZ4_BLOCK]
+        if level is None:
+            block = cramjam.lz4.compress_block(chunk, store_size=False)
+        else:
+            block = cramjam.lz4.compress_block(chunk, mode="high_compression",
+                                               compression=level, store_size=False)
+        if len(block) < len(chunk):
+            out += struct.pack("<I", len(block)) + bytes(block)
+        else:  # incompressible: the block is stored as it is
+            out += struct.pack("<I", len(chunk) | _LZ4_UNCOMPRESSED) + chunk
+    out += b"\x00\x00\x00\x00"  # end mark
+    return bytes(out)
 
 
 _STREAMED = {Compression.GZIP: cramjam.gzip, Compression.LZ4: cramjam.lz4,

@@ -5,7 +5,7 @@ value (a tombstone) forgets an expired id.
     key   => version int16 (0), transactional_id string
     value => version int16 (0), producer_id int64, producer_epoch int16,
              transaction_timeout_ms int32, transaction_status int8,
-             transaction_partitions [topic string, partition_ids [int32]] (nullable),
+             transaction_partitions [topic string, partition_ids [int32]] (null when Empty),
              transaction_last_update_timestamp_ms int64, transaction_start_timestamp_ms int64
 
 Strings are int16-length-prefixed UTF-8, arrays int32-count-prefixed (-1: null).
@@ -83,12 +83,18 @@ def encode_value(m: TransactionMetadata, version: int = VALUE_VERSION) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(m.partitions):
         by_topic.setdefault(topic, []).append(partition)
-    out += _I.pack(len(by_topic))
+    out += _I.pack(-1 if _null_partitions(m) else len(by_topic))
     for topic, parts in by_topic.items():
         out += encode_string(topic) + _I.pack(len(parts))
         out += b"".join(_I.pack(p) for p in parts)
     out += _VALUE_TAIL.pack(m.txn_last_update_ms, m.txn_start_ms)
     return bytes(out)
+
+
+def _null_partitions(m: TransactionMetadata) -> bool:
+    """Kafka's TransactionLog writes an Empty transaction's partitions as a null array (an
+    empty one in every other state)."""
+    return m.state is TransactionState.EMPTY and not m.partitions
 
 
 def decode_value(transactional_id: str, data: bytes) -> TransactionMetadata:
@@ -134,7 +140,7 @@ def _encode_value_v1(m: TransactionMetadata) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(m.partitions):
         by_topic.setdefault(topic, []).append(partition)
-    out += encode_uvarint(len(by_topic) + 1)
+    out += encode_uvarint(0 if _null_partitions(m) else len(by_topic) + 1)
     for topic, parts in by_topic.items():
         out += encode_compact_string(topic) + encode_uvarint(len(parts) + 1)
         out += b"".join(_I.pack(p) for p in parts)
