@@ -27,6 +27,7 @@ from support.kafka_tools_b import (
 )
 from support.waiting import wait_until
 
+from oncelog import Admin
 from oncelog.harness.apache_kafka import ApacheKafka
 from oncelog.harness.broker_process import BrokerProcess
 
@@ -246,17 +247,31 @@ def check_force_terminate(both):
         s.txn("forceTerminateTransaction", "--transactionalId", s.ids["open"]).check()
         row = wait_until(lambda s=s: (r := describe_row(s, "open"))["TransactionState"]
                          not in ("PrepareAbort", "PrepareEpochFence") and r, 30, "aborted")
-        # Kafka describes an Empty transaction with no start time ("None"); oncelog says 0
-        # (docs/kafka-compatibility.md, "Kafka's command-line tools (B)")
+        # an Empty transaction has no start time: DescribeTransactions answers -1 on both
         rows[name] = (row["ProducerEpoch"], row["TransactionState"],
-                      row["TransactionTimeoutMs"], row["TopicPartitions"])
+                      row["TransactionTimeoutMs"], row["CurrentTransactionStartTimeMs"],
+                      row["TransactionDurationMs"], row["TopicPartitions"])
         # the open transaction's data is aborted: its start offset is gone from partition 0
         assert [r[4] for r in normalised_producers(s, 0)] == ["None", "None", "None", "6"], \
             name
     assert rows["oncelog"] == rows["kafka"]
-    assert rows["kafka"][1] == "Empty"
+    assert rows["kafka"][1:2] + rows["kafka"][3:5] == ("Empty", "None", "None")
     errors = {}
     for name, s in both.items():
         r = s.txn("forceTerminateTransaction", "--transactionalId", f"{s.topic}-nobody")
         errors[name] = (r.returncode, r.stderr.replace(s.topic, "T").strip())
     assert errors["oncelog"] == errors["kafka"]
+
+
+def test_oncelogs_admin_reads_kafkas_answer_for_a_transaction_not_begun(apache_kafka,
+                                                                        oncelog_nv):
+    """Kafka answers DescribeTransactions with start time -1 for an id with no transaction
+    begun; oncelog's Admin reads it as none (kio refuses negative timestamps), and oncelog's
+    broker answers -1 the same way."""
+    for bs in (apache_kafka, oncelog_nv):
+        txn_id = unique_topic("empty-txn")
+        producer = transactional_producer(bs, txn_id)
+        with Admin(bootstrap_servers=bs) as admin:
+            d = admin.describe_transactions([txn_id])[txn_id]
+        assert (d.state, d.start_ms, d.partitions) == ("Empty", None, frozenset()), bs
+        del producer
