@@ -142,7 +142,13 @@ def test_acls_added_listed_and_removed_as_on_kafka(both, kafka_tools, configs):
         # not a super user: refused, as Kafka refuses it
         r = acls(kafka_tools, bs, configs["alice"], "--list")
         s["refused"] = ("ClusterAuthorizationException" in r.stdout + r.stderr)
-    for key in ("adds", "all", "topic", "bob", "prefixed", "match", "after", "refused"):
+        # DescribeLogDirs needs Describe on the cluster (KIP-113), which alice no longer has
+        r = kafka_tools.run("kafka-log-dirs", "--bootstrap-server", bs, "--command-config",
+                            configs["alice"], "--describe")
+        s["log-dirs refused"] = (r.returncode, "ClusterAuthorizationException" in
+                                 r.stdout + r.stderr)
+    for key in ("adds", "all", "topic", "bob", "prefixed", "match", "after", "refused",
+                "log-dirs refused"):
         assert seen["oncelog"][key] == seen["kafka"][key], key
     k = seen["kafka"]
     assert "(principal=User:bob, host=*, operation=WRITE, permissionType=DENY)" in \
@@ -150,6 +156,7 @@ def test_acls_added_listed_and_removed_as_on_kafka(both, kafka_tools, configs):
     assert "ResourcePattern(resourceType=CLUSTER, name=kafka-cluster, patternType=LITERAL)" \
         in k["all"]
     assert any("PREFIXED" in r for r in k["match"]) and k["refused"] is True
+    assert k["log-dirs refused"] == (1, True)
     assert "ResourcePattern(resourceType=CLUSTER, name=kafka-cluster, patternType=LITERAL)" \
         not in k["after"]
 

@@ -124,14 +124,11 @@ def test_verifiable_producer_and_consumer_and_cluster_id(oncelog_bs, both):
 
 UNSERVED = [
     # (tool and arguments, the API oncelog does not serve)
-    (["kafka-log-dirs", "--describe"], "DESCRIBE_LOG_DIRS"),
     (["kafka-leader-election", "--election-type", "preferred", "--all-topic-partitions"],
      "ELECT_LEADERS"),
     (["kafka-client-metrics", "--list"], "LIST_CONFIG_RESOURCES"),
     (["kafka-delegation-tokens", "--describe", "--command-config", "{empty}"],
      "DESCRIBE_DELEGATION_TOKEN"),
-    (["kafka-reassign-partitions", "--generate", "--topics-to-move-json-file", "{move}",
-      "--broker-list", "1"], "DESCRIBE_LOG_DIRS"),
     (["kafka-reassign-partitions", "--verify", "--reassignment-json-file", "{reassign}"],
      "LIST_PARTITION_REASSIGNMENTS"),
     (["kafka-metadata-quorum", "describe", "--status"], "DESCRIBE_QUORUM"),
@@ -143,10 +140,8 @@ def test_what_oncelog_does_not_serve_fails_at_once_with_kafkas_error(both, kafka
                                                                      tmp_path):
     """Each fails in one request's time: UNSUPPORTED_VERSION from ApiVersions, no retry."""
     topic, bss = both
-    files = {"empty": tmp_path / "admin.properties", "move": tmp_path / "move.json",
-             "reassign": tmp_path / "reassign.json"}
+    files = {"empty": tmp_path / "admin.properties", "reassign": tmp_path / "reassign.json"}
     files["empty"].write_text("")
-    files["move"].write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
     files["reassign"].write_text(json.dumps({"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [1], "log_dirs": ["any"]}]}))
     names = {k: str(v) for k, v in files.items()} | {"topic": topic}
@@ -168,3 +163,34 @@ def test_a_share_consumer_gets_nothing_and_ends_at_its_timeout_not_a_hang(both, 
                         "--topic", topic, "--group", f"{topic}-share", "--timeout-ms", "3000",
                         timeout=60).check()
     assert r.stdout == "" and "Processed a total of 0 messages" in r.stderr
+
+
+def test_log_dirs_and_a_reassignment_plan_as_on_kafka(both, kafka_tools, tmp_path):
+    """kafka-log-dirs --describe and kafka-reassign-partitions --generate (which asks for the
+    log dirs too): DescribeLogDirs (KIP-113) answers the data directory and each partition's
+    size."""
+    topic, bss = both
+    move = tmp_path / "move.json"
+    move.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    seen = {}
+    for name, bs in bss.items():
+        r = kafka_tools.run("kafka-log-dirs", "--bootstrap-server", bs, "--describe",
+                            "--topic-list", topic).check()
+        lines = r.stdout.splitlines()
+        assert lines[:2] == ["Querying brokers for log directories information",
+                             "Received log directory information from brokers 1"], (name, r)
+        described = json.loads(lines[2])
+        (broker,) = described["brokers"]
+        (log_dir,) = broker["logDirs"]
+        assert log_dir["error"] is None and log_dir["logDir"].startswith("/"), name
+        sizes = {p["partition"]: p["size"] for p in log_dir["partitions"]}
+        assert sorted(sizes) == [f"{topic}-0", f"{topic}-1"] and sum(sizes.values()) > 0
+        seen[name, "log-dirs"] = (described["version"], broker["broker"], sorted(
+            (p["partition"], p["offsetLag"], p["isFuture"]) for p in log_dir["partitions"]))
+        r = kafka_tools.run("kafka-reassign-partitions", "--bootstrap-server", bs,
+                            "--generate", "--topics-to-move-json-file", str(move),
+                            "--broker-list", "1").check()
+        seen[name, "plan"] = r.stdout.replace(log_dir["logDir"], "DIR")
+    assert seen["oncelog", "log-dirs"] == seen["kafka", "log-dirs"]
+    assert seen["oncelog", "plan"] == seen["kafka", "plan"]
+    assert '"log_dirs":["DIR"]' in seen["kafka", "plan"]
