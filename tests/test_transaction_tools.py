@@ -57,7 +57,8 @@ def test_admin_sees_an_open_transaction_then_its_end(broker):  # noqa: F811
         # follow (as in Kafka), so the state moves on a moment after commit returns.
         d = wait_until(lambda: (t := admin.describe_transactions(["tools-1"])["tools-1"]).state
                        == "CompleteCommit" and t, 10, "CompleteCommit")
-        assert d.start_ms is None and not d.partitions
+        # the completed transaction is described with the time it began, as Kafka does
+        assert d.start_ms is not None and not d.partitions
         with pytest.raises(TransactionalIdNotFoundError):
             admin.describe_transactions(["nobody"])
     lines = oncelog("transactions", "list", "--bootstrap-server", bs).stdout.splitlines()
@@ -71,13 +72,15 @@ def test_admin_sees_an_open_transaction_then_its_end(broker):  # noqa: F811
         "CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
         "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
         "TopicPartitions"]
-    assert cells(lines[1]) == ["1", "tools-1", str(d.producer_id), str(d.producer_epoch),
-                               "CompleteCommit", "60000", "None", "None", ""]
+    row = cells(lines[1])
+    assert row[:6] + row[8:] == ["1", "tools-1", str(d.producer_id), str(d.producer_epoch),
+                                 "CompleteCommit", "60000", ""]
+    assert row[6] == str(d.start_ms) and int(row[7]) >= 0  # its start, and how long ago
     (js,) = json.loads(oncelog("transactions", "describe", "--transactional-id", "tools-1",
                                "--bootstrap-server", bs, "--output", "json").stdout)
     assert (js["coordinator_id"], js["transaction_state"],
             js["current_transaction_start_time_ms"]) \
-        == (1, "CompleteCommit", None)
+        == (1, "CompleteCommit", d.start_ms)
     js = json.loads(oncelog("transactions", "list", "--bootstrap-server", bs, "--output",
                             "json").stdout)
     assert {"transactional_id": "tools-1", "coordinator": 1, "producer_id": d.producer_id,

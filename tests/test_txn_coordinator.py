@@ -124,7 +124,10 @@ def test_commit_flow_writes_prepare_markers_then_complete():
     (marker,) = h.markers
     assert (marker.commit, marker.partitions, marker.coordinator_epoch) == (
         True, frozenset({TP, ("t", 1)}), 3)
-    assert h.state().partitions == frozenset() and h.state().txn_start_ms == -1
+    # the completed transaction keeps its start time, as Kafka's does (kafka-transactions
+    # describe shows it); InitProducerId clears it
+    assert h.state().partitions == frozenset() and h.state().txn_start_ms == T0 + 5
+    assert h.init(now=T0 + 20).error is None and h.state().txn_start_ms == -1
 
 
 def test_end_txn_retries_and_wrong_ways():

@@ -115,7 +115,7 @@ class TransactionDescription:
     producer_id: int
     producer_epoch: int
     timeout_ms: int
-    start_ms: int | None  # when the open transaction began; None when none is open
+    start_ms: int | None  # when the current or last transaction began; None after InitProducerId
     partitions: frozenset[TopicPartition]
     coordinator_id: int = -1  # the broker coordinating the id (Kafka's coordinatorId())
 

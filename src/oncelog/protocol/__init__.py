@@ -31,6 +31,7 @@ from ..records.region import FileRegion
 from .apis import API_NAMES, ApiKey
 from .bounds import BoundsError, check_body
 from .fetch_response import FetchResponseWriter
+from .negative_times import describe_transactions_start_times
 from .produce_request import ProduceRequestError, read_produce_request
 from .produce_response import ProduceResponseWriter
 
@@ -316,6 +317,8 @@ def decode_response(api_key: int, version: int, frame) -> tuple[int, Any]:
     pos = 4
     if cls.__header_schema__.__version__ >= 1:
         pos = _skip_tagged_fields(frame, pos)
+    if api_key == ApiKey.DESCRIBE_TRANSACTIONS:  # Kafka's -1 start times (negative_times.py)
+        frame = describe_transactions_start_times(frame, pos)
     try:
         check_body(cls, frame, pos)  # a hostile broker must not end our process either
         obj, _size = _reader(cls)(frame, pos)

@@ -51,6 +51,7 @@ class ApiKey(enum.IntEnum):
     LIST_TRANSACTIONS = 66
     ALTER_CONFIGS = 33
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_LOG_DIRS = 35
 
 
 API_NAMES = {k.value: k.name for k in ApiKey}
@@ -86,6 +87,7 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     # Topic overrides and dynamic broker configs (server/handlers/configs.py).
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # KIP-339
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # KIP-113; v3 top-level error, v4 total/usable bytes
 }
 
 

@@ -147,9 +147,11 @@ class TransactionCoordinator:
             return []
         final = S.COMPLETE_COMMIT if m.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         # Transaction version 2: from now on the client's next id and epoch are the current.
+        # The start time stays (Kafka's prepareComplete keeps txnStartTimestamp: a completed
+        # transaction is described with the time it began); InitProducerId clears it.
         pid, epoch = m.client_identity
         return [self._stage(m.transition_to(final, now_ms, partitions=frozenset(),
-                                            txn_start_ms=-1, producer_id=pid,
+                                            producer_id=pid,
                                             producer_epoch=epoch, next_producer_id=-1,
                                             next_producer_epoch=-1))]
 

@@ -11,6 +11,7 @@ from . import (
     group,
     leader_epoch,
     list_offsets,
+    log_dirs,
     partitions,
     produce,
     producer_id,
@@ -45,6 +46,7 @@ _LOG_AND_WIRE = {
     ApiKey.DELETE_RECORDS: partitions.handle_delete_records,
     ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,  # KIP-113
 }
 
 

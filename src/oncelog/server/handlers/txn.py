@@ -24,9 +24,10 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _timestamp(ms: int) -> datetime.datetime:
-    """DescribeTransactions' start time. Kafka writes -1 when no transaction is open; kio (so
-    our own client) refuses to read a negative timestamp, so oncelog writes 0 instead."""
-    return _EPOCH + datetime.timedelta(milliseconds=max(ms, 0))
+    """DescribeTransactions' start time: -1 (as Kafka writes it) when no transaction has begun
+    since InitProducerId. kio writes it (a moment before 1970); our client reads it as none
+    (protocol/negative_times.py)."""
+    return _EPOCH + datetime.timedelta(milliseconds=max(ms, -1))
 
 
 async def _run(broker, outcome, core=None, txn_id: str = "") -> str | None:
