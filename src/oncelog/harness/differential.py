@@ -52,7 +52,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..protocol import ApiKey, ProtocolError, decode_response, encode_request, make, request_module
+from ..protocol import (
+    ApiKey,
+    ProtocolError,
+    decode_response,
+    encode_request,
+    make,
+    millis,
+    request_module,
+)
 from ..records import build_batch, decode_batch, iter_batches, parse_control_record
 from ..records.batch import batch_crc
 
@@ -274,9 +282,12 @@ class Gen:
         r = self.rng
         t = self.topic()
         pid = "p"
-        self.add(S("init_pid", pid=pid, txn=None))
-        seq = 0
-        for _ in range(r.randint(3, 7)):
+        n = self.records()
+        self.add(S("init_pid", pid=pid, txn=None),
+                 S("produce", topic=t, partition=0, acks=-1,
+                   batch={"n": n, "pid": pid, "seq": 0}))
+        seq = n
+        for _ in range(r.randint(2, 6)):
             kind = r.choice(["next", "next", "next", "dup", "gap", "old_epoch", "new_epoch",
                              "unknown_pid", "neg_seq"])
             n = self.records()
@@ -297,10 +308,9 @@ class Gen:
                 self.add(S("produce", topic=t, partition=0, acks=-1,
                            batch={"n": n, "pid": pid, "seq": r.choice([0, 5]),
                                   "epoch_delta": 1}))
-            elif kind == "unknown_pid":
+            elif kind == "unknown_pid":  # at sequence 0: see docs/kafka-compatibility.md
                 self.add(S("produce", topic=t, partition=0, acks=-1,
-                           batch={"n": n, "pid": pid, "seq": r.choice([0, 3]),
-                                  "pid_delta": 1000}))
+                           batch={"n": n, "pid": pid, "seq": 0, "pid_delta": 1000}))
             elif kind == "neg_seq":
                 self.add(S("produce", topic=t, partition=0, acks=-1,
                            batch={"n": n, "pid": pid, "seq": -1}))
@@ -391,7 +401,18 @@ class Gen:
                          S("txn_offset_commit", pid="a", txn=x, group=group,
                            version=V["txn_offset_commit_tv2"],
                            offsets=[(t, r.randint(0, 1), r.randint(0, 9))]))
-            twist = r.choice(["commit", "abort", "twice", "old_epoch", "concurrent"])
+            twist = r.choice(["commit", "abort", "twice", "old_epoch", "concurrent", "fence"])
+            if twist == "fence":  # another producer takes the id over; the first one ends
+                self.add(S("init_pid", pid="b", txn=x, version=V["init_producer_id_tv2"],
+                           until_ok=True),
+                         W("txn_state", txn=x, states=["Empty", "CompleteAbort"]),
+                         S("end_txn", pid="a", txn=x, commit=r.random() < 0.5,
+                           version=V["end_txn_tv2"]),
+                         S("produce", topic=t, partition=0, acks=-1, txn=x,
+                           version=V["produce_tv2"],
+                           batch={"n": 1, "pid": "a", "seq": 0, "txn": True}),
+                         S("describe_transactions", txn=x))
+                break
             if twist == "concurrent":
                 self.add(S("init_pid", pid="a", txn=x, version=V["init_producer_id_tv2"],
                            until_ok=True))
@@ -443,6 +464,8 @@ class Gen:
                  S("end_txn", pid="a", txn=x, commit=True),
                  S("produce", topic=t, partition=0, acks=-1, txn=x,
                    batch={"n": 1, "pid": "a", "seq": 2, "txn": True}),
+                 S("describe_transactions", txn=x),
+                 S("init_pid", pid="a", txn=x, version=self.rng.choice([4, 5])),  # KIP-360
                  S("describe_transactions", txn=x))
         self.fetch_both(t, 0)
 
@@ -513,16 +536,18 @@ FLOWS = ["admin", "autocreate", "produce", "idempotent", "txn", "txn_v2", "open_
 SLOW_FLOWS = ["timeout"]
 
 
-def generate(seed: int, sequences: int, *, slow: bool = False, first: int = 0
-             ) -> list[list[Step]]:
+def generate(seed: int, sequences: int, *, slow: bool = False, first: int = 0,
+             flows: list[str] | None = None) -> list[list[Step]]:
     """``sequences`` sequences of steps, a function of the seed alone; sequence ``i`` draws
-    its flows from a generator seeded by (seed, i), so a sequence can be replayed alone."""
+    its flows (of ``flows``, default all) from a generator seeded by (seed, i), so a
+    sequence can be replayed alone."""
     out = []
-    flows = FLOWS + (SLOW_FLOWS if slow else [])
+    if flows is None:
+        flows = FLOWS + (SLOW_FLOWS if slow else [])
     for i in range(first, first + sequences):
         rng = random.Random(f"{seed}/{i}")
         gen = Gen(rng, i, slow)
-        for name in rng.sample(flows, rng.randint(1, 2)):
+        for name in rng.sample(flows, rng.randint(1, min(2, len(flows)))):
             getattr(gen, "flow_" + name)()
         out.append(gen.steps)
     return out
@@ -544,8 +569,9 @@ class Normaliser:
     """Turns a decoded answer into plain data with what legitimately differs taken out; ids
     become symbols in order of first appearance (per broker), names lose the run's prefix."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, base_ms: int = 0) -> None:
         self.prefix = prefix
+        self.base_ms = base_ms
         self.symbols: dict[tuple[str, Any], str] = {}
 
     def symbol(self, kind: str, value: Any) -> str:
@@ -565,8 +591,10 @@ class Normaliser:
             return "0" if value is None or value == uuid.UUID(int=0) else "id"
         if name in ("member_id", "leader") and isinstance(value, str):
             return self.symbol("member", value) if value else ""
-        if name == "log_append_time_ms":
-            return value if value == -1 else "time"
+        if name in ("log_append_time_ms", "log_append_time") and value not in (-1, None):
+            # a broker's clock, unless it is one of the run's own record timestamps
+            ms = millis(value) if isinstance(value, _dt.datetime) else value
+            return ms if self.base_ms <= ms < self.base_ms + 3_600_000 else "time"
         if name == "records" and isinstance(value, (bytes, bytearray, memoryview)):
             return self.records(bytes(value))
         if name == "configs" and isinstance(value, tuple):
@@ -650,7 +678,7 @@ class Side:
         self.wire = Wire(bootstrap)
         self.prefix = prefix
         self.base_ms = base_ms
-        self.norm = Normaliser(prefix)
+        self.norm = Normaliser(prefix, base_ms)
         self.producers: dict[str, Producer] = {}
         self.members: dict[tuple[str, str], str] = {}
         self.generations: dict[str, int] = {}
@@ -679,6 +707,13 @@ class Side:
             return self.norm(self.call(request))
         except Closed:
             return "closed"
+
+    def api_versions(self) -> dict[int, int]:
+        """{api key: the highest version this broker serves}."""
+        mod = request_module(ApiKey.API_VERSIONS, V["api_versions"])
+        answer = self.call(make(mod.ApiVersionsRequest, client_software_name="differential",
+                                client_software_version="1"))
+        return {int(k.api_key): int(k.max_version) for k in answer.api_keys}
 
     def step(self, step: Step) -> Any:
         """Run one step; a broker hanging up is an answer ("closed"), and so is a settle
@@ -731,10 +766,23 @@ class Side:
             return "closed"
 
     def op_topic_ready(self, topic, partitions):
+        """Wait until the metadata shows every partition with a leader, and the leader
+        answers for each (Kafka's metadata cache can show a leader before its replica manager
+        leads: NOT_LEADER_OR_FOLLOWER meanwhile)."""
+        mod = request_module(ApiKey.LIST_OFFSETS, V["list_offsets"])
+
         def ready() -> bool:
             t = self._metadata([topic], False).topics[0]
-            return (t.error_code == 0 and len(t.partitions) == partitions
-                    and all(p.error_code == 0 and p.leader_id >= 0 for p in t.partitions))
+            if not (t.error_code == 0 and len(t.partitions) == partitions
+                    and all(p.error_code == 0 and p.leader_id >= 0 for p in t.partitions)):
+                return False
+            answer = self.call(make(mod.ListOffsetsRequest, replica_id=-1, isolation_level=0,
+                                    topics=(make(mod.ListOffsetsTopic, name=self.name(topic),
+                                                 partitions=tuple(make(
+                                                     mod.ListOffsetsPartition, partition_index=i,
+                                                     current_leader_epoch=-1, timestamp=-1)
+                                                     for i in range(partitions))),)))
+            return all(p.error_code == 0 for p in answer.topics[0].partitions)
         self.wait(f"topic {topic} with {partitions} partitions", ready)
 
     def op_topic_gone(self, topic):
@@ -893,12 +941,17 @@ class Side:
         by_topic: dict[str, list[int]] = {}
         for t, p in partitions:
             by_topic.setdefault(t, []).append(p)
-        return self.answer(make(
+        answer = self.answer(make(
             mod.AddPartitionsToTxnRequest, v3_and_below_transactional_id=self.name(txn),
             v3_and_below_producer_id=producer_id, v3_and_below_producer_epoch=epoch,
             v3_and_below_topics=tuple(make(mod.AddPartitionsToTxnTopic, name=self.name(t),
                                            partitions=tuple(ps))
                                       for t, ps in by_topic.items())))
+        # Kafka answers in the order of its hash maps: compared by topic name and partition
+        if isinstance(answer, dict):
+            for t in answer["results_by_topic_v3_and_below"]:
+                t["results_by_partition"].sort(key=lambda p: p["partition_index"])
+        return self.by_name("results_by_topic_v3_and_below", answer)
 
     def op_add_offsets(self, pid, txn, group):
         mod = request_module(ApiKey.ADD_OFFSETS_TO_TXN, V["add_offsets"])
@@ -991,7 +1044,10 @@ class Side:
             name = self.norm(string())
             parts += [(name, fixed(">i")) for _ in range(uvarint() - 1)]
             tags()
-        out.update(transaction_timeout_ms=timeout, open=start > 0,
+        # the start time of a transaction no longer open: Kafka keeps the last one's, oncelog
+        # has none (docs/kafka-compatibility.md); compared while one is open
+        is_open = out["transaction_state"] in ("Ongoing", "PrepareCommit", "PrepareAbort")
+        out.update(transaction_timeout_ms=timeout, started=start > 0 if is_open else "-",
                    producer_id=self.norm(producer_id, "producer_id") if out["error_code"] == 0
                    else None, producer_epoch=epoch,
                    partitions=sorted(parts))
@@ -1161,11 +1217,26 @@ class Report:
     requests: dict[str, int] = field(default_factory=dict)
     differences: list[Difference] = field(default_factory=list)
     ops: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         reqs = ", ".join(f"{k} {v}" for k, v in self.requests.items())
+        skipped = "".join(f", {n} steps skipped ({why})" for why, n in self.skipped.items())
         return (f"{self.sequences} sequences, {self.steps} steps, {self.compared} answers "
-                f"compared ({reqs} requests), {len(self.differences)} differences")
+                f"compared ({reqs} requests){skipped}, {len(self.differences)} differences")
+
+
+_OP_API = {"produce": ApiKey.PRODUCE, "init_pid": ApiKey.INIT_PRODUCER_ID,
+           "end_txn": ApiKey.END_TXN, "txn_offset_commit": ApiKey.TXN_OFFSET_COMMIT}
+
+
+def _unsupported(step: Step, versions: dict[int, int]) -> str | None:
+    """Why ``step`` cannot go to this Kafka (a version it does not serve), or None."""
+    api = _OP_API.get(step.op)
+    version = step.args.get("version")
+    if api is None or version is None or version <= versions.get(api, -1):
+        return None
+    return f"{api.name} v{version}: Kafka serves up to v{versions.get(api, -1)}"
 
 
 def compare_runs(sequences: list[list[Step]], kafka: str, oncelog: str, *, first: int = 0,
@@ -1176,6 +1247,7 @@ def compare_runs(sequences: list[list[Step]], kafka: str, oncelog: str, *, first
     report = Report()
     sides = [Side("kafka", kafka, f"d{token}-", base_ms),
              Side("oncelog", oncelog, f"d{token}-", base_ms)]
+    kafka_versions = sides[0].api_versions()
     try:
         for i, steps in enumerate(sequences, start=first):
             for side in sides:  # a sequence starts with fresh ids and connections
@@ -1186,6 +1258,10 @@ def compare_runs(sequences: list[list[Step]], kafka: str, oncelog: str, *, first
                 side.wire.close()
             report.sequences += 1
             for n, step in enumerate(steps):
+                unsupported = _unsupported(step, kafka_versions)
+                if unsupported:  # a version this Kafka does not serve: not sent at all
+                    report.skipped[unsupported] = report.skipped.get(unsupported, 0) + 1
+                    continue
                 report.steps += 1
                 answers = [side.step(step) for side in sides]
                 if step.settle and answers[0] is None and answers[1] is None:
@@ -1209,8 +1285,9 @@ def compare_runs(sequences: list[list[Step]], kafka: str, oncelog: str, *, first
 
 
 def run(seed: int, sequences: int, kafka: str | None = None, oncelog: str | None = None, *,
-        slow: bool = False, first: int = 0, work_dir: str | Path | None = None,
-        log: Callable[[str], None] | None = None) -> Report:
+        slow: bool = False, first: int = 0, flows: list[str] | None = None,
+        work_dir: str | Path | None = None, log: Callable[[str], None] | None = None
+        ) -> Report:
     """Generate and compare; brokers not given are started here (and stopped at the end)."""
     from contextlib import ExitStack
 
@@ -1230,8 +1307,8 @@ def run(seed: int, sequences: int, kafka: str | None = None, oncelog: str | None
             b.start()
             stack.callback(b.stop)
             oncelog = b.bootstrap_servers
-        return compare_runs(generate(seed, sequences, slow=slow, first=first), kafka, oncelog,
-                            first=first, log=log)
+        return compare_runs(generate(seed, sequences, slow=slow, first=first, flows=flows),
+                            kafka, oncelog, first=first, log=log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1246,19 +1323,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oncelog", help="a running oncelog broker's bootstrap address")
     parser.add_argument("--slow", action="store_true",
                         help="add the flows that wait on timers (transaction timeouts)")
+    parser.add_argument("--flows", help="comma-separated flows to draw from (default all: "
+                        + ", ".join(FLOWS + SLOW_FLOWS) + ")")
     parser.add_argument("--print-steps", action="store_true",
                         help="print the generated steps and exit")
     parser.add_argument("--json", help="write the report here")
     args = parser.parse_args(argv)
+    flows = args.flows.split(",") if args.flows else None
     if args.print_steps:
         for i, steps in enumerate(generate(args.seed, args.sequences, slow=args.slow,
-                                           first=args.first), start=args.first):
+                                           first=args.first, flows=flows), start=args.first):
             print(f"sequence {i}:")
             for step in steps:
                 print(("  ~ " if step.settle else "    ") + step.describe())
         return 0
     report = run(args.seed, args.sequences, args.kafka, args.oncelog, slow=args.slow,
-                 first=args.first, log=lambda s: print(s, flush=True))
+                 first=args.first, flows=flows, log=lambda s: print(s, flush=True))
     print(report.summary())
     if args.json:
         Path(args.json).write_text(json.dumps(dataclasses.asdict(report), indent=1,
