@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from oncelog.harness.differential import ONCELOG_SETTINGS, Side, S, W
+from oncelog.harness.differential import ONCELOG_SETTINGS, S, Side, W
 from oncelog.server.embedded import EmbeddedBroker
 
 NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
