@@ -7,12 +7,14 @@ sequence that showed the difference."""
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 
 import pytest
 
 from oncelog.harness.differential import ONCELOG_SETTINGS, S, Side, W
+from oncelog.protocol import ApiKey, ProtocolError, decode_response, millis
 from oncelog.server.embedded import EmbeddedBroker
 
 NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
@@ -185,3 +187,33 @@ def test_init_producer_id_retried_after_the_coordinator_fenced_the_open_transact
     assert (again["error_code"], again["producer_epoch"]) == (NONE, 2)
     described = side.step(S("describe_transactions", txn=x))
     assert (described["transaction_state"], described["producer_epoch"]) == ("Empty", 2)
+
+
+def _describe_transactions_frame(start_ms: int) -> bytes:
+    """A DescribeTransactions v0 answer as Kafka writes it (flexible: compact lengths + 1,
+    empty tag buffers): one transactional id in state Empty, producer 5 epoch 0."""
+    def compact(text: str) -> bytes:
+        return bytes([len(text) + 1]) + text.encode()
+    return (struct.pack(">i", 7) + b"\x00"             # header v1: correlation id, tags
+            + struct.pack(">i", 0) + b"\x02"           # throttle, one state
+            + struct.pack(">h", 0) + compact("tx") + compact("Empty")
+            + struct.pack(">iqqh", 60_000, start_ms, 5, 0)
+            + b"\x01" + b"\x00"                        # no topics, the state's tags
+            + b"\x00")                                 # the body's tags
+
+
+def test_describe_transactions_answer_without_a_start_time_is_read():
+    """Kafka answers -1 as the start time of a transaction not open; kio refused it, so our
+    admin client could not describe such an id on Kafka (the differential test read it)."""
+    correlation, answer = decode_response(ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                                          _describe_transactions_frame(-1))
+    (state,) = answer.transaction_states
+    assert (correlation, state.transaction_state, state.producer_id, millis(
+        state.transaction_start_time), millis(state.transaction_timeout)) == (
+        7, "Empty", 5, -1, 60_000)
+    # what kio reads itself is read as before
+    _c, answer = decode_response(ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                                 _describe_transactions_frame(1_700_000_000_000))
+    assert millis(answer.transaction_states[0].transaction_start_time) == 1_700_000_000_000
+    with pytest.raises(ProtocolError):  # a broken frame stays an error
+        decode_response(ApiKey.DESCRIBE_TRANSACTIONS, 0, _describe_transactions_frame(-1)[:-3])

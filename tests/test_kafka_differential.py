@@ -9,11 +9,18 @@ a difference when the two brokers differ."""
 
 from __future__ import annotations
 
+import time
+import uuid
+
 import pytest
 
+from oncelog import Admin
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.harness.differential import (
     ONCELOG_SETTINGS,
+    S,
+    Side,
+    W,
     compare_runs,
     generate,
 )
@@ -80,3 +87,19 @@ def test_a_broker_that_answers_otherwise_is_caught():
     paths = {p for d in report.differences for p, _a, _b in d.fields}
     assert paths == {".topics[0].partitions"}, paths
     assert all(d.request.startswith("metadata(") for d in report.differences)
+
+
+def test_admin_describes_a_transactional_id_with_no_open_transaction_on_kafka(apache_kafka):
+    """Kafka answers -1 as the start time of a transaction not open, which oncelog's decoder
+    refused (the differential test found it): oncelog's admin client describes the id."""
+    side = Side("kafka", apache_kafka, f"dx{uuid.uuid4().hex[:8]}-",
+                (int(time.time()) - 3600) * 1000)
+    try:
+        side.step(W("coordinator", key="x", key_type=1))
+        assert side.step(S("init_pid", pid="a", txn="x"))["error_code"] == 0
+    finally:
+        side.close()
+    with Admin(bootstrap_servers=apache_kafka) as admin:
+        d = admin.describe_transactions([side.name("x")])[side.name("x")]
+    assert (d.state, d.producer_epoch, d.start_ms, d.partitions) == ("Empty", 0, None,
+                                                                      frozenset())

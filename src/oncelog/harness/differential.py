@@ -676,6 +676,12 @@ class SettleTimeout(Exception):
     pass
 
 
+def _key(txn: str | None, pid: str) -> str:
+    """A producer's key in a sequence: its symbol under its transactional id (two flows of a
+    sequence may both name theirs "a")."""
+    return f"{txn}/{pid}"
+
+
 @dataclass
 class Producer:
     producer_id: int
@@ -748,7 +754,7 @@ class Side:
         delay = 0.01
         while not check():
             if time.monotonic() > deadline:
-                raise SettleTimeout(f"{self.label}: {what} not reached in "
+                raise SettleTimeout(f"{what} not reached in "
                                     f"{self.settle_timeout}s")
             time.sleep(delay)
             delay = min(0.2, delay * 2)
@@ -874,6 +880,8 @@ class Side:
 
     def op_produce(self, topic, partition, batch, acks=-1, txn=None, version=None):
         mod = request_module(ApiKey.PRODUCE, version or V["produce"])
+        if batch.get("pid") is not None:
+            batch = {**batch, "pid": _key(txn, batch["pid"])}
         request = make(mod.ProduceRequest, transactional_id=self.name(txn), acks=acks,
                        timeout=30_000, topic_data=(make(
             mod.TopicProduceData, name=self.name(topic), partition_data=(
@@ -916,6 +924,7 @@ class Side:
     def op_init_pid(self, pid, txn, version=None, timeout_ms=TXN_TIMEOUT_MS, until_ok=False,
                     enable2pc=False, keep_prepared=False):
         version = version or V["init_producer_id"]
+        pid = _key(txn, pid)
         mod = request_module(ApiKey.INIT_PRODUCER_ID, version)
         extra: dict[str, Any] = {}
         if version >= 3:
@@ -950,7 +959,7 @@ class Side:
 
     def op_add_partitions(self, pid, txn, partitions, epoch_delta=0):
         mod = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, V["add_partitions"])
-        producer_id, epoch = self._producer(pid, epoch_delta)
+        producer_id, epoch = self._producer(_key(txn, pid), epoch_delta)
         by_topic: dict[str, list[int]] = {}
         for t, p in partitions:
             by_topic.setdefault(t, []).append(p)
@@ -968,7 +977,7 @@ class Side:
 
     def op_add_offsets(self, pid, txn, group):
         mod = request_module(ApiKey.ADD_OFFSETS_TO_TXN, V["add_offsets"])
-        producer_id, epoch = self._producer(pid)
+        producer_id, epoch = self._producer(_key(txn, pid))
         return self.answer(make(mod.AddOffsetsToTxnRequest, transactional_id=self.name(txn),
                                 producer_id=producer_id, producer_epoch=epoch,
                                 group_id=self.name(group)))
@@ -976,6 +985,7 @@ class Side:
     def op_end_txn(self, pid, txn, commit, version=None, epoch_delta=0):
         version = version or V["end_txn"]
         mod = request_module(ApiKey.END_TXN, version)
+        pid = _key(txn, pid)
         producer_id, epoch = self._producer(pid, epoch_delta)
         try:
             response = self.call(make(mod.EndTxnRequest, transactional_id=self.name(txn),
@@ -992,7 +1002,7 @@ class Side:
         """TxnOffsetCommit; with ``member``, for that member of the group at its generation
         (+ ``gen_delta``), as a consumer's sendOffsetsToTransaction(groupMetadata) does."""
         mod = request_module(ApiKey.TXN_OFFSET_COMMIT, version or V["txn_offset_commit"])
-        producer_id, epoch = self._producer(pid)
+        producer_id, epoch = self._producer(_key(txn, pid))
         generation, member_id = -1, ""
         if member is not None:
             generation = self.generations.get(group, -1) + gen_delta
@@ -1010,68 +1020,24 @@ class Side:
                     for p, o in ps)) for t, ps in by_topic.items())))
 
     def _describe_txn(self, txn) -> dict[str, Any]:
-        """DescribeTransactions v0 read by hand: kio refuses the -1 start time Kafka sends for
-        a transaction that is not open (see docs/kafka-compatibility.md)."""
+        """DescribeTransactions, its one state as plain data (Kafka's -1 start time of a
+        transaction not open is read by oncelog.protocol.describe_transactions)."""
         mod = request_module(ApiKey.DESCRIBE_TRANSACTIONS, V["describe_transactions"])
-        self.requests += 1
-        cid = self.wire.send(make(mod.DescribeTransactionsRequest,
-                                  transactional_ids=(self.name(txn),)))
-        (size,) = struct.unpack(">i", self.wire._recv(4))
-        buf = self.wire._recv(size)
-        pos = 0
-
-        def uvarint() -> int:
-            nonlocal pos
-            shift = value = 0
-            while True:
-                byte = buf[pos]
-                pos += 1
-                value |= (byte & 0x7F) << shift
-                if not byte & 0x80:
-                    return value
-                shift += 7
-
-        def fixed(fmt: str) -> Any:
-            nonlocal pos
-            values = struct.unpack_from(fmt, buf, pos)
-            pos += struct.calcsize(fmt)
-            return values if len(values) > 1 else values[0]
-
-        def string() -> str:
-            nonlocal pos
-            n = uvarint() - 1
-            pos += max(n, 0)
-            return buf[pos - max(n, 0):pos].decode()
-
-        def tags() -> None:
-            nonlocal pos
-            for _ in range(uvarint()):
-                uvarint()
-                pos += uvarint()
-
-        # a flexible response: header v1 (correlation id, tags), then the body
-        got = fixed(">i")
-        tags()
-        fixed(">i")  # throttle time
-        count = uvarint() - 1
-        if got != cid or count != 1:
-            raise AssertionError(f"DescribeTransactions: correlation {got}, {count} states")
-        out: dict[str, Any] = {"error_code": fixed(">h"), "transactional_id": self.norm(string()),
-                               "transaction_state": string()}
-        timeout, start, producer_id, epoch = fixed(">iqqh")
-        parts = []
-        for _ in range(uvarint() - 1):
-            name = self.norm(string())
-            parts += [(name, fixed(">i")) for _ in range(uvarint() - 1)]
-            tags()
+        (state,) = self.call(make(mod.DescribeTransactionsRequest,
+                                  transactional_ids=(self.name(txn),))).transaction_states
+        error = int(state.error_code)
         # the start time of a transaction no longer open: Kafka keeps the last one's, oncelog
         # has none (docs/kafka-compatibility.md); compared while one is open
-        is_open = out["transaction_state"] in ("Ongoing", "PrepareCommit", "PrepareAbort")
-        out.update(transaction_timeout_ms=timeout, started=start > 0 if is_open else "-",
-                   producer_id=self.norm(producer_id, "producer_id") if out["error_code"] == 0
-                   else None, producer_epoch=epoch,
-                   partitions=sorted(parts))
-        return out
+        is_open = state.transaction_state in ("Ongoing", "PrepareCommit", "PrepareAbort")
+        return {"error_code": error, "transactional_id": self.norm(state.transactional_id),
+                "transaction_state": state.transaction_state,
+                "transaction_timeout_ms": millis(state.transaction_timeout),
+                "started": millis(state.transaction_start_time) > 0 if is_open else "-",
+                "producer_id": self.norm(int(state.producer_id), "producer_id")
+                if error == 0 else None,
+                "producer_epoch": int(state.producer_epoch),
+                "partitions": sorted((self.norm(t.topic), int(p)) for t in state.topics
+                                     for p in t.partitions)}
 
     def op_describe_transactions(self, txn):
         return self._describe_txn(txn)

@@ -320,6 +320,14 @@ def decode_response(api_key: int, version: int, frame) -> tuple[int, Any]:
         check_body(cls, frame, pos)  # a hostile broker must not end our process either
         obj, _size = _reader(cls)(frame, pos)
     except Exception as exc:
+        if api_key == ApiKey.DESCRIBE_TRANSACTIONS and version == 0:
+            # kio refuses the -1 start time Kafka sends for a transaction not open
+            from .describe_transactions import read_describe_transactions
+
+            try:
+                return correlation_id, read_describe_transactions(frame, pos)
+            except DecodeError:
+                pass
         raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from exc
     return correlation_id, obj
 
