@@ -217,3 +217,16 @@ def test_describe_transactions_answer_without_a_start_time_is_read():
     assert millis(answer.transaction_states[0].transaction_start_time) == 1_700_000_000_000
     with pytest.raises(ProtocolError):  # a broken frame stays an error
         decode_response(ApiKey.DESCRIBE_TRANSACTIONS, 0, _describe_transactions_frame(-1)[:-3])
+
+
+def test_end_txn_v5_without_a_producer_id_is_invalid_producer_id_mapping(side):
+    """EndTxn v5 naming no producer (-1) for a transactional id that has one: Kafka answers
+    INVALID_PRODUCER_ID_MAPPING; oncelog took -1 for the id before the last one (no last id
+    is -1 too) and answered PRODUCER_FENCED."""
+    x = "nopid"
+    run(side, *topic(x), W("coordinator", key=x, key_type=1),
+        S("init_pid", pid="a", txn=x, version=5),
+        S("produce", topic=x, partition=0, txn=x, version=12,
+          batch={"n": 1, "pid": "a", "seq": 0, "txn": True}))
+    answer = side.step(S("end_txn", pid="nobody", txn=x, commit=True, version=5))
+    assert (answer["error_code"], answer["producer_id"]) == (49, -1)

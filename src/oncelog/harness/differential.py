@@ -82,6 +82,11 @@ KAFKA_SETTINGS = {"num.partitions": "1", "auto.create.topics.enable": "true",
                   "group.initial.rebalance.delay.ms": "0"}
 ONCELOG_SETTINGS = dict(KAFKA_SETTINGS)
 SLOW_SETTINGS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+# --kip939: two-phase commit on both; Kafka 4.3 serves InitProducerId v6 only with its
+# unreleased API versions enabled.
+KIP939_KAFKA_SETTINGS = {"unstable.api.versions.enable": "true",
+                         "transaction.two.phase.commit.enable": "true"}
+KIP939_ONCELOG_SETTINGS = {"transaction.two.phase.commit.enable": "true"}
 
 TXN_TIMEOUT_MS = 60_000
 SESSION_TIMEOUT_MS = 10_000
@@ -405,7 +410,17 @@ class Gen:
                          S("txn_offset_commit", pid="a", txn=x, group=group,
                            version=V["txn_offset_commit_tv2"],
                            offsets=[(t, r.randint(0, 1), r.randint(0, 9))]))
-            twist = r.choice(["commit", "abort", "twice", "old_epoch", "concurrent", "fence"])
+            twist = r.choice(["commit", "abort", "twice", "old_epoch", "concurrent", "fence",
+                              "keep_prepared"])
+            if twist == "keep_prepared":  # KIP-939: a restarted producer keeps the transaction
+                self.add(S("init_pid", pid="b", txn=x, version=V["init_producer_id_2pc"],
+                           enable2pc=True, keep_prepared=r.random() < 0.8),
+                         S("describe_transactions", txn=x),
+                         S("end_txn", pid="b", txn=x, commit=r.random() < 0.5,
+                           version=V["end_txn_tv2"]))
+                self.settle_txn(x)
+                self.add(S("describe_transactions", txn=x))
+                break
             if twist == "fence":  # another producer takes the id over; the first one ends
                 self.add(S("init_pid", pid="b", txn=x, version=V["init_producer_id_tv2"],
                            until_ok=True),
@@ -1295,8 +1310,8 @@ def compare_runs(sequences: list[list[Step]], kafka: str, oncelog: str, *, first
 
 def run(seed: int, sequences: int, kafka: str | None = None, oncelog: str | None = None, *,
         slow: bool = False, first: int = 0, flows: list[str] | None = None,
-        work_dir: str | Path | None = None, log: Callable[[str], None] | None = None
-        ) -> Report:
+        kip939: bool = False, work_dir: str | Path | None = None,
+        log: Callable[[str], None] | None = None) -> Report:
     """Generate and compare; brokers not given are started here (and stopped at the end)."""
     from contextlib import ExitStack
 
@@ -1308,11 +1323,12 @@ def run(seed: int, sequences: int, kafka: str | None = None, oncelog: str | None
             tempfile.TemporaryDirectory(prefix="oncelog-differential-")))
         extra = SLOW_SETTINGS if slow else {}
         if kafka is None:
-            k = stack.enter_context(ApacheKafka(work / "kafka",
-                                                settings={**KAFKA_SETTINGS, **extra}))
+            k = stack.enter_context(ApacheKafka(work / "kafka", settings={
+                **KAFKA_SETTINGS, **extra, **(KIP939_KAFKA_SETTINGS if kip939 else {})}))
             kafka = k.bootstrap_servers
         if oncelog is None:
-            b = BrokerProcess(work / "oncelog", settings={**ONCELOG_SETTINGS, **extra})
+            b = BrokerProcess(work / "oncelog", settings={
+                **ONCELOG_SETTINGS, **extra, **(KIP939_ONCELOG_SETTINGS if kip939 else {})})
             b.start()
             stack.callback(b.stop)
             oncelog = b.bootstrap_servers
@@ -1332,6 +1348,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oncelog", help="a running oncelog broker's bootstrap address")
     parser.add_argument("--slow", action="store_true",
                         help="add the flows that wait on timers (transaction timeouts)")
+    parser.add_argument("--kip939", action="store_true",
+                        help="brokers started here run with two-phase commit (KIP-939), "
+                             "Kafka with its unreleased API versions (InitProducerId v6)")
     parser.add_argument("--flows", help="comma-separated flows to draw from (default all: "
                         + ", ".join(FLOWS + SLOW_FLOWS) + ")")
     parser.add_argument("--print-steps", action="store_true",
@@ -1347,7 +1366,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(("  ~ " if step.settle else "    ") + step.describe())
         return 0
     report = run(args.seed, args.sequences, args.kafka, args.oncelog, slow=args.slow,
-                 first=args.first, flows=flows, log=lambda s: print(s, flush=True))
+                 first=args.first, flows=flows, kip939=args.kip939,
+                 log=lambda s: print(s, flush=True))
     print(report.summary())
     if args.json:
         Path(args.json).write_text(json.dumps(dataclasses.asdict(report), indent=1,

@@ -350,7 +350,7 @@ class TransactionCoordinator:
                 return Outcome("concurrent_transactions")
         client_pid, client_epoch = m.client_identity
         if producer_id != client_pid:
-            known = producer_id in (m.producer_id, m.last_producer_id)
+            known = producer_id >= 0 and producer_id in (m.producer_id, m.last_producer_id)
             return Outcome(_fenced("end_txn", version) if known
                            else "invalid_producer_id_mapping")
         if producer_epoch != client_epoch:
