@@ -2,7 +2,8 @@
 their answers compared field by field.
 
     python -m oncelog.harness.differential --seed 1 --sequences 200 \\
-        [--kafka HOST:PORT] [--oncelog HOST:PORT] [--slow] [--json report.json]
+        [--kafka HOST:PORT] [--oncelog HOST:PORT] [--slow] [--kip939] [--flows F,G]
+        [--first N] [--print-steps] [--json report.json]
 
 Without ``--kafka`` (``--oncelog``) the command starts a Kafka (an oncelog broker) of its own,
 configured as below, and stops it at the end. The exit status is 0 when every answer matched.
@@ -14,13 +15,15 @@ built with kio's classes at explicit API versions (``V`` below) and answered fra
 by oncelog's own decoder, so reading Kafka's answers is itself a check of the decoder.
 
 What legitimately differs is normalised before the comparison (``Normaliser``): producer ids,
-topic ids and member ids become symbols in order of first appearance (so "the same id as
-before" still compares), node ids, hosts, ports, cluster and controller ids, throttle times and
-broker clocks (log-append times, control batches' timestamps, transaction start times) are left
-out, and Kafka's free-text error messages are dropped while error CODES are compared exactly.
-Fetched record sets are decoded: every batch's offsets, producer, sequence, flags, records (key,
-value, headers, timestamp) and control type are compared, and the bytes of a trailing partial
-batch are counted.
+and member ids become symbols in order of first appearance (so "the same id as before" still
+compares), topic ids are compared as present or not, node ids, hosts, ports, cluster and
+controller ids, throttle times and broker clocks (log-append times other than a record's own,
+control batches' timestamps, transaction start times) are left out, and Kafka's free-text
+error messages are dropped while error CODES are compared exactly. Fetched record sets are
+decoded: every whole batch's offsets, producer, sequence, flags, records (key, value, headers,
+timestamp) and control type are compared. Lists in an order of Kafka's hash maps are sorted.
+The differences docs/kafka-compatibility.md keeps are recognised as such (``_deliberate``) and
+counted apart; any other difference fails the run.
 
 Kafka does some things in the background that oncelog does inline (metadata propagation after
 CreateTopics/DeleteTopics, transaction markers after EndTxn); "settle" steps wait on a condition
@@ -29,7 +32,9 @@ on both brokers (polled with a deadline) and are not compared.
 The brokers run alike (``KAFKA_SETTINGS`` is the harness Kafka's, and ``ONCELOG_SETTINGS``
 matches it): num.partitions=1, auto.create.topics.enable=true, group.initial.rebalance.delay.ms=0,
 and with ``--slow`` a 1 s transaction-timeout sweep (transaction.abort.timed.out.transaction
-.cleanup.interval.ms) so that the timed-out transaction flow runs in seconds.
+.cleanup.interval.ms) so that the timed-out transaction flow runs in seconds; with
+``--kip939`` two-phase commit (and Kafka's unreleased API versions, for InitProducerId v6).
+Steps at an API version the Kafka does not serve are not sent to either broker.
 """
 
 from __future__ import annotations
@@ -64,7 +69,8 @@ from ..protocol import (
 from ..records import build_batch, decode_batch, iter_batches, parse_control_record
 from ..records.batch import batch_crc
 
-__all__ = ["Difference", "Report", "Step", "compare_runs", "generate", "main", "run"]
+__all__ = ["FLOWS", "KAFKA_SETTINGS", "ONCELOG_SETTINGS", "Difference", "Normaliser", "Report", "S",
+           "Side", "Step", "W", "compare_runs", "generate", "main", "run"]
 
 # The API versions every request is sent at (both brokers support them; Kafka 4.x has dropped
 # the oldest versions of several APIs).
