@@ -316,3 +316,22 @@ def test_damaged_records_are_reported():
             decode_value("x", bad)
     with pytest.raises(TxnLogFormatError):
         decode_key(b"\x00\x00\x00\x09ab")
+
+
+def test_init_producer_id_retried_while_its_fencing_abort_is_written_waits():
+    """KIP-360: InitProducerId (its id and epoch) while its transaction is open aborts it at
+    a bumped epoch; a retry that comes while the abort's markers are still written is
+    CONCURRENT_TRANSACTIONS, as Kafka answers (the producer id checked, then a transition in
+    progress, the epoch only then), not PRODUCER_FENCED; once written it gets the bumped
+    epoch. The differential test met it on a loaded machine."""
+    h = Harness()
+    pid = h.init().producer_id
+    h.call("add_partitions", "t1", pid, 0, [TP], T0)
+    first = h.init(producer_id=pid, producer_epoch=0, markers_succeed=False)
+    assert first.error == "concurrent_transactions"
+    assert h.state().state == S.PREPARE_ABORT
+    assert h.init(producer_id=pid, producer_epoch=0).error == "concurrent_transactions"
+    assert h.init(producer_id=pid + 1, producer_epoch=0).error == "producer_fenced"
+    h.run(h.core.markers_done("t1", T0))
+    retry = h.init(producer_id=pid, producer_epoch=0)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (None, pid, 1)

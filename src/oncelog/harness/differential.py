@@ -389,7 +389,8 @@ class Gen:
                          S("end_txn", pid="a", txn=x, commit=not commit))
             self.add(S("describe_transactions", txn=x))
         self.fetch_both(t, r.randint(0, 1))
-        self.add(S("offset_fetch", group=group, offsets=[(t, 0), (t, 1)], stable=True))
+        self.add(W("coordinator", key=group, key_type=0),
+                 S("offset_fetch", group=group, offsets=[(t, 0), (t, 1)], stable=True))
 
     def flow_txn_v2(self) -> None:
         """Transaction version 2 (KIP-890): implicit adds by Produce v12, EndTxn v5 bumps the
@@ -458,7 +459,8 @@ class Gen:
                                   "epoch_delta": -1}))
         self.add(S("describe_transactions", txn=x))
         self.fetch_both(t, r.randint(0, 1))
-        self.add(S("offset_fetch", group=group, offsets=[(t, 0), (t, 1)], stable=True))
+        self.add(W("coordinator", key=group, key_type=0),
+                 S("offset_fetch", group=group, offsets=[(t, 0), (t, 1)], stable=True))
 
     def flow_open_txn(self) -> None:
         """Fetches of a partition with an open transaction, at both isolation levels."""

@@ -217,6 +217,12 @@ class TransactionCoordinator:
                                       partitions=frozenset(), txn_start_ms=-1)
                 return Outcome(None, new.producer_id, new.producer_epoch, [self._stage(new)])
             if (producer_id, producer_epoch) != m.client_identity:
+                if producer_id == m.producer_id and m.state in (
+                        S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
+                    # Kafka checks the producer id, then a transition in progress, and the
+                    # epoch only after it: the retry of an InitProducerId that fenced its own
+                    # transaction, while the abort's markers are written, waits as well.
+                    return Outcome("concurrent_transactions")
                 return Outcome(_fenced("init_producer_id", version))
         if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
             return Outcome("concurrent_transactions")  # the client retries once completed
