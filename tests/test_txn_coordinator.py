@@ -45,7 +45,9 @@ class Harness:
         self.core = TransactionCoordinator(allocate_producer_id=lambda: next(ids),
                                            max_timeout_ms=kw.get("max_timeout_ms", 900_000),
                                            expiration_ms=kw.get("expiration_ms", 604_800_000),
-                                           coordinator_epoch=kw.get("coordinator_epoch", 3))
+                                           coordinator_epoch=kw.get("coordinator_epoch", 3),
+                                           transaction_version=kw.get("transaction_version",
+                                                                      2))
         self.core.load([])
         self.log: list[tuple[str, TransactionMetadata | None]] = []
         self.markers: list[SendMarkers] = []
@@ -200,8 +202,9 @@ def test_epoch_exhaustion_allocates_a_new_producer_id():
     assert h.state().last_producer_id == pid
 
 
-def test_timed_out_transactions_are_aborted_with_a_bumped_epoch():
-    h = Harness()
+@pytest.mark.parametrize("transaction_version", [1, 2])
+def test_timed_out_transactions_are_aborted_with_a_bumped_epoch(transaction_version):
+    h = Harness(transaction_version=transaction_version)
     pid = h.init(timeout=1000).producer_id
     h.call("add_partitions", "t1", pid, 0, [TP], T0)
     h.run(h.core.abort_timed_out(T0 + 1000))
@@ -210,8 +213,16 @@ def test_timed_out_transactions_are_aborted_with_a_bumped_epoch():
     assert h.state().state == S.COMPLETE_ABORT and h.state().producer_epoch == 1
     assert h.markers[-1].commit is False and h.markers[-1].producer_epoch == 1
     assert h.call("end_txn", "t1", pid, 0, True, T0).error == "producer_fenced"
-    # and its own KIP-360 attempt to carry on is fenced too
-    assert h.init(producer_id=pid, producer_epoch=0).error == "producer_fenced"
+    retry = h.init(producer_id=pid, producer_epoch=0)
+    if transaction_version < 2:
+        # below transaction version 2 its own KIP-360 attempt to carry on is fenced too
+        assert retry.error == "producer_fenced"
+    else:
+        # at version 2 the abort keeps the epoch it held as the last one: Kafka 4.3 answers
+        # its KIP-360 InitProducerId with the bumped epoch (the differential test's timeout
+        # flow), and the transactional id is Empty at that epoch
+        assert (retry.error, retry.producer_id, retry.producer_epoch) == (None, pid, 1)
+        assert (h.state().state, h.state().producer_epoch) == (S.EMPTY, 1)
 
 
 def test_idle_transactional_ids_expire():
@@ -308,3 +319,22 @@ def test_damaged_records_are_reported():
             decode_value("x", bad)
     with pytest.raises(TxnLogFormatError):
         decode_key(b"\x00\x00\x00\x09ab")
+
+
+def test_init_producer_id_retried_while_its_fencing_abort_is_written_waits():
+    """KIP-360: InitProducerId (its id and epoch) while its transaction is open aborts it at
+    a bumped epoch; a retry that comes while the abort's markers are still written is
+    CONCURRENT_TRANSACTIONS, as Kafka answers (the producer id checked, then a transition in
+    progress, the epoch only then), not PRODUCER_FENCED; once written it gets the bumped
+    epoch. The differential test met it on a loaded machine."""
+    h = Harness()
+    pid = h.init().producer_id
+    h.call("add_partitions", "t1", pid, 0, [TP], T0)
+    first = h.init(producer_id=pid, producer_epoch=0, markers_succeed=False)
+    assert first.error == "concurrent_transactions"
+    assert h.state().state == S.PREPARE_ABORT
+    assert h.init(producer_id=pid, producer_epoch=0).error == "concurrent_transactions"
+    assert h.init(producer_id=pid + 1, producer_epoch=0).error == "producer_fenced"
+    h.run(h.core.markers_done("t1", T0))
+    retry = h.init(producer_id=pid, producer_epoch=0)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (None, pid, 1)

@@ -176,7 +176,7 @@ def test_two_phase_commit_needs_the_broker_setting():
         "transactional_id_authorization_failed"
     h = Harness(two_phase=True)
     o = h.init(enable_2pc=True)
-    assert o.error is None and h.state().txn_timeout_ms == -1 and h.state().two_phase
+    assert o.error is None and h.state().txn_timeout_ms == 2**31 - 1 and h.state().two_phase
 
 
 def test_two_phase_transactions_never_time_out():

@@ -457,7 +457,7 @@ class Admin:
         (s,) = r.transaction_states
         if int(s.error_code):
             raise error_for_code(int(s.error_code))(f"transactional id {txn_id!r}")
-        start = round(s.transaction_start_time.timestamp() * 1000)
+        start = millis(s.transaction_start_time)  # None (-1): Kafka's "not open"
         return TransactionDescription(
             txn_id, s.transaction_state, int(s.producer_id), int(s.producer_epoch),
             millis(s.transaction_timeout), start if start > 0 else None,

@@ -337,7 +337,9 @@ class PartitionLog:
         if len(batches) == 1:
             dup = self._check_producer(batches[0][1], new_client)
             if dup is not None:
-                return AppendResult(dup.first_offset, dup.last_offset, -1,
+                # As Kafka (analyzeAndValidateProducerState): a duplicate is answered with the
+                # first one's offsets, and its max timestamp as the log append time.
+                return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp,
                                     self.log_start_offset, duplicate=True)
         else:
             for _pos, h in batches:

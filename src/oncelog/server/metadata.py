@@ -239,6 +239,17 @@ class Metadata(ABC):
         the error to answer with meanwhile. Raises TopicError when it cannot be created
         (e.g. kafka_storage_error: the disk is full)."""
 
+    def check_collision(self, name: str) -> None:
+        """Kafka's createTopics: a name equal to an existing topic's once '.' and '_' are
+        unified (the two collide in metric names) is INVALID_TOPIC_EXCEPTION."""
+        unified = name.replace(".", "_")
+        if "." not in name and "_" not in name:
+            return
+        for other in self.view.topics:
+            if other != name and other.replace(".", "_") == unified:
+                raise TopicError("invalid_topic_exception",
+                                 f"topic {name!r} collides with existing topic {other!r}")
+
     def check_deletable(self, name: str) -> None:
         """DeleteTopics' refusals, the same in both implementations (TopicError)."""
         if name not in self.view.topics:

@@ -115,12 +115,13 @@ class LocalMetadata(Metadata):
         topics = self.broker.topics
         clean = topics.validate_new(name, max(num, 1) if assignment is None
                                     else len(assignment), configs)
+        self.check_collision(name)
         plan = self.plan(num, rf, assignment)
         rf_used = len(next(iter(plan.values())))
-        if validate_only:
+        if validate_only:  # as Kafka: the id the topic would have had
             import uuid
 
-            return CreatedTopic(uuid.UUID(int=0), clean, len(plan), rf_used)
+            return CreatedTopic(uuid.uuid4(), clean, len(plan), rf_used)
         self._create(name, len(plan), configs)
         topic = topics.topics[name]
         return CreatedTopic(topic.topic_id, dict(topic.configs), len(plan), rf_used)

@@ -114,11 +114,12 @@ class ZkMetadata(Metadata):
             raise TopicError("topic_already_exists", f"topic {name!r} already exists")
         clean = topics.validate_new(name, max(num, 1), configs) if assignment is None else \
             topics.validate_new(name, len(assignment), configs)
+        self.check_collision(name)
         plan = self.plan(num, rf, assignment)
         rf_used = len(next(iter(plan.values())))
         topic_id = uuid.uuid4()
-        if validate_only:
-            return CreatedTopic(uuid.UUID(int=0), clean, len(plan), rf_used)
+        if validate_only:  # as Kafka: the id the topic would have had
+            return CreatedTopic(topic_id, clean, len(plan), rf_used)
         try:
             await asyncio.to_thread(self.store.create_topic, name, plan, topic_id, clean)
         except TopicExistsError:

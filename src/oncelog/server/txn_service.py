@@ -73,7 +73,8 @@ class TxnService:
             max_timeout_ms=cfg.int("transaction.max.timeout.ms"),
             expiration_ms=cfg.int("transactional.id.expiration.ms"),
             coordinator_epoch=coordinator_epoch,
-            two_phase_commit_enabled=cfg.flag("transaction.two.phase.commit.enable"))
+            two_phase_commit_enabled=cfg.flag("transaction.two.phase.commit.enable"),
+            transaction_version=cfg.int("transaction.version"))
 
     def core_for(self, transactional_id: str) -> tuple[TransactionCoordinator | None,
                                                        str | None]:

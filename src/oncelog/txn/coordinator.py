@@ -81,8 +81,9 @@ def _fenced(api: str, version: int) -> str:
 class TransactionCoordinator:
     def __init__(self, *, allocate_producer_id: Callable[[], int], max_timeout_ms: int,
                  expiration_ms: int, coordinator_epoch: int = 0,
-                 two_phase_commit_enabled: bool = False) -> None:
+                 two_phase_commit_enabled: bool = False, transaction_version: int = 2) -> None:
         self.allocate_producer_id = allocate_producer_id
+        self.transaction_version = transaction_version  # the cluster's feature level
         self.two_phase_commit_enabled = two_phase_commit_enabled
         self.max_timeout_ms = max_timeout_ms
         self.expiration_ms = expiration_ms
@@ -208,9 +209,22 @@ class TransactionCoordinator:
             # KIP-360: the caller says which producer it is. A retry of an InitProducerId that
             # already bumped is answered with the result; anyone else is a zombie.
             if (producer_id, producer_epoch) == (m.last_producer_id, m.last_producer_epoch) \
-                    and m.state == S.EMPTY:
-                return Outcome(None, m.producer_id, m.producer_epoch)
+                    and m.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+                if m.state == S.EMPTY:
+                    return Outcome(None, m.producer_id, m.producer_epoch)
+                # Kafka's prepareIncrementProducerEpoch: the epoch the coordinator bumped to
+                # (an EndTxn of transaction version 2, an abort that fenced the caller at
+                # transaction version 2) is answered without another bump.
+                new = m.transition_to(S.EMPTY, now_ms, txn_timeout_ms=timeout_ms,
+                                      partitions=frozenset(), txn_start_ms=-1)
+                return Outcome(None, new.producer_id, new.producer_epoch, [self._stage(new)])
             if (producer_id, producer_epoch) != m.client_identity:
+                if producer_id == m.producer_id and m.state in (
+                        S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
+                    # Kafka checks the producer id, then a transition in progress, and the
+                    # epoch only after it: the retry of an InitProducerId that fenced its own
+                    # transaction, while the abort's markers are written, waits as well.
+                    return Outcome("concurrent_transactions")
                 return Outcome(_fenced("init_producer_id", version))
         if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
             return Outcome("concurrent_transactions")  # the client retries once completed
@@ -252,10 +266,14 @@ class TransactionCoordinator:
     def _fence_and_abort(self, m: TransactionMetadata, now_ms: int) -> WriteTxnLog:
         fenced = m.transition_to(S.PREPARE_EPOCH_FENCE, now_ms)
         epoch = m.producer_epoch if m.epoch_exhausted else m.producer_epoch + 1
-        # No earlier request may be taken for a retry once the coordinator itself aborted.
+        # Below transaction version 2 no earlier request may be taken for a retry once the
+        # coordinator itself aborted. At version 2 Kafka's abort keeps the epoch the producer
+        # held as the last one: that producer's InitProducerId (KIP-360) gets the bumped epoch.
+        last_pid, last_epoch = m.client_identity if self.transaction_version >= 2 else (-1, -1)
         return self._stage(fenced.transition_to(S.PREPARE_ABORT, now_ms, producer_epoch=epoch,
                                                 next_producer_id=-1, next_producer_epoch=-1,
-                                                last_producer_id=-1, last_producer_epoch=-1))
+                                                last_producer_id=last_pid,
+                                                last_producer_epoch=last_epoch))
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn (steps 4.1, 4.3) ------------------------------
 
@@ -340,7 +358,7 @@ class TransactionCoordinator:
                 return Outcome("concurrent_transactions")
         client_pid, client_epoch = m.client_identity
         if producer_id != client_pid:
-            known = producer_id in (m.producer_id, m.last_producer_id)
+            known = producer_id >= 0 and producer_id in (m.producer_id, m.last_producer_id)
             return Outcome(_fenced("end_txn", version) if known
                            else "invalid_producer_id_mapping")
         if producer_epoch != client_epoch:

@@ -12,7 +12,10 @@ import enum
 from dataclasses import dataclass, field, replace
 
 MAX_PRODUCER_EPOCH = 32767  # int16; at MAX - 1 a bump would exhaust it: a new id is taken
-TWO_PHASE_TIMEOUT = -1  # KIP-939: the stored timeout of a transaction that never times out
+# KIP-939: the timeout of a transaction that never times out, as Kafka stores and describes it
+# (Integer.MAX_VALUE); oncelog stored -1 before, which still reads as such.
+TWO_PHASE_TIMEOUT = 2**31 - 1
+_OLD_TWO_PHASE_TIMEOUT = -1
 
 
 class TransactionState(enum.Enum):
@@ -115,8 +118,8 @@ class TransactionMetadata:
     @property
     def two_phase(self) -> bool:
         """A two-phase-commit participant's transaction (KIP-939): it never times out; its
-        timeout is stored as -1."""
-        return self.txn_timeout_ms == TWO_PHASE_TIMEOUT
+        timeout is stored as Integer.MAX_VALUE (by oncelog before: -1)."""
+        return self.txn_timeout_ms in (TWO_PHASE_TIMEOUT, _OLD_TWO_PHASE_TIMEOUT)
 
     @property
     def client_identity(self) -> tuple[int, int]:

@@ -109,7 +109,10 @@ async def handle_delete_topics(broker, ctx, request):
                 raise TopicError("topic_authorization_failed", "Describe is not allowed")
             if not acl.topic(broker, ctx, acl.Op.DELETE, name):
                 raise TopicError("topic_authorization_failed", "Delete is not allowed")
+            deleted = broker.metadata.view.topics.get(name)
             await broker.metadata.delete_topic(name, millis(request.timeout))
+            if topic_id is None and deleted is not None:
+                topic_id = deleted.topic_id  # as Kafka: a topic deleted by name, with its id
             broker.fetch_sessions.remove_topic(name)
             log.info("topic %s deleted by %s", name, requester(ctx))
         except TopicError as exc:

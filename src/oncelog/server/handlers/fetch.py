@@ -66,13 +66,29 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_
         data = plog.read_region(sp.fetch_offset, max(limit, 1), max_offset=upto,
                                 min_one=first)
     except OffsetOutOfRangeError:
-        return "offset_out_of_range", hw, lso, start, b"", ()
+        if replica_id < 0:  # as Kafka: an error's partition carries no offsets for a consumer
+            return "offset_out_of_range", -1, -1, -1, b"", ()
+        return "offset_out_of_range", hw, lso, start, b"", ()  # a follower starts from it
     aborted = ()
     if isolation == READ_COMMITTED and data:
         # spec 000, "Fetch": the aborted transactions that intersect the fetched range, so the
         # consumer can skip their batches (bounded by the LSO: nothing above it is returned).
         aborted = tuple(plog.aborted_transactions(sp.fetch_offset, lso))
     return None, hw, lso, start, data, aborted
+
+
+# Errors Kafka answers before reading the log (KafkaApis' erroneous partitions), with an
+# empty list of aborted transactions where a read's error has none.
+_UNREAD = {"unknown_topic_or_partition", "unknown_topic_id", "topic_authorization_failed"}
+
+
+def _aborted(err, isolation, aborted):
+    """The partition's aborted transactions as Kafka answers them: the list for
+    read_committed, null for read_uncommitted and for a read that failed, an empty list for
+    a partition refused before the read."""
+    if err:
+        return type(aborted)() if err in _UNREAD else None
+    return aborted if isolation == READ_COMMITTED else None
 
 
 def _topic_name(key, names):
@@ -229,18 +245,17 @@ async def handle_fetch(broker, ctx, request):
             for index, err, hw, lso, start, data, aborted, _leader in partitions:
                 writer.partition(
                     index, error_code(err) if err else 0, hw, lso, start,
-                    [(a.producer_id, a.first_offset) for a in aborted]
-                    if isolation == READ_COMMITTED else None, data)
+                    _aborted(err, isolation, [(a.producer_id, a.first_offset)
+                                              for a in aborted]), data)
             writer.end_topic()
         return writer
     responses = tuple(make(
         mod.FetchableTopicResponse, **topic_field(k), partitions=tuple(make(
             mod.PartitionData, partition_index=index, error_code=error_code(err),
             high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
-            aborted_transactions=tuple(
+            aborted_transactions=_aborted(err, isolation, tuple(
                 make(mod.AbortedTransaction, producer_id=a.producer_id,
-                     first_offset=a.first_offset) for a in aborted)
-            if isolation == READ_COMMITTED else None,
+                     first_offset=a.first_offset) for a in aborted)),
             preferred_read_replica=-1, records=data,
             **({"current_leader": leader} if leader is not None else {}))
             for index, err, hw, lso, start, data, aborted, leader in partitions))

@@ -71,7 +71,7 @@ async def handle_list_offsets(broker, ctx, request):
             parts_out.append(make(mod.ListOffsetsPartitionResponse,
                                   partition_index=p.partition_index, error_code=error_code(err),
                                   timestamp=ts, offset=offset,
-                                  leader_epoch=epoch if err is None else -1,
+                                  leader_epoch=epoch if err is None and offset >= 0 else -1,
                                   old_style_offsets=()))
         topics_out.append(make(mod.ListOffsetsTopicResponse, name=t.name,
                                partitions=tuple(parts_out)))

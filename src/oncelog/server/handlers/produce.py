@@ -20,6 +20,7 @@ from ...protocol import millis
 from ...protocol.produce_response import ProduceResponseWriter
 from ...records import CorruptRecordError, split_batches
 from ..clock import now_ms
+from ..context import CloseConnection
 from ..replication import AppendError, ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from ..txn_verification import produce_error
@@ -30,9 +31,14 @@ log = logging.getLogger("oncelog.broker.produce")
 
 
 class _Reject(Exception):
-    def __init__(self, error_name: str, message: str) -> None:
+    """``at_log``: refused as the log would (Kafka's ReplicaManager append), which answers
+    with the partition's log start offset for some errors; otherwise by the request's checks
+    (Kafka's KafkaApis), which answer without it."""
+
+    def __init__(self, error_name: str, message: str, at_log: bool = True) -> None:
         super().__init__(message)
         self.error_name = error_name
+        self.at_log = at_log
 
 
 def _prepare(broker, topic: str, index: int, records, acks: int):
@@ -54,6 +60,7 @@ def _prepare(broker, topic: str, index: int, records, acks: int):
         raise _Reject("invalid_topic_exception", f"cannot append to internal topic {topic}")
     if not records:
         raise _Reject("corrupt_message", "empty record set")
+    _check_magic(records)
     try:
         batches = split_batches(records)
     except CorruptRecordError as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD (a wrong count)
@@ -67,6 +74,36 @@ def _prepare(broker, topic: str, index: int, records, acks: int):
         raise _Reject("invalid_record",
                       "an idempotent producer must send one batch per partition per request")
     return partition, batches
+
+
+def _check_magic(records) -> None:
+    """As Kafka's ProduceRequest.validateRecords, before any other check of the batches: a
+    Produce v3+ carries v2 batches only (INVALID_RECORD, not CORRUPT_MESSAGE)."""
+    pos, end = 0, len(records)
+    while pos + 17 <= end:
+        if records[pos + 16] != 2:
+            raise _Reject("invalid_record", f"a batch of magic {records[pos + 16]}: Produce "
+                                            "v3 and later carry magic 2 batches only",
+                          at_log=False)
+        length = int.from_bytes(records[pos + 8:pos + 12], "big", signed=True)
+        if length <= 0:
+            return
+        pos += 12 + length
+
+
+# Kafka's ReplicaManager answers these append errors without the partition's log start offset
+# (handleProduceAppendException); any other error the log raises carries it.
+_NO_LOG_START = {"unknown_topic_or_partition", "not_leader_or_follower", "message_too_large",
+                 "record_list_too_large", "corrupt_message", "kafka_storage_error"}
+
+
+def _log_start(broker, tp: tuple[str, int], error_name: str) -> int:
+    if error_name in _NO_LOG_START:
+        return -1
+    try:
+        return broker.replication.leader_replica(*tp).partition.log.log_start_offset
+    except ReplicationError:
+        return -1
 
 
 def _writer(records, batches, now: int, *, guard, verify: bool, new_client: bool, checked):
@@ -143,6 +180,7 @@ async def handle_produce(broker, ctx, request):
     txn_id = getattr(request, "transactional_id", None)
     denied = _denied(broker, ctx, request, txn_id)
     may_write = acl.topics_checker(broker, ctx, acl.Op.WRITE)
+    at_log: set[tuple[str, int]] = set()  # refused by the log (not by ACLs or the coordinator)
     for td in request.topic_data:
         for pd in td.partition_data:
             tp = (td.name, pd.index)
@@ -158,6 +196,8 @@ async def handle_produce(broker, ctx, request):
                 records_of[tp] = pd.records
             except _Reject as exc:
                 results[tp] = (exc.error_name, str(exc))
+                if exc.at_log:
+                    at_log.add(tp)
     verify, guards, failed = await _verify(broker, txn_id, prepared, new_client)
     results.update(failed)
     # The records of compressed batches, read before the append: large payloads off the event
@@ -170,6 +210,7 @@ async def handle_produce(broker, ctx, request):
             checked[tp] = await check_compressed(partition.log.config, records_of[tp], batches)
         except RecordsError as exc:
             results[tp] = (exc.error_name, str(exc), exc.record_errors)
+            at_log.add(tp)
     now = now_ms()
     writes = {tp: _writer(records_of[tp], batches, now, guard=guards.get(tp), verify=verify,
                           new_client=new_client, checked=checked[tp])
@@ -180,7 +221,11 @@ async def handle_produce(broker, ctx, request):
     for tp, result in appended.items():
         results[tp] = (result.error_name, str(result), result.record_errors) \
             if isinstance(result, AppendError) else result
+        at_log.add(tp)
     if acks == 0:
+        if any(isinstance(r, tuple) for r in results.values()):
+            # As Kafka: an acks=0 producer learns of a failure by the connection closing.
+            raise CloseConnection("a Produce with acks=0 failed")
         return None  # acks=0: the client expects no response at all
     writer = ProduceResponseWriter(ctx.version, len(request.topic_data))
     for td in request.topic_data:
@@ -189,7 +234,9 @@ async def handle_produce(broker, ctx, request):
             r = results[(td.name, pd.index)]
             if isinstance(r, tuple):
                 # KIP-467: the records of the batch the log refused one by one (v8+).
-                writer.partition(pd.index, error_code(r[0]), -1, -1, -1,
+                start = _log_start(broker, (td.name, pd.index), r[0]) \
+                    if (td.name, pd.index) in at_log else -1
+                writer.partition(pd.index, error_code(r[0]), -1, -1, start,
                                  r[2] if len(r) > 2 else (), r[1])
             else:
                 writer.partition(pd.index, 0, r.base_offset, r.log_append_time,
