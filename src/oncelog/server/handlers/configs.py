@@ -363,3 +363,27 @@ async def handle_describe_configs(broker, ctx, request):
                             error_message=msg, resource_type=res.resource_type,
                             resource_name=res.resource_name, configs=tuple(entries)))
     return make(mod.DescribeConfigsResponse, throttle_time=0, results=tuple(results))
+
+
+# -- DescribeClientQuotas (KIP-546) --------------------------------------------------------------
+# oncelog enforces no client quotas and stores none (AlterClientQuotas is not offered), so every
+# filter matches nothing: an empty answer, as Kafka's with no quota set. kafka-configs asks it
+# whenever it describes users (beside their SCRAM credentials).
+_QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
+
+
+async def handle_describe_client_quotas(broker, ctx, request):
+    mod = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, ctx.version)
+
+    def refused(name: str, message: str):
+        return make(mod.DescribeClientQuotasResponse, throttle_time=0,
+                    error_code=error_code(name), error_message=message, entries=None)
+
+    if not acl.cluster(broker, ctx, acl.Op.DESCRIBE_CONFIGS):
+        return refused("cluster_authorization_failed", "Cluster authorization failed.")
+    for component in request.components:
+        if component.entity_type not in _QUOTA_ENTITY_TYPES:
+            return refused("invalid_request",
+                           f"Custom entity type '{component.entity_type}' not supported")
+    return make(mod.DescribeClientQuotasResponse, throttle_time=0, error_code=0,
+                error_message=None, entries=())
