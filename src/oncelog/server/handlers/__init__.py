@@ -45,6 +45,8 @@ _LOG_AND_WIRE = {
     ApiKey.DELETE_RECORDS: partitions.handle_delete_records,
     ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: cluster.handle_describe_topic_partitions,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: configs.handle_describe_client_quotas,
 }
 
 
