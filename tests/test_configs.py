@@ -129,7 +129,7 @@ def test_bad_changes_are_refused_as_kafka_refuses_them(admin, broker):
     # Read-only broker settings and another broker's id: INVALID_REQUEST (KAFKA-13609).
     err = alter_error(admin, ConfigResource("broker", "1", set_config={"node.id": "7"}))
     assert (err.code(), err.str()) == (KafkaError.INVALID_REQUEST,
-                                       "Cannot update these configs dynamically: Set(node.id)")
+                                       "Cannot update these configs dynamically: [node.id]")
     err = alter_error(admin, ConfigResource("broker", "1", set_config={
         "log.retention.ms": "later"}))
     assert err.code() == KafkaError.INVALID_REQUEST
