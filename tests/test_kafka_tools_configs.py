@@ -68,8 +68,8 @@ def test_topic_configs_described_altered_and_deleted_as_with_kafka(pair):
     assert list(entries(o.stdout)) == ["cleanup.policy", "retention.bytes"]
     assert entries(o.stdout)["cleanup.policy"] == (
         "compact,delete",
-        "DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy="
-        "delete")
+        ("DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy="
+        "delete"))
 
     # --all: every config with Kafka's value and synonyms (none where Kafka's broker setting is
     # unset: retention.ms, segment.ms, ...), but min.insync.replicas' ELR default; and the
@@ -131,10 +131,10 @@ def test_broker_configs_per_broker_and_cluster_default(pair):
                 break
             time.sleep(0.2)
         assert list(oe) == list(ke) == ["log.retention.ms"]
-        assert ke["log.retention.ms"] == ("86400001", "DYNAMIC_BROKER_CONFIG:log.retention.ms="
-                                          "86400001, DEFAULT_CONFIG:log.retention.hours=168")
-        assert oe["log.retention.ms"] == ("86400001", "DYNAMIC_BROKER_CONFIG:log.retention.ms="
-                                          "86400001, DEFAULT_CONFIG:log.retention.ms=604800000")
+        assert ke["log.retention.ms"] == ("86400001", ("DYNAMIC_BROKER_CONFIG:log.retention.ms="
+                                          "86400001, DEFAULT_CONFIG:log.retention.hours=168"))
+        assert oe["log.retention.ms"] == ("86400001", ("DYNAMIC_BROKER_CONFIG:log.retention.ms="
+                                          "86400001, DEFAULT_CONFIG:log.retention.ms=604800000"))
     finally:
         k, o = configs(pair, *broker, "--alter", "--delete-config", "log.retention.ms")
         assert_same_output(k, o)
