@@ -8,7 +8,6 @@ command-line tools (A)")."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from support.interop import unique_topic
@@ -63,7 +62,7 @@ def test_topic_configs_described_altered_and_deleted_as_with_kafka(pair):
     assert o.stdout.strip() == f"Completed updating config for topic {t}."
     k, o = configs(pair, *topic, "--alter", "--delete-config", "retention.ms")
     assert_same_output(k, o)
-    k, o = configs(pair, *topic, "--describe")
+    k, o = pair.settled("kafka-configs", "--bootstrap-server", BS, *topic, "--describe")
     assert_same_output(k, o)
     assert list(entries(o.stdout)) == ["cleanup.policy", "retention.bytes"]
     assert entries(o.stdout)["cleanup.policy"] == (
@@ -121,15 +120,11 @@ def test_broker_configs_per_broker_and_cluster_default(pair):
     assert o.stdout.strip() == "Completed updating config for broker 1."
     try:
         # Kafka's broker applies the record of the change a moment later (its value reads
-        # null until then): ask again until it has
-        deadline = time.monotonic() + 30
-        while True:
-            k, o = configs(pair, *broker, "--describe")
-            ke, oe = entries(k.stdout), entries(o.stdout)
-            if ke.get("log.retention.ms", ("null",))[0] != "null" \
-                    or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        # null until then)
+        k, o = pair.settled("kafka-configs", "--bootstrap-server", BS, *broker, "--describe",
+                            agree=lambda k, o: entries(k.stdout).get(
+                                "log.retention.ms", ("null",))[0] != "null")
+        ke, oe = entries(k.stdout), entries(o.stdout)
         assert list(oe) == list(ke) == ["log.retention.ms"]
         assert ke["log.retention.ms"] == ("86400001", ("DYNAMIC_BROKER_CONFIG:log.retention.ms="
                                           "86400001, DEFAULT_CONFIG:log.retention.hours=168"))
@@ -144,7 +139,8 @@ def test_broker_configs_per_broker_and_cluster_default(pair):
     assert_same_output(k, o)
     assert o.stdout.strip() == "Completed updating default config for brokers in the cluster."
     try:
-        k, o = configs(pair, *default, "--describe")
+        k, o = pair.settled("kafka-configs", "--bootstrap-server", BS, *default, "--describe",
+                            agree=lambda k, o: "log.cleaner.min.compaction.lag.ms=7" in k.stdout)
         assert (k.returncode, o.returncode) == (0, 0)
         assert o.stdout.splitlines()[0] == k.stdout.splitlines()[0] == \
             "Default configs for brokers in the cluster are:"
@@ -194,19 +190,22 @@ def test_scram_users(pair):
                    "SCRAM-SHA-256=[iterations=8192,password=pw1]")
     assert_same_output(k, o)
     assert o.stdout.strip() == f"Completed updating config for user {user}."
-    k, o = configs(pair, *users, "--describe")
+    k, o = pair.settled("kafka-configs", "--bootstrap-server", BS, *users, "--describe",
+                        agree=lambda k, o: scram(k.stdout) == scram(o.stdout))
     assert_same_scram(k, o)
     assert o.stdout.strip() == \
         f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-256=iterations=8192"
     k, o = configs(pair, *users, "--alter", "--add-config", "SCRAM-SHA-512=[password=pw2]")
     assert_same_output(k, o)
-    k, o = configs(pair, *users, "--describe")
+    k, o = pair.settled("kafka-configs", "--bootstrap-server", BS, *users, "--describe",
+                        agree=lambda k, o: scram(k.stdout) == scram(o.stdout))
     assert_same_scram(k, o)
     assert scram(o.stdout)[0][1] == ["SCRAM-SHA-256=iterations=8192",
                                      "SCRAM-SHA-512=iterations=4096"]
     k, o = configs(pair, *users, "--alter", "--delete-config", "SCRAM-SHA-256")
     assert_same_output(k, o)
-    k, o = configs(pair, *users, "--describe")
+    k, o = pair.settled("kafka-configs", "--bootstrap-server", BS, *users, "--describe",
+                        agree=lambda k, o: scram(k.stdout) == scram(o.stdout))
     assert_same_scram(k, o)
     assert o.stdout.strip().endswith("are SCRAM-SHA-512=iterations=4096")
     # every user (here: at least ours) described without a name

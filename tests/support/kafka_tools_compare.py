@@ -15,7 +15,8 @@ record timestamps and dates, and Kafka's lines that only say an option is deprec
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from oncelog.harness.apache_kafka import KafkaTools, ToolResult
@@ -61,6 +62,23 @@ class ToolPair:
                                       input=input.replace(BS, bootstrap) if input else input,
                                       timeout=timeout))
         return out[0], out[1]
+
+    def settled(self, tool: str, *args: str,
+                agree: Callable[[ToolResult, ToolResult], bool] | None = None,
+                timeout: float = 30.0) -> tuple[ToolResult, ToolResult]:
+        """``run`` again until both sides ``agree`` (default: the same exit code and normalised
+        stdout), or ``timeout`` passes; the last answers. After a change, Kafka's broker
+        applies its controller's record (new partitions, configs, credentials) a moment after
+        the admin call returned, where oncelog has already: a real difference stays, and the
+        comparison that follows fails on it."""
+        agree = agree or (lambda k, o: (k.returncode, normalise(k.stdout))
+                          == (o.returncode, normalise(o.stdout)))
+        deadline = time.monotonic() + timeout
+        while True:
+            k, o = self.run(tool, *args)
+            if agree(k, o) or time.monotonic() > deadline:
+                return k, o
+            time.sleep(0.1)
 
     def same(self, tool: str, *args: str, input: str | None = None, stderr: bool = False
              ) -> tuple[ToolResult, ToolResult]:
