@@ -108,8 +108,7 @@ def test_bad_changes_are_refused_as_kafka_refuses_them(admin, broker):
     topic = new_topic(admin)
     err = alter_error(admin, ConfigResource("topic", topic, set_config={"retention.ms": "soon"}))
     assert err.code() == KafkaError.INVALID_CONFIG
-    assert err.str() == (f"Invalid config value for resource ConfigResource(type=TOPIC, "
-                         f"name='{topic}'): Invalid value soon for configuration retention.ms: "
+    assert err.str() == ("Invalid value soon for configuration retention.ms: "
                          "Not a number of type LONG")
     for bad in ({"no.such.config": "1"}, {"compression.type": "brotli"},
                 {"message.timestamp.type": "WallClock"}, {"min.insync.replicas": "0"},
@@ -129,7 +128,7 @@ def test_bad_changes_are_refused_as_kafka_refuses_them(admin, broker):
     # Read-only broker settings and another broker's id: INVALID_REQUEST (KAFKA-13609).
     err = alter_error(admin, ConfigResource("broker", "1", set_config={"node.id": "7"}))
     assert (err.code(), err.str()) == (KafkaError.INVALID_REQUEST,
-                                       "Cannot update these configs dynamically: Set(node.id)")
+                                       "Cannot update these configs dynamically: [node.id]")
     err = alter_error(admin, ConfigResource("broker", "1", set_config={
         "log.retention.ms": "later"}))
     assert err.code() == KafkaError.INVALID_REQUEST

@@ -71,7 +71,7 @@ def test_the_high_watermark_follows_the_lone_isr_and_min_insync_replicas_counts(
             assignments=(), configs=()),))
         (result,) = conn.request(two).topics
         assert result.error_code == INVALID_REPLICATION_FACTOR
-        assert "1 available broker" in result.error_message
+        assert "only 1 broker(s) are registered" in result.error_message
 
 
 def test_the_transaction_coordinators_follow_their_partitions_leadership(tmp_path):

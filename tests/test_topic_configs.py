@@ -116,7 +116,7 @@ def test_only_kafkas_dynamic_broker_configs_may_change():
                                   "producer.id.expiration.ms": "1000"})["log.cleanup.policy"] \
         == "compact,delete"
     with pytest.raises(ConfigError, match=r"^Cannot update these configs dynamically: "
-                                          r"Set\(log.message.format.version, node.id\)$"):
+                                          r"\[log.message.format.version, node.id\]$"):
         check_dynamic(config, {"node.id": "2", "log.message.format.version": "3.0"})
     with pytest.raises(ConfigError, match="Unknown broker configs"):
         check_dynamic(config, {"log.retention": "5"})
@@ -127,7 +127,7 @@ def test_only_kafkas_dynamic_broker_configs_may_change():
                                   "background.threads": "9"}) == {
         "sasl.kerberos.min.time.before.relogin": "58000", "background.threads": "9"}
     with pytest.raises(ConfigError, match="at default cluster level, broker id must be "
-                                          r"specified: Set\(sasl.kerberos.kinit.cmd\)"):
+                                          r"specified: \[sasl.kerberos.kinit.cmd\]"):
         check_dynamic(config, {"sasl.kerberos.kinit.cmd": "kinit"}, per_broker=False)
     with pytest.raises(ConfigError, match="background.threads=21, value should not be "
                                           "greater than double the current value 10"):

@@ -66,7 +66,9 @@ def describe_consumer_groups(net: NetworkClient, group_ids: Iterable[str],
                 r = net.request(node.node_id, ApiKey.DESCRIBE_GROUPS, {
                     "groups": groups,
                     "include_authorized_operations": include_authorized_operations},
-                    timeout_ms=_remaining_ms(net, deadline))
+                    timeout_ms=_remaining_ms(net, deadline),
+                    # v5: a group nobody knows is Dead (v6 answers GROUP_ID_NOT_FOUND, KIP-1043)
+                    max_version=5)
             except RetriableError as exc:  # the coordinator's broker may be gone
                 last = exc
                 for g in groups:

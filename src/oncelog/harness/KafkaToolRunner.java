@@ -54,6 +54,9 @@ public final class KafkaToolRunner {
         // ToolExit thrown here, say) goes nowhere.
         Exit.setExitProcedure((code, message) -> exited(code));
         Exit.setHaltProcedure((code, message) -> exited(code));
+        // A tool's shutdown hooks (the console producer closes its producer, delivering what it
+        // still holds, in one) run when the tool ends, as they would when its process exits.
+        Exit.setShutdownHookAdder((name, hook) -> HOOKS.add(hook));
         String line;
         while ((line = jobs.readLine()) != null) {
             Path job = Path.of(line.trim());
@@ -69,7 +72,9 @@ public final class KafkaToolRunner {
                 System.setOut(out);
                 System.setErr(err);
                 firstExit = null;
+                HOOKS.clear();
                 code = run(all[0], Arrays.copyOfRange(all, 1, all.length), err);
+                runShutdownHooks();
                 if (firstExit != null) {
                     code = firstExit;
                 }
@@ -83,6 +88,32 @@ public final class KafkaToolRunner {
             reply.println(code);
             reply.flush();
         }
+    }
+
+    private static final java.util.List<Runnable> HOOKS = new java.util.concurrent.CopyOnWriteArrayList<>();
+
+    private static void runShutdownHooks() {
+        java.util.List<Thread> threads = new java.util.ArrayList<>();
+        for (Runnable hook : HOOKS) {
+            Thread t = new Thread(() -> {
+                try {
+                    hook.run();
+                } catch (Throwable ignored) {
+                    // as in a JVM shutting down: a failing hook does not stop the others
+                }
+            }, "tool-shutdown-hook");
+            t.setDaemon(true);
+            t.start();
+            threads.add(t);
+        }
+        for (Thread t : threads) {
+            try {
+                t.join(30_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        HOOKS.clear();
     }
 
     private static int run(String mainClass, String[] args, PrintStream err) {

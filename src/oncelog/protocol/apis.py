@@ -52,6 +52,8 @@ class ApiKey(enum.IntEnum):
     ALTER_CONFIGS = 33
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_LOG_DIRS = 35
+    DESCRIBE_CLIENT_QUOTAS = 48
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 API_NAMES = {k.value: k.name for k in ApiKey}
@@ -88,6 +90,8 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # KIP-339
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # KIP-113; v3 top-level error, v4 total/usable bytes
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),  # KIP-966 (paged; the ELR lists are empty)
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),  # KIP-546: oncelog has no client quotas (none set)
 }
 
 
@@ -115,7 +119,7 @@ _GROUPS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 8),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v5: transaction version 2 (the partition is added)
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),  # v6: an unknown group is GROUP_ID_NOT_FOUND (KIP-1043)
     ApiKey.LIST_GROUPS: (0, 5),  # v4 states filter (KIP-518), v5 types filter (KIP-848)
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),  # KIP-496 (kio knows v0)

@@ -153,6 +153,16 @@ def _primitive(kafka_type: str, flexible: bool, nullable: bool
     raise TypeError(f"no bounds check for kafka_type {kafka_type!r}")
 
 
+def _nullable_struct(struct_step: Step) -> Step:
+    def step(buf: Any, pos: int, end: int) -> int:
+        if pos >= end:
+            raise BoundsError("truncated body")
+        marker = buf[pos]
+        pos += 1
+        return pos if marker >= 0x80 else struct_step(buf, pos, end)
+    return step
+
+
 def _field(field: dataclasses.Field, flexible: bool) -> tuple[Step, int, int | None]:
     kind = classify_field(field)
     # kio types a nullable field (or array) as ``X | None``; a tuple of optional elements
@@ -160,6 +170,8 @@ def _field(field: dataclasses.Field, flexible: bool) -> tuple[Step, int, int | N
     nullable = get_origin(field.type) in (UnionType, Union) and type(None) in get_args(field.type)
     if isinstance(kind, EntityField):
         checker = entity_checker(kind.type_)
+        if nullable:  # a nullable struct: an int8 marker first, negative for null (KIP-966)
+            return _nullable_struct(checker.step), 1, None
         return checker.step, checker.min_size, None
     if isinstance(kind, EntityTupleField):
         checker = entity_checker(kind.type_)

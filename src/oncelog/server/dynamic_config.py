@@ -46,7 +46,8 @@ DYNAMIC_CONFIGS = frozenset(
 
 
 def _names(keys) -> str:
-    return f"Set({', '.join(sorted(keys))})"
+    """A set of names as Kafka 4's (Java) messages print it: ``[a, b]``."""
+    return f"[{', '.join(sorted(keys))}]"
 
 
 def check_dynamic(config: BrokerConfig, configs: dict[str, str], *, per_broker: bool = True

@@ -149,8 +149,9 @@ class Metadata(ABC):
                              f"replication factor must be >= 1, got {rf}")
         if rf > len(live):
             raise TopicError("invalid_replication_factor",
-                             f"replication factor {rf} is larger than the {len(live)} available "
-                             f"broker{'s' if len(live) != 1 else ''}")
+                             f"Unable to replicate the partition {rf} time(s): The target "
+                             f"replication factor of {rf} cannot be reached because only "
+                             f"{len(live)} broker(s) are registered.")  # Kafka's (KRaft) words
         try:
             return assign_replicas(num, rf, live)
         except ValueError as exc:

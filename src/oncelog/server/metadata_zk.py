@@ -111,7 +111,7 @@ class ZkMetadata(Metadata):
         the request's timeout) until every partition has a leader."""
         topics = self.broker.topics
         if name in self.view.topics:
-            raise TopicError("topic_already_exists", f"topic {name!r} already exists")
+            raise TopicError("topic_already_exists", f"Topic '{name}' already exists.")
         clean = topics.validate_new(name, max(num, 1), configs) if assignment is None else \
             topics.validate_new(name, len(assignment), configs)
         self.check_collision(name)
@@ -123,7 +123,7 @@ class ZkMetadata(Metadata):
         try:
             await asyncio.to_thread(self.store.create_topic, name, plan, topic_id, clean)
         except TopicExistsError:
-            raise TopicError("topic_already_exists", f"topic {name!r} already exists") from None
+            raise TopicError("topic_already_exists", f"Topic '{name}' already exists.") from None
         await self.wait_for(lambda v: all((name, p) in v.states for p in plan), timeout_ms)
         return CreatedTopic(topic_id, clean, len(plan), rf_used)
 

@@ -217,7 +217,7 @@ class TopicManager:
             raise TopicError("invalid_request",
                              f"{name!r} is an internal topic: the broker creates it")
         if name in self.topics:
-            raise TopicError("topic_already_exists", f"topic {name!r} already exists")
+            raise TopicError("topic_already_exists", f"Topic '{name}' already exists.")
         if num_partitions < 1:
             raise TopicError("invalid_partitions", f"number of partitions must be >= 1, "
                              f"got {num_partitions}")

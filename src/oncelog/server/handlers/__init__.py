@@ -47,6 +47,8 @@ _LOG_AND_WIRE = {
     ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,  # KIP-113
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: cluster.handle_describe_topic_partitions,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: configs.handle_describe_client_quotas,
 }
 
 

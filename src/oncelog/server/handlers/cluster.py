@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from ...protocol import ApiKey, make, response_module
+from ...protocol import ApiKey, make, response_class, response_module
+from ...protocol.error_response import error_response
 from ..topics import INTERNAL_TOPICS, SHOWN_INTERNAL, TopicError, check_topic_name
 from . import acl
 from .util import error_code
@@ -159,3 +160,81 @@ async def handle_describe_cluster(broker, ctx, request):
                 endpoint_type=1, cluster_id=broker.cluster_id, controller_id=controller,
                 brokers=brokers, cluster_authorized_operations=acl.cluster_operations(
                     broker, ctx, request.include_cluster_authorized_operations))
+
+
+# DescribeTopicPartitions (KIP-966): Metadata's partitions, paged, with the eligible leader
+# replicas. oncelog elects no leader from an ELR, so both ELR lists are empty (not null), as a
+# Kafka broker answers with eligible leader replicas turned off; ``kafka-topics --describe``
+# then prints "Elr: " and "LastKnownElr: " as against Kafka.
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000  # Kafka's max.request.partition.size.limit default
+
+
+async def handle_describe_topic_partitions(broker, ctx, request):
+    mod = response_module(ApiKey.DESCRIBE_TOPIC_PARTITIONS, ctx.version)
+    view = broker.metadata.view
+    cursor = request.cursor
+    cursor_name = cursor.topic_name if cursor is not None else ""
+    fetch_all = not request.topics
+    asked = view.topics if fetch_all else {t.name for t in request.topics}
+    names = sorted(n for n in asked if n >= cursor_name)
+    if not fetch_all and cursor is not None and cursor_name not in names:
+        # Kafka: "the topic list should contain the cursor topic" (InvalidRequestException)
+        return error_response(response_class(ApiKey.DESCRIBE_TOPIC_PARTITIONS, ctx.version),
+                              request, error_code("invalid_request"))
+    refused = []
+    allowed = []
+    for name in names:
+        if acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
+            allowed.append(name)
+        elif not fetch_all:  # named and refused: no topic id, not even whether it exists
+            refused.append(make(mod.DescribeTopicPartitionsResponseTopic,
+                                error_code=error_code("topic_authorization_failed"), name=name,
+                                topic_id=_NULL_UUID, is_internal=False, partitions=()))
+    first_partition = cursor.partition_index if cursor_name in allowed else 0
+    budget = max(0, min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit))
+    topics_out = []
+    next_cursor = None
+    for i, name in enumerate(allowed):
+        if i and i % _YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        assignment = view.topics.get(name)
+        if assignment is None:
+            if not fetch_all:
+                topics_out.append(make(mod.DescribeTopicPartitionsResponseTopic,
+                                       error_code=error_code("unknown_topic_or_partition"),
+                                       name=name, topic_id=_NULL_UUID, is_internal=False,
+                                       partitions=()))
+            continue
+        if budget <= 0:  # the page is full: the next one starts with this topic
+            next_cursor = make(mod.Cursor, topic_name=name, partition_index=0)
+            break
+        indexes = sorted(p for p in assignment.partitions
+                         if p >= (first_partition if i == 0 else 0))
+        parts = []
+        for index in indexes:
+            if budget <= 0:
+                next_cursor = make(mod.Cursor, topic_name=name, partition_index=index)
+                break
+            budget -= 1
+            replicas = assignment.partitions[index]
+            found = view.states.get((name, index))
+            state = found[0] if found else None
+            offline = tuple(r for r in replicas if r not in view.brokers)
+            led = state is not None and state.leader >= 0 and state.leader in view.brokers
+            parts.append(make(
+                mod.DescribeTopicPartitionsResponsePartition,
+                error_code=error_code(None if led else "leader_not_available"),
+                partition_index=index, leader_id=state.leader if led else -1,
+                leader_epoch=state.leader_epoch if state else -1,
+                replica_nodes=tuple(replicas), isr_nodes=tuple(state.isr) if state else (),
+                eligible_leader_replicas=(), last_known_elr=(), offline_replicas=offline))
+        topics_out.append(make(
+            mod.DescribeTopicPartitionsResponseTopic, error_code=0, name=name,
+            topic_id=assignment.topic_id, is_internal=name in SHOWN_INTERNAL,
+            partitions=tuple(parts),
+            topic_authorized_operations=acl.authorized_operations(broker, ctx, acl.R.TOPIC,
+                                                                  name)))
+        if next_cursor is not None:
+            break
+    return make(mod.DescribeTopicPartitionsResponse, throttle_time=0,
+                topics=tuple(topics_out + refused), next_cursor=next_cursor)

@@ -49,12 +49,6 @@ class Refused(Exception):
         self.message = message
 
 
-def _resource(kind: int, name: str) -> str:
-    """Kafka's ConfigResource.toString, which its messages quote."""
-    what = {RESOURCE_TOPIC: "TOPIC", RESOURCE_BROKER: "BROKER"}.get(kind, str(kind))
-    return f"ConfigResource(type={what}, name='{name}')"
-
-
 def _authorized(broker, ctx, kind: int, name: str, op) -> str | None:
     if kind == RESOURCE_TOPIC:
         return None if acl.topic(broker, ctx, op, name) else "topic_authorization_failed"
@@ -109,8 +103,7 @@ async def _alter(broker, kind: int, name: str, configs: dict[str, str],
         try:
             clean = validate_topic_configs(configs, broker.config.topic_defaults())
         except ConfigError as exc:
-            raise Refused("invalid_config", f"Invalid config value for resource "
-                          f"{_resource(kind, name)}: {exc}") from None
+            raise Refused("invalid_config", str(exc)) from None  # Kafka 4's (KRaft) words
         if not validate_only:
             try:
                 await broker.metadata.alter_topic_configs(name, clean)
@@ -294,6 +287,12 @@ def _entry(mod, request, name: str, value: str | None, synonyms, *, read_only: b
                 config_type=config_type, documentation=None)
 
 
+# Broker settings Kafka leaves unset (null) by default, their value coming from another
+# (log.retention.hours, log.roll.hours, ...): a topic's synonyms name no default for them there.
+_KAFKA_UNSET_BY_DEFAULT = frozenset({"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms",
+                                     "log.flush.interval.ms"})
+
+
 def topic_synonyms(config, overrides: dict[str, str], name: str) -> list[tuple[str, str, int]]:
     """A topic config's (name, value, source), highest precedence first: the topic's
     override, then its broker setting's layers (Kafka's createTopicConfigEntry). The first is
@@ -316,6 +315,8 @@ def _describe_topic(broker, mod, request, name: str, wanted) -> list:
             continue
         synonyms = topic_synonyms(broker.config, overrides, key_name)
         value = synonyms[0][1] if synonyms else str(TOPIC_CONFIGS[key_name].default)
+        if TOPIC_CONFIGS[key_name].broker_name in _KAFKA_UNSET_BY_DEFAULT:
+            synonyms = [s for s in synonyms if s[2] != SOURCE_DEFAULT]
         entries.append(_entry(mod, request, key_name, value, synonyms, read_only=False,
                               config_type=TOPIC_CONFIGS[key_name].config_type))
     return entries
@@ -363,3 +364,27 @@ async def handle_describe_configs(broker, ctx, request):
                             error_message=msg, resource_type=res.resource_type,
                             resource_name=res.resource_name, configs=tuple(entries)))
     return make(mod.DescribeConfigsResponse, throttle_time=0, results=tuple(results))
+
+
+# -- DescribeClientQuotas (KIP-546) --------------------------------------------------------------
+# oncelog enforces no client quotas and stores none (AlterClientQuotas is not offered), so every
+# filter matches nothing: an empty answer, as Kafka's with no quota set. kafka-configs asks it
+# whenever it describes users (beside their SCRAM credentials).
+_QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
+
+
+async def handle_describe_client_quotas(broker, ctx, request):
+    mod = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, ctx.version)
+
+    def refused(name: str, message: str):
+        return make(mod.DescribeClientQuotasResponse, throttle_time=0,
+                    error_code=error_code(name), error_message=message, entries=None)
+
+    if not acl.cluster(broker, ctx, acl.Op.DESCRIBE_CONFIGS):
+        return refused("cluster_authorization_failed", "Cluster authorization failed.")
+    for component in request.components:
+        if component.entity_type not in _QUOTA_ENTITY_TYPES:
+            return refused("invalid_request",
+                           f"Custom entity type '{component.entity_type}' not supported")
+    return make(mod.DescribeClientQuotasResponse, throttle_time=0, error_code=0,
+                error_message=None, entries=())

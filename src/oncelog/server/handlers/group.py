@@ -42,7 +42,8 @@ async def handle_join_group(broker, ctx, request):
     resp = await broker.group_coordinator.join(
         request.group_id, request.member_id, getattr(request, "group_instance_id", None),
         request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
-        session_ms, rebalance_ms, ctx.header.client_id or "", ctx.client_address.rsplit(":", 1)[0],
+        # Kafka keeps the member's address as Java prints an InetAddress: "/127.0.0.1"
+        session_ms, rebalance_ms, ctx.header.client_id or "", "/" + ctx.host,
         now_ms(), require_known_member_id=ctx.version >= 4)
     nullable = ctx.version >= 7
     return make(mod.JoinGroupResponse, throttle_time=0, error_code=error_code(resp.error),
@@ -289,9 +290,16 @@ async def handle_describe_groups(broker, ctx, request):
                             protocol_data="", members=(), authorized_operations=-2**31))
             continue
         if g is None:
-            out.append(make(mod.DescribedGroup, error_code=0, group_id=group_id,
+            # v6 (KIP-1043): an unknown group is GROUP_ID_NOT_FOUND, as Kafka answers (the
+            # admin client then raises GroupIdNotFoundException); before v6 a Dead group.
+            extra = {"error_code": error_code("group_id_not_found"),
+                     "error_message": f"Group {group_id} not found."} \
+                if ctx.version >= 6 else {"error_code": 0}
+            out.append(make(mod.DescribedGroup, group_id=group_id,
                             group_state=GroupState.DEAD.value, protocol_type="",
-                            protocol_data="", members=(), authorized_operations=ops(group_id)))
+                            protocol_data="", members=(), **extra,
+                            authorized_operations=ops(group_id) if ctx.version < 6
+                            else acl.OPERATIONS_OMITTED))
             continue
         members = tuple(make(mod.DescribedGroupMember, member_id=m.member_id,
                              group_instance_id=m.group_instance_id, client_id=m.client_id,
