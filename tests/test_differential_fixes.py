@@ -204,13 +204,14 @@ def _describe_transactions_frame(start_ms: int) -> bytes:
 
 def test_describe_transactions_answer_without_a_start_time_is_read():
     """Kafka answers -1 as the start time of a transaction not open; kio refused it, so our
-    admin client could not describe such an id on Kafka (the differential test read it)."""
+    admin client could not describe such an id on Kafka (the differential test read it). It is
+    read as 0, which the Admin reports as no start time (protocol/negative_times.py)."""
     correlation, answer = decode_response(ApiKey.DESCRIBE_TRANSACTIONS, 0,
                                           _describe_transactions_frame(-1))
     (state,) = answer.transaction_states
     assert (correlation, state.transaction_state, state.producer_id, millis(
         state.transaction_start_time), millis(state.transaction_timeout)) == (
-        7, "Empty", 5, -1, 60_000)
+        7, "Empty", 5, 0, 60_000)
     # what kio reads itself is read as before
     _c, answer = decode_response(ApiKey.DESCRIBE_TRANSACTIONS, 0,
                                  _describe_transactions_frame(1_700_000_000_000))

@@ -74,6 +74,9 @@ public final class KafkaToolRunner {
                 firstExit = null;
                 HOOKS.clear();
                 code = run(all[0], Arrays.copyOfRange(all, 1, all.length), err);
+                // the hooks print where the tool printed (its exit sent its later output nowhere)
+                System.setOut(out);
+                System.setErr(err);
                 runShutdownHooks();
                 if (firstExit != null) {
                     code = firstExit;
@@ -81,9 +84,12 @@ public final class KafkaToolRunner {
                 out.flush();
                 err.flush();
             } finally {
+                // Between tools, what a finished tool's leftover threads print (a client's
+                // warnings as it reconnects) goes nowhere, as after its process's end: never
+                // into the replies on this JVM's stdout.
                 System.setIn(realIn);
-                System.setOut(reply);
-                System.setErr(reply);
+                System.setOut(NOWHERE);
+                System.setErr(NOWHERE);
             }
             reply.println(code);
             reply.flush();

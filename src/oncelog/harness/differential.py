@@ -1044,18 +1044,16 @@ class Side:
 
     def _describe_txn(self, txn) -> dict[str, Any]:
         """DescribeTransactions, its one state as plain data (Kafka's -1 start time of a
-        transaction not open is read by oncelog.protocol.describe_transactions)."""
+        transactional id with no transaction begun reads as 0: protocol/negative_times.py)."""
         mod = request_module(ApiKey.DESCRIBE_TRANSACTIONS, V["describe_transactions"])
         (state,) = self.call(make(mod.DescribeTransactionsRequest,
                                   transactional_ids=(self.name(txn),))).transaction_states
         error = int(state.error_code)
-        # the start time of a transaction no longer open: Kafka keeps the last one's, oncelog
-        # has none (docs/kafka-compatibility.md); compared while one is open
-        is_open = state.transaction_state in ("Ongoing", "PrepareCommit", "PrepareAbort")
         return {"error_code": error, "transactional_id": self.norm(state.transactional_id),
                 "transaction_state": state.transaction_state,
                 "transaction_timeout_ms": millis(state.transaction_timeout),
-                "started": millis(state.transaction_start_time) > 0 if is_open else "-",
+                # whether it has one (both keep a completed transaction's; none when Empty)
+                "started": millis(state.transaction_start_time) > 0,
                 "producer_id": self.norm(int(state.producer_id), "producer_id")
                 if error == 0 else None,
                 "producer_epoch": int(state.producer_epoch),
