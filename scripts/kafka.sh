@@ -82,6 +82,15 @@ install_kafka() {
   fi
   command -v mvn >/dev/null || die "Maven (mvn) is needed to install Apache Kafka"
   mkdir -p "$cache"
+  # one install at a time (test workers may ask at once); the next finds it done
+  exec 9>"$cache/.install.lock"
+  flock 9
+  if [ -f "$cache/current" ] && [ -d "$cache/$(cat "$cache/current")/lib" ] \
+      && [ "$(cat "$cache/$(cat "$cache/current")/pom.sha" 2>/dev/null)" \
+           = "$(sha256sum "$root/scripts/kafka/pom.xml" | cut -d' ' -f1)" ]; then
+    cat "$cache/current"
+    return
+  fi
   local v log
   for v in $candidates; do
     log="$cache/resolve-$v.log"
@@ -120,6 +129,10 @@ spark_jars() {
   if [ ! -f "$dir/version" ]; then
     command -v mvn >/dev/null || die "Maven (mvn) is needed for Spark's Kafka connector"
     mkdir -p "$cache"
+    exec 8>"$cache/.spark-install.lock"
+    flock 8
+  fi
+  if [ ! -f "$dir/version" ]; then
     local v ok=""
     for v in $want 4.2.0 4.1.1 4.0.1; do
       rm -rf "$dir.tmp"
