@@ -13,6 +13,7 @@ from __future__ import annotations
 #   fake_broker      FakeBroker: a scripted broker speaking real Kafka framing, for failures a
 #                    real broker will not produce on demand (lost responses, NOT_LEADER, ...)
 # ================================================================================================
+import os
 from typing import Any
 
 import pytest
@@ -23,6 +24,15 @@ try:
     from oncelog.server.embedded import EmbeddedBroker
 except ImportError:  # the broker is not there yet: client tests run against the mock cluster
     EmbeddedBroker = None  # type: ignore[assignment,misc]
+
+# The suite is CPU-bound on two cores, and most JVMs it starts (Spark's drivers, Kafka's brokers
+# and tools) live seconds to a minute on small data: C1 alone compiles what they run for a
+# fraction of the CPU the C2 compiler spends, and the serial collector has no GC threads to
+# keep busy. Inherited by every process the tests start (spark-submit reads SPARK_SUBMIT_OPTS,
+# scripts/kafka.sh KAFKA_JVM_PERFORMANCE_OPTS); a value already set is kept.
+_QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", _QUICK_JVM)
+os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", _QUICK_JVM + " -Djava.awt.headless=true")
 
 
 @pytest.fixture
@@ -133,8 +143,9 @@ def apache_kafka() -> str:
 
 @pytest.fixture(scope="session")
 def kafka_tools(tmp_path_factory: pytest.TempPathFactory):
-    from oncelog.harness.apache_kafka import KafkaTools
     from support.apache_kafka import require_kafka
+
+    from oncelog.harness.apache_kafka import KafkaTools
 
     require_kafka()
     tools = KafkaTools(tmp_path_factory.mktemp("kafka-tools"))
@@ -144,8 +155,9 @@ def kafka_tools(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def kafka_jars() -> str:
-    from oncelog.harness.apache_kafka import kafka_classpath
     from support.apache_kafka import require_kafka
+
+    from oncelog.harness.apache_kafka import kafka_classpath
 
     require_kafka()
     return kafka_classpath()

@@ -24,6 +24,7 @@ from oncelog.protocol.apis import SUPPORTED_VERSIONS
 from oncelog.records import build_batch
 
 CORRUPT_MESSAGE = 2
+INVALID_RECORD = 87
 INVALID_REQUEST = 42
 INVALID_TOPIC_EXCEPTION = 17
 UNSUPPORTED_VERSION = 35
@@ -208,11 +209,19 @@ def test_produce_with_a_flipped_crc_is_corrupt_message_and_nothing_is_written(br
     assert_still_serving(broker)
 
 
-def test_produce_with_garbage_records_is_corrupt_message(broker):
+def test_produce_with_garbage_records_gets_kafkas_errors(broker):
+    """What Kafka 4.3 answers to each (asked of a real one): a batch length under the smallest
+    record's overhead (14) or a magic past 2 is CORRUPT_MESSAGE; a record set with no whole
+    batch in it, or a batch of an old magic, is INVALID_RECORD."""
+    batch = bytearray(build_batch([(None, b"v", [], 1)]))
+    magic_5, magic_1 = bytearray(batch), bytearray(batch)
+    magic_5[16], magic_1[16] = 5, 1
     with RawConnection(broker.bootstrap_servers) as conn:
-        for records in (b"\x00" * 70, b"nonsense", b"\xff" * 61):
+        for records, code in ((b"\x00" * 70, CORRUPT_MESSAGE), (b"nonsense", INVALID_RECORD),
+                              (b"\xff" * 61, CORRUPT_MESSAGE), (bytes(magic_5), CORRUPT_MESSAGE),
+                              (bytes(magic_1), INVALID_RECORD), (bytes(batch[:40]), INVALID_RECORD)):
             r = produce(conn, TOPIC, 0, records)
-            assert r.error_code == CORRUPT_MESSAGE, records
+            assert r.error_code == code, records
     assert_still_serving(broker)
 
 

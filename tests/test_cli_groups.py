@@ -162,14 +162,14 @@ def test_a_group_with_members_is_described_and_refused_as_kafka_does(bs, groups_
         out = oncelog("groups", "describe", *bs, "--group", "live").stdout.splitlines()
         rows = [line.split() for line in out[2:]]
         assert [r[:3] + r[7:] for r in rows] == [
-            ["live", "busy", str(p), "127.0.0.1", "the-app"] for p in range(3)]
+            ["live", "busy", str(p), "/127.0.0.1", "the-app"] for p in range(3)]
         assert rows[0][3:6] == ["1", "4", "3"]
         assert all(r[6].startswith("the-app-") for r in rows)  # the member id
         members = oncelog("groups", "describe", *bs, "--group", "live", "--members",
                           "--verbose").stdout.splitlines()
         assert members[1].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID",
                                       "#PARTITIONS", "ASSIGNMENT"]
-        assert members[2].split()[2:] == ["127.0.0.1", "the-app", "3", "busy(0,1,2)"]
+        assert members[2].split()[2:] == ["/127.0.0.1", "the-app", "3", "busy(0,1,2)"]
         state = json.loads(oncelog("groups", "describe", *bs, "--group", "live", "--state",
                                    "--output", "json").stdout)
         assert state[0]["state"] == "Stable" and state[0]["num_members"] == 1

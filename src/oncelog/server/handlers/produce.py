@@ -77,18 +77,32 @@ def _prepare(broker, topic: str, index: int, records, acks: int):
 
 
 def _check_magic(records) -> None:
-    """As Kafka's ProduceRequest.validateRecords, before any other check of the batches: a
-    Produce v3+ carries v2 batches only (INVALID_RECORD, not CORRUPT_MESSAGE)."""
-    pos, end = 0, len(records)
-    while pos + 17 <= end:
-        if records[pos + 16] != 2:
-            raise _Reject("invalid_record", f"a batch of magic {records[pos + 16]}: Produce "
-                                            "v3 and later carry magic 2 batches only",
-                          at_log=False)
+    """As Kafka reads a Produce v3+ record set before anything else (its log input stream's
+    walk over the batches, then ProduceRequest.validateRecords): a batch length under the
+    smallest record's overhead (14), or a magic past 2, is CORRUPT_MESSAGE; a record set with
+    no whole batch in it, or a batch of magic 0 or 1, is INVALID_RECORD."""
+    pos, end, whole = 0, len(records), 0
+    while end - pos >= 12:
         length = int.from_bytes(records[pos + 8:pos + 12], "big", signed=True)
-        if length <= 0:
-            return
+        if length < 14:
+            raise _Reject("corrupt_message", f"Record size {length} is less than the minimum "
+                                             "record overhead (14)", at_log=False)
+        if end - pos < 17:
+            break
+        magic = int.from_bytes(records[pos + 16:pos + 17], "big", signed=True)
+        if magic < 0 or magic > 2:
+            raise _Reject("corrupt_message", f"Invalid magic found in record: {magic}",
+                          at_log=False)
+        if end - pos < 12 + length:
+            break  # a batch cut short is no batch
+        if magic != 2:
+            raise _Reject("invalid_record", f"a batch of magic {magic}: Produce v3 and later "
+                                            "carry magic 2 batches only", at_log=False)
+        whole += 1
         pos += 12 + length
+    if whole == 0:
+        raise _Reject("invalid_record", "Produce requests with version 3 and above must have "
+                                        "at least one record batch per partition", at_log=False)
 
 
 # Kafka's ReplicaManager answers these append errors without the partition's log start offset
