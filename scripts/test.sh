@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run the tests, installing what they need on first use.
-#   bash scripts/test.sh          the whole suite (slow, Spark and cluster tests included), on
-#                                 three workers (pytest-xdist): CI; about 14 minutes here (1,348 tests)
-#   bash scripts/test.sh --fast   the fast tier: everything not marked slow, spark or cluster,
-#                                 on three workers, in about two minutes
-# Three workers on two cores: most tests spend most of their time waiting (on brokers, Spark's
-# JVM, timeouts), and a third worker took a full run from 11 minutes to 8 here.
+#   bash scripts/test.sh          the whole suite (slow, Spark, cluster and Kafka tests included),
+#                                 on three workers (pytest-xdist): CI; about 15 minutes here
+#                                 (1,427 tests)
+#   bash scripts/test.sh --fast   the fast tier: everything not marked slow, spark, cluster or
+#                                 kafka, on three workers, in about two minutes
+# Three workers on two cores: a third worker took a full run from 11 minutes to 8 here; the
+# full run now keeps both cores about 90% busy (tests/conftest.py runs the JVMs it starts with
+# C1 only for that reason).
 # Any further arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
