@@ -103,8 +103,13 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 
 def _cluster_id() -> str:
-    """A Kafka Uuid as Kafka prints it: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka Uuid as Kafka prints it: 16 random bytes, URL-safe base64 without padding; like
+    Kafka's Uuid.randomUuid, never one starting with '-' (a command line would take it for an
+    option: `kafka-storage format -t -xyz...` fails)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 @dataclass
