@@ -1,0 +1,489 @@
+"""``python -m oncelog.faults.run`` (``bash scripts/faults.sh``): one fault run, as Jepsen makes it.
+
+1. A replicated cluster on network hosts of its own (faults/cluster.py ``NetCluster``: every
+   ZooKeeper node, every broker and every client in a network namespace of its own, on one
+   bridge); the workload's topics with replication factor 3 and min.insync.replicas 2.
+2. The workload's clients, each a process on a client host writing its own history file
+   (faults/clients): ``queue`` (Jepsen's queue workload: sends, polls and transactions mixed, by
+   every client kind asked: our client with transaction version 2, confluent-kafka with version 1
+   and KIP-890's verification, Kafka's Java client), ``copier`` (producers feed an input topic,
+   copiers copy it exactly once: consume, transform, produce with the offsets in the
+   transaction), ``spark`` (producers feed an input topic, the Spark exactly-once sink job copies
+   it: faults/spark_job.py).
+3. The nemesis (faults/nemesis.py) injects the faults asked for on a seeded schedule (the same
+   seed gives the same schedule), the runner itself crashes clients (``client-crash``: SIGKILL
+   mid-operation, a new process takes its transactional id); at the end every fault is healed and
+   the clients go on for ``--recover`` seconds: the cluster must recover with no operator action.
+4. Drains read every key to its end (read_committed), the per-process histories are merged into
+   ``history.jsonl``, Jepsen's Kafka checks run over it (verify/jepsen.py), and the report is
+   written (faults/report.py: report.md, plot.png, verdict.json, faults.jsonl).
+
+The last line printed is ``anomalies: N, faults: F, operations: O``; the exit status is 0 with
+no anomaly, 1 with some, 2 when the run itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+WORKLOADS = ("queue", "copier", "spark")
+CLIENT_KINDS = ("oncelog", "confluent", "java")
+QUEUE_TOPIC = "queue"
+INPUT_TOPIC = "in"
+OUTPUT_TOPIC = "out"
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@dataclass
+class RunConfig:
+    out: Path
+    workload: str = "queue"
+    faults: list[str] = field(default_factory=lambda: ["partition", "kill"])
+    time: float = 60.0  # seconds of faults
+    recover: float = 10.0  # seconds the clients go on after every fault healed
+    seed: int = 0
+    brokers: int = 3
+    zookeepers: int = 1
+    clients: list[str] = field(default_factory=lambda: ["oncelog", "confluent"])
+    per_kind: int = 1  # client processes of each kind
+    partitions: int = 4
+    interval: float = 6.0  # mean seconds from one fault's start to the next
+    settings: dict[str, str] = field(default_factory=dict)
+    drain_timeout: float = 60.0
+
+    def describe(self) -> dict[str, Any]:
+        return {"workload": self.workload, "faults": ",".join(self.faults),
+                "time": self.time, "recover": self.recover, "seed": self.seed,
+                "brokers": self.brokers, "zookeepers": self.zookeepers,
+                "clients": ",".join(self.clients), "per_kind": self.per_kind,
+                "partitions": self.partitions, "interval": self.interval,
+                "settings": ",".join(f"{k}={v}" for k, v in self.settings.items()) or "-"}
+
+
+@dataclass
+class RunResult:
+    out: Path
+    verdict: Any
+    ops: list[dict[str, Any]]
+    windows: list[dict[str, Any]]
+    unrecovered: list[str]
+    report: Path
+
+    @property
+    def anomalies(self) -> int:
+        return int(self.verdict.anomaly_count) + len(self.unrecovered)
+
+    def summary(self) -> str:
+        operations = sum(1 for op in self.ops if op.get("type") == "invoke")
+        return (f"anomalies: {self.anomalies}, faults: {len(self.windows)}, "
+                f"operations: {operations}")
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Slot:
+    """One client's place in the run: its kind, host, transactional id, and the processes that
+    played it (a crashed one is replaced by a new process under a new name)."""
+
+    kind: str
+    number: int
+    role: str
+    host: Any
+    options: dict[str, Any]
+    generation: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    process: str = ""
+    history: Path | None = None
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.kind}-{self.role}-{self.number}"
+
+
+class FaultRun:
+    """One run (see the module's docstring); ``run()`` returns a RunResult."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.out = Path(config.out)
+        self.rng = random.Random(config.seed)
+        self.slots: list[Slot] = []
+        self.cluster: Any = None
+        self.windows_path = self.out / "faults.jsonl"
+        self.client_windows: list[dict[str, Any]] = []
+        self.spark_job: Any = None
+        self.java_classes = Path(os.environ.get(
+            "ONCELOG_FAULTS_JAVA_CLASSES",
+            Path.home() / ".cache" / "oncelog" / "faults-java"))
+
+    # -- topics and keys ----------------------------------------------------------------------
+
+    def keys(self, topic: str) -> list[str]:
+        return [f"{topic}:{p}" for p in range(self.config.partitions)]
+
+    def topics(self) -> list[str]:
+        return [QUEUE_TOPIC] if self.config.workload == "queue" else [INPUT_TOPIC, OUTPUT_TOPIC]
+
+    def meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"type": "meta", "workload": self.config.workload,
+                                "keys": [k for t in self.topics() for k in self.keys(t)]}
+        if self.config.workload != "queue":
+            meta["copies"] = dict(zip(self.keys(INPUT_TOPIC), self.keys(OUTPUT_TOPIC),
+                                      strict=True))
+        meta["run"] = self.config.describe()
+        return meta
+
+    def create_topics(self) -> None:
+        from ..client import Admin, NewTopic
+
+        rf = min(3, self.config.brokers)
+        with Admin(bootstrap_servers=self.cluster.bootstrap_servers,
+                   request_timeout_ms=10_000) as admin:
+            admin.create_topics([NewTopic(t, self.config.partitions, rf,
+                                          {"min.insync.replicas": str(min(2, rf))})
+                                 for t in self.topics()])
+        for t in self.topics():
+            for p in range(self.config.partitions):
+                self.cluster.wait_for_isr(t, p, rf, timeout=60)
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_SOURCE_ROOT, env.get("PYTHONPATH"))
+                                            if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _plan_slots(self) -> None:
+        c = self.config
+        duration = c.time + c.recover
+        n = 0
+        for kind in c.clients:
+            for _ in range(c.per_kind):
+                n += 1
+                if c.workload == "queue":
+                    role = "queue"
+                    options: dict[str, Any] = {
+                        "keys": self.keys(QUEUE_TOPIC), "duration": duration,
+                        "poll_mode": "assign" if n % 2 else "subscribe",
+                        "txn_ratio": 0.6}
+                elif c.workload == "copier":
+                    role = "copier"
+                    options = {"input": self.keys(INPUT_TOPIC),
+                               "output": self.keys(OUTPUT_TOPIC), "duration": duration,
+                               "poll_mode": "subscribe", "group": "copier-group"}
+                else:
+                    continue
+                self.slots.append(Slot(kind, n, role, self.cluster.client_host(f"c{n}"),
+                                       options))
+        if c.workload in ("copier", "spark"):  # the producers that feed the input topic
+            for kind in c.clients:
+                n += 1
+                self.slots.append(Slot(kind, n, "queue", self.cluster.client_host(f"c{n}"), {
+                    "keys": self.keys(INPUT_TOPIC), "duration": duration,
+                    "poll_mode": "assign", "txn_ratio": 0.5}))
+
+    def _argv(self, slot: Slot) -> list[str]:
+        from .clients import command, java_command
+
+        index = slot.generation * 100 + slot.number
+        slot.process = f"{slot.kind}-{index}"
+        slot.history = self.out / "histories" / f"history-{slot.process}.jsonl"
+        options = dict(slot.options)
+        options.update(seed=self.config.seed * 1000 + index, index=index,
+                       transactional_id=slot.transactional_id)
+        if slot.generation:  # a replacement runs for what is left of the run
+            options["duration"] = max(1.0, self.deadline - time.monotonic())
+        if slot.kind == "java":
+            return java_command(slot.role, classes=self.java_classes, process=slot.process,
+                                bootstrap=self.cluster.bootstrap_servers,
+                                history=slot.history, **options)
+        return command(slot.kind, slot.role, process=slot.process,
+                       bootstrap=self.cluster.bootstrap_servers, history=slot.history,
+                       **options)
+
+    def _start(self, slot: Slot) -> None:
+        argv = self._argv(slot)
+        log = open(self.out / "logs" / f"{slot.process}.log", "ab")
+        with log:
+            slot.proc = slot.host.popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, env=self._env())
+
+    def crash_client(self) -> dict[str, Any] | None:
+        """SIGKILL one running client (mid-operation, most likely mid-transaction) and start a
+        new process in its place: same host, same transactional id, a new name."""
+        running = [s for s in self.slots if s.proc is not None and s.proc.poll() is None]
+        if not running:
+            return None
+        slot = self.rng.choice(running)
+        start = time.monotonic_ns()
+        assert slot.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            slot.proc.kill()  # ip netns exec and setpriv exec: this pid is the client's
+        slot.proc.wait(timeout=30)
+        dead = slot.process
+        self._crash_line(slot)
+        slot.generation += 1
+        self._start(slot)
+        return {"fault": "client-crash", "start": start, "end": time.monotonic_ns(),
+                "targets": [dead], "detail": f"SIGKILL {dead}; {slot.process} takes "
+                f"transactional.id {slot.transactional_id}"}
+
+    def _crash_line(self, slot: Slot) -> None:
+        assert slot.history is not None
+        with open(slot.history, "a") as f:
+            f.write(json.dumps({"type": "info", "f": "crash", "process": slot.process,
+                                "time": time.monotonic_ns()}) + "\n")
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def _client_crash_times(self) -> list[float]:
+        """Seconds from the start at which a client is crashed: drawn from the seed alone."""
+        if "client-crash" not in self.config.faults:
+            return []
+        rng = random.Random(f"client-crash/{self.config.seed}")
+        times, t = [], 0.0
+        while True:
+            t += rng.expovariate(1.0 / self.config.interval)
+            if t >= self.config.time - 1.0:
+                return times
+            times.append(t)
+
+    def _cluster_faults(self) -> list[str]:
+        return [f for f in self.config.faults if f != "client-crash"]
+
+    def run(self) -> RunResult:
+        from ..verify.jepsen import check_queue, excerpt
+        from ..verify.queue_history import merge, save
+        from .cluster import NetCluster
+        from .nemesis import Nemesis, needs, schedule
+
+        c = self.config
+        for sub in ("histories", "logs"):
+            (self.out / sub).mkdir(parents=True, exist_ok=True)
+        (self.out / "histories" / "meta.jsonl").write_text(json.dumps(self.meta()) + "\n")
+        plan = schedule(c.seed, self._cluster_faults(), c.time, brokers=c.brokers,
+                        zookeepers=c.zookeepers, interval=c.interval)
+        options = needs(plan)
+        _log(f"starting {c.brokers} brokers and {c.zookeepers} ZooKeeper node(s), each on a "
+             f"host of its own ({', '.join(sorted(options)) or 'no extras'})")
+        unrecovered: list[str] = []
+        with NetCluster(self.out / "cluster", brokers=c.brokers, zookeepers=c.zookeepers,
+                        settings=c.settings, seed=c.seed, **options) as cluster:
+            self.cluster = cluster
+            self.create_topics()
+            self._plan_slots()
+            self.deadline = time.monotonic() + c.time + c.recover
+            for slot in self.slots:
+                self._start(slot)
+            if c.workload == "spark":
+                self._start_spark()
+            _log(f"{len(self.slots)} clients running; {len(plan)} faults planned over "
+                 f"{c.time:.0f} s")
+            stop = threading.Event()
+            nemesis = Nemesis(cluster, plan, self.windows_path, log=_log)
+            thread = threading.Thread(target=nemesis.run, args=(stop,), name="nemesis",
+                                      daemon=True)
+            started = time.monotonic()
+            thread.start()
+            for at in self._client_crash_times():
+                self._sleep_until(started + at)
+                window = self.crash_client()
+                if window is not None:
+                    _log(f"client-crash: {window['detail']}")
+                    self.client_windows.append(window)
+            self._sleep_until(started + c.time)
+            stop.set()
+            thread.join(timeout=300)
+            _log("every fault healed; waiting for the cluster to be healthy")
+            cluster.heal_all()
+            healed = time.monotonic_ns()
+            if self.spark_job is not None:
+                self._finish_spark()
+            self._wait_clients()
+            unrecovered = self._unrecovered(healed)
+            self._drain()
+        ops = merge(sorted((self.out / "histories").glob("*.jsonl")))
+        save(self.out / "history.jsonl", ops)
+        verdict = check_queue(ops)
+        windows = self._windows()
+        dicts = [op.to_dict() for op in ops]
+        result = RunResult(self.out, verdict, dicts, windows, unrecovered, self.out / "report.md")
+        from .report import write_report
+
+        write_report(self.out, verdict=verdict, ops=ops, windows=windows,
+                     run=self.config.describe(), excerpt=excerpt, summary=result.summary(),
+                     unrecovered=unrecovered)
+        return result
+
+    def _sleep_until(self, t: float) -> None:
+        while (left := t - time.monotonic()) > 0:
+            time.sleep(min(left, 0.5))
+
+    def _wait_clients(self) -> None:
+        """The clients end by themselves when their time is up; one that hangs past its last
+        operation's timeout is killed (its open operation stays indeterminate)."""
+        limit = time.monotonic() + max(0.0, self.deadline - time.monotonic()) + 60
+        for slot in self.slots:
+            assert slot.proc is not None
+            try:
+                slot.proc.wait(timeout=max(1.0, limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _log(f"{slot.process} did not end in time: killed")
+                slot.proc.kill()
+                slot.proc.wait(timeout=30)
+
+    def _unrecovered(self, healed_ns: int) -> list[str]:
+        """The client slots that completed no operation after every fault was healed: the
+        cluster did not recover for them without an operator."""
+        stalled = []
+        for slot in self.slots:
+            ok_after = False
+            assert slot.history is not None
+            with contextlib.suppress(OSError), open(slot.history) as f:
+                for line in f:
+                    with contextlib.suppress(ValueError):
+                        op = json.loads(line)
+                        if op.get("type") == "ok" and int(op.get("time", 0)) > healed_ns:
+                            ok_after = True
+                            break
+            if not ok_after:
+                stalled.append(f"{slot.process} (transactional.id {slot.transactional_id}) "
+                               "completed no operation after the faults were healed")
+        return stalled
+
+    def _drain(self) -> None:
+        from .clients import command
+
+        keys = [k for t in self.topics() for k in self.keys(t)]
+        history = self.out / "histories" / "history-drain-1.jsonl"
+        host = self.cluster.client_host("drain")
+        argv = command("oncelog", "drain", process="drain-1",
+                       bootstrap=self.cluster.bootstrap_servers, history=history, keys=keys,
+                       timeout=self.config.drain_timeout)
+        with open(self.out / "logs" / "drain-1.log", "ab") as log:
+            proc = host.popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT, env=self._env())
+        proc.wait(timeout=self.config.drain_timeout + 60)
+
+    def _windows(self) -> list[dict[str, Any]]:
+        windows: list[dict[str, Any]] = list(self.client_windows)
+        with contextlib.suppress(OSError), open(self.windows_path) as f:
+            windows += [json.loads(line) for line in f if line.strip()]
+        return sorted(windows, key=lambda w: int(w["start"]))
+
+
+def parser() -> argparse.ArgumentParser:
+    from .nemesis import FAULTS
+
+    every = [*FAULTS, "client-crash"]
+    p = argparse.ArgumentParser(
+        prog="bash scripts/faults.sh",
+        description="One fault run as Jepsen makes it: a replicated oncelog cluster on network "
+        "hosts of its own, faults on a seeded schedule, an exactly-once workload, Jepsen's "
+        "Kafka checks over the history, a report. The last line is 'anomalies: N, faults: F, "
+        "operations: O'; exit 0 with no anomaly, 1 with some, 2 if the run failed.")
+    p.add_argument("--workload", choices=WORKLOADS, default="queue",
+                   help="queue: Jepsen's queue workload (sends, polls, transactions); copier: "
+                   "consume-transform-produce exactly once; spark: the Spark exactly-once sink "
+                   "job (default queue)")
+    p.add_argument("--faults", default="partition,kill,pause,client-crash",
+                   help="comma list of: " + ", ".join(every) + "; 'all' for every one, "
+                   "'none' for none (default partition,kill,pause,client-crash)")
+    p.add_argument("--time", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds of faults (default 60); the clients go on --recover seconds "
+                   "more after every fault is healed")
+    p.add_argument("--recover", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the same seed gives the same fault schedule (default 0)")
+    p.add_argument("--interval", type=float, default=6.0, metavar="SECONDS",
+                   help="mean time from one fault's start to the next (default 6)")
+    p.add_argument("--brokers", type=int, default=3, help="1 to 5 (default 3)")
+    p.add_argument("--zookeepers", type=int, choices=(1, 3), default=1,
+                   help="ZooKeeper nodes: 1, or an ensemble of 3 (default 1)")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--clients", default="oncelog,confluent",
+                   help="client kinds, comma list of oncelog (transaction version 2), "
+                   "confluent (version 1, KIP-890 verification), java (Kafka's Java client) "
+                   "(default oncelog,confluent)")
+    p.add_argument("--per-kind", type=int, default=1, help="client processes of each kind")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker setting (repeatable)")
+    p.add_argument("--out", default=None,
+                   help="the run's directory (default: faults-runs/<workload>-<seed>-<time>)")
+    return p
+
+
+def parse_faults(text: str) -> list[str]:
+    from .nemesis import FAULTS
+
+    every = [*FAULTS, "client-crash"]
+    if text.strip() == "all":
+        return every
+    if text.strip() in ("", "none"):
+        return []
+    chosen = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in chosen if f not in every]
+    if unknown:
+        raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(every)}")
+    return chosen
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        faults = parse_faults(args.faults)
+        kinds = [k.strip() for k in args.clients.split(",") if k.strip()]
+        unknown = [k for k in kinds if k not in CLIENT_KINDS]
+        if unknown or not kinds:
+            raise ValueError(f"clients are {', '.join(CLIENT_KINDS)}, not {args.clients!r}")
+        settings = {}
+        for item in args.set:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"--set wants KEY=VALUE, not {item!r}")
+            settings[key] = value
+    except ValueError as exc:
+        print(f"faults: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out or Path("faults-runs") /
+               f"{args.workload}-{args.seed}-{time.strftime('%Y%m%dT%H%M%S')}")
+    config = RunConfig(out=out, workload=args.workload, faults=faults, time=args.time,
+                       recover=args.recover, seed=args.seed, brokers=args.brokers,
+                       zookeepers=args.zookeepers, clients=kinds, per_kind=args.per_kind,
+                       partitions=args.partitions, interval=args.interval, settings=settings)
+    try:
+        result = FaultRun(config).run()
+    except Exception as exc:  # the run itself failed: say what, keep what was written
+        import traceback
+
+        traceback.print_exc()
+        print(f"faults: the run failed: {exc} (what it wrote is in {out})", file=sys.stderr)
+        return 2
+    print(result.verdict.table())
+    for line in result.unrecovered:
+        print(f"unrecovered: {line}")
+    print(f"report: {result.report}")
+    print(result.summary())
+    return 0 if result.anomalies == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
