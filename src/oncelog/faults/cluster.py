@@ -414,22 +414,27 @@ class NetCluster(LocalCluster):
         with self._admin() as admin:
             return int(admin.describe_cluster().controller_id)
 
-    def coordinator_of(self, transactional_id: str) -> int:
-        """The transaction coordinator of ``transactional_id`` (FindCoordinator)."""
-        from ..errors import error_for_code
+    def coordinator_of(self, transactional_id: str, timeout: float = 30.0) -> int:
+        """The transaction coordinator of ``transactional_id`` (FindCoordinator, asked again
+        while the answer is retriable: the transaction log being created, its leader
+        moving)."""
+        from ..errors import RetriableError, error_for_code
         from ..protocol import ApiKey
 
+        deadline = time.monotonic() + timeout
         with self._admin() as admin:
-            net = admin._net
-            deadline = time.monotonic() + 5.0
-            r = net.request_any(ApiKey.FIND_COORDINATOR, lambda version: {
-                "key_type": 1, "key": transactional_id,
-                "coordinator_keys": [transactional_id]}, deadline)
-            c = r.coordinators[0] if hasattr(r, "coordinators") else r
-            if int(c.error_code):
-                raise error_for_code(int(c.error_code))(
+            while True:
+                r = admin._net.request_any(ApiKey.FIND_COORDINATOR, lambda version: {
+                    "key_type": 1, "key": transactional_id,
+                    "coordinator_keys": [transactional_id]}, min(deadline, time.monotonic() + 5))
+                c = r.coordinators[0] if hasattr(r, "coordinators") else r
+                if not int(c.error_code):
+                    return int(c.node_id)
+                error = error_for_code(int(c.error_code))(
                     f"FindCoordinator {transactional_id!r}: {c.error_message or ''}")
-            return int(c.node_id)
+                if not isinstance(error, RetriableError) or time.monotonic() >= deadline:
+                    raise error
+                time.sleep(0.1)
 
     def wait_healthy(self, timeout: float = 120.0) -> None:
         """Until every broker is registered (each names all of them) and every partition of
