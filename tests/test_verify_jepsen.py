@@ -103,6 +103,10 @@ def only(h: H, name: str, ops: list[int], allowed: bool = False, **kw: Any):
     assert v.ok is allowed
     assert v.counts[name] == (0 if allowed else 1)
     assert set(v.counts) == set(ANOMALIES)
+    # the excerpt: those ops with their invokes, in history order
+    invokes = {i - 1 for i in ops if h.ops[i].is_completion and h.ops[i - 1].is_invoke
+               and h.ops[i - 1].process == h.ops[i].process}
+    assert [op.index for op in excerpt(v, h.ops, a)] == sorted(set(ops) | invokes)
     return v, a
 
 
