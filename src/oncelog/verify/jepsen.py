@@ -205,16 +205,22 @@ class _Done:
         self.reads: dict[str, Pairs] = {}
         self.writes: dict[str, list[tuple[int | None, int]]] = {}
         self.rank = 0  # 3 ok, 2 info proven committed, 1 info, 0 fail
+        reads = self.reads
+        writes = self.writes
         for mop in value or ():
             if mop[0] == "send":
                 k, v = mop[1], mop[2]
-                if isinstance(v, list):
-                    off = v[0] if v[0] is not None and v[0] >= 0 else None
-                    self.writes.setdefault(k, []).append((off, v[1]))
+                if v.__class__ is list:
+                    off = v[0]
+                    pair = (off if off is not None and off >= 0 else None, v[1])
                 else:
-                    self.writes.setdefault(k, []).append((None, v))
+                    pair = (None, v)
+                w = writes.get(k)
+                if w is None:
+                    writes[k] = [pair]
+                else:
+                    w.append(pair)
             elif len(mop) > 1:
-                reads = self.reads
                 for k, pairs in mop[1].items():
                     if pairs:  # [offset, value] lists as recorded (offset None or -1: unknown)
                         r = reads.get(k)
