@@ -241,6 +241,18 @@ def test_internal_nonmonotonic_poll_across_two_polls_of_a_transaction():
     only(h, "int-nonmonotonic-poll", [t])
 
 
+def test_a_rebalance_during_an_op_exempts_its_keys():
+    h = H()
+    h.send("w1", S("q:0", 0, 10), S("q:0", 1, 11))
+    h.assign("r", ["q"], f="subscribe")
+    value = [P({"q:0": [(0, 10), (1, 11)]}), P({"q:0": [(0, 10), (1, 11)]})]
+    h.invoke("r", "txn", value, txn=True)
+    i = h.complete("r", "txn", value, txn=True)
+    assert found(check_queue(h.ops)) == {"int-nonmonotonic-poll": [[i]]}
+    h.ops[i].extra["rebalance_log"] = [{"keys": ["q:0"]}]  # the partition moved and came back
+    assert check_queue(h.ops).anomalies == []
+
+
 def _three(h: H) -> None:
     h.send("w1", S("q:0", 0, 10), S("q:0", 1, 11), S("q:0", 2, 12))
 

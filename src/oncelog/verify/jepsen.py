@@ -16,7 +16,9 @@ committed) it builds, per key, the *version order*: the values in offset order, 
 - ``precommitted-read``: an operation that read a value it sent itself (read_committed consumers
   never see uncommitted records, not even their own).
 - ``int-poll-skip`` / ``int-nonmonotonic-poll``: two successive values one operation read from a
-  key are not neighbours in the version order: it skipped values / went back (or repeated).
+  key are not neighbours in the version order: it skipped values / went back (or repeated). Keys
+  a rebalance moved during the operation (its optional ``rebalance_log``, a list of
+  ``{"keys": [...]}`` as in Jepsen's workload) are not judged.
 - ``poll-skip`` / ``nonmonotonic-poll``: the same between a process's successive successful reads
   of a key (a failed operation's reads do not move the expected position: a consumer rewinds after
   an abort; an indeterminate one's may or may not). ``assign``, ``subscribe`` and ``crash`` reset
@@ -190,13 +192,14 @@ Pairs = Sequence[Sequence[Any]]  # [(offset or None, value), ...]; a read's offs
 class _Done:
     """A completed send / poll / txn op (or an invoke without completion, as ``info``)."""
 
-    __slots__ = ("f", "index", "node", "process", "rank", "reads", "synthetic", "txn", "type",
-                 "writes")
+    __slots__ = ("f", "index", "node", "process", "rank", "reads", "rebalanced", "synthetic",
+                 "txn", "type", "writes")
 
     def __init__(self, index: int, type_: str, f: str, process: str, txn: bool, value: Any,
                  synthetic: bool = False) -> None:
         self.index = index
         self.node = -1  # position among the ops judged (the dependency graph's node)
+        self.rebalanced: frozenset[str] = frozenset()  # keys a rebalance moved during the op
         self.type = type_
         self.f = f
         self.process = process
@@ -302,6 +305,10 @@ def _parse(ops: Sequence[Op]) -> tuple[list[_Done], dict[str, list[_Done | _Rese
         invokes[index] = inv.index
         if op.f in MOP_FS:
             finish(inv, op.type, index, op.value if op.value is not None else inv.value, False)
+            log = op.extra.get("rebalance_log")
+            if isinstance(log, list):
+                dones[-1].rebalanced = frozenset(
+                    k for e in log if isinstance(e, dict) for k in e.get("keys", ()))
         elif op.f in ("assign", "subscribe") and op.type in ("ok", "info"):
             by_process.setdefault(op.process, []).append(_Reset(index, op.f))
     for inv in pending.values():
@@ -517,7 +524,7 @@ def check_queue(ops: Sequence[Op], copier_caught_up: bool = True) -> QueueVerdic
                  what: str) -> None:
         for k, pairs in pairs_by_key.items():
             order = orders.get(k)
-            if order is None or len(pairs) < 2:
+            if order is None or len(pairs) < 2 or k in d.rebalanced:
                 continue
             last = order.last
             for (_, v1), (_, v2) in itertools.pairwise(pairs):
