@@ -12,7 +12,8 @@ committed) it builds, per key, the *version order*: the values in offset order, 
   read a value later in the same key (so it should have passed it).
 - ``unseen``: an acknowledged value that no successful poll read at all, in a key the final drain
   read to its end (the ``drain_end`` meta line; without it this check is off).
-- ``G1a``: a value read whose send (or transaction) failed: an aborted read.
+- ``G1a``: a value read whose send (or transaction) failed: an aborted read (by any operation,
+  whatever its own outcome: read_committed consumers never see aborted records).
 - ``precommitted-read``: an operation that read a value it sent itself (read_committed consumers
   never see uncommitted records, not even their own).
 - ``int-poll-skip`` / ``int-nonmonotonic-poll``: two successive values one operation read from a
@@ -708,7 +709,7 @@ def _cycles(dones: list[_Done], orders: dict[str, _Order],
                 if w is not None and w is not d:
                     wr[w.node].append(b)
 
-    def ww_reason(a: _Done, b: _Done) -> str:
+    def ww_reason(a: _Done, b: _Done) -> tuple[str, str]:
         for k, pairs in b.writes.items():
             order = orders.get(k)
             if order is None or k not in a.writes:
@@ -718,33 +719,29 @@ def _cycles(dones: list[_Done], orders: dict[str, _Order],
                 if i:
                     v1 = order.values[i - 1][0]
                     if writer[k].get(v1) is a:
-                        return f"-ww({k} {v1}<{v2})->"
-        return "-ww->"
+                        return f"-ww({k} {v1}<{v2})->", k
+        # (a value at two offsets: the edge came from its other one)
+        return "-ww->", next((k for k in b.writes if k in a.writes), "")
 
-    def wr_reason(a: _Done, b: _Done) -> str:
+    def wr_reason(a: _Done, b: _Done) -> tuple[str, str]:
         for k, pairs in b.reads.items():
             kw = writer.get(k, {})
             for _, v in pairs:
                 if kw.get(v) is a:
-                    return f"-wr({k} {v})->"
-        return "-wr->"
+                    return f"-wr({k} {v})->", k
+        return "-wr->", ""
 
-    def describe(cycle: list[int], prefer_wr: bool) -> str:
+    def describe(cycle: list[int], prefer_wr: bool) -> tuple[str, list[str]]:
+        """The cycle as text (each edge with its key and values), and the keys of its edges."""
         parts = [str(dones[cycle[0]].index)]
+        keys: list[str] = []
         for a, b in itertools.pairwise([*cycle, cycle[0]]):
             use_wr = b in wr[a] and (prefer_wr or b not in ww[a])
-            parts.append(wr_reason(dones[a], dones[b]) if use_wr
-                         else ww_reason(dones[a], dones[b]))
-            parts.append(str(dones[b].index))
-        return "op " + " ".join(parts)
-
-    def keys_of(cycle: list[int]) -> list[str]:
-        ks: list[str] = []
-        for i in cycle:
-            for k in (*dones[i].writes, *dones[i].reads):
-                if k not in ks:
-                    ks.append(k)
-        return ks
+            text, k = (wr_reason if use_wr else ww_reason)(dones[a], dones[b])
+            parts += [text, str(dones[b].index)]
+            if k and k not in keys:
+                keys.append(k)
+        return "op " + " ".join(parts), keys
 
     def indices(cycle: list[int]) -> list[int]:
         return [dones[i].index for i in cycle]
@@ -757,15 +754,17 @@ def _cycles(dones: list[_Done], orders: dict[str, _Order],
     if backward(ww):
         for comp in _sccs(ww):
             cyc = _find_cycle(comp, [ww], comp[0], comp[0])
-            add("G0", indices(cyc), "write cycle: " + describe(cyc, False), keys_of(cyc))
+            text, keys = describe(cyc, False)
+            add("G0", indices(cyc), "write cycle: " + text, keys)
     # G1c of wr edges alone: each op read what another sent, round to itself.
     bad_nodes: set[int] = set()
     if backward(wr):
         for comp in _sccs(wr):
             bad_nodes.update(comp)
             cyc = _find_cycle(comp, [wr], comp[0], comp[0])
-            add("G1c", indices(cyc), "read cycle: " + describe(cyc, True) + " (each committed "
-                "before the other read it)", keys_of(cyc))
+            text, keys = describe(cyc, True)
+            add("G1c", indices(cyc), "read cycle: " + text + " (each committed before the "
+                "other read it)", keys)
     # G1c with ww edges: legal in Kafka's model (writes are not isolated): permitted.
     if not backward(ww) and not backward(wr):
         return
@@ -779,7 +778,8 @@ def _cycles(dones: list[_Done], orders: dict[str, _Order],
             continue  # a ww cycle only: reported as G0
         a, b = edge
         cyc = _find_cycle(comp, [ww, wr], b, a)  # b ... a, and a -wr-> b closes it
-        add("G1c", indices(cyc), "cycle: " + describe(cyc, True), keys_of(cyc), allowed=True)
+        text, keys = describe(cyc, True)
+        add("G1c", indices(cyc), "cycle: " + text, keys, allowed=True)
 
 
 def _sccs(adj: Adjacency) -> list[list[int]]:
