@@ -1,0 +1,1 @@
+"""Faults as Jepsen injects them (issue 31): hosts, faults, workloads, the runner."""
