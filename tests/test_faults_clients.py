@@ -293,22 +293,23 @@ def test_java_client_queue_copier_drain(cluster: LocalCluster, tmp_path: Path,
         assert metas and {(m["kind"], m["transaction_version"]) for m in metas} == {("java", 2)}
 
 
-def _crash(cluster: LocalCluster, tmp_path: Path, client: Any) -> None:
-    """A queue client holding each transaction open is SIGKILLed once its transaction's sends
-    are in the log; another process (another name, the same transactional.id) fences it: the
-    dead one's transaction is aborted at once (the transaction timeout is a minute: a drain
-    that reaches every end in less proves the fencing, not the timeout, ended it) and never
-    read."""
+def _crash(cluster: LocalCluster, tmp_path: Path, client: Any, drain: Any) -> None:
+    """Three processes, one transactional.id. crash-1 holds each transaction open and is
+    SIGKILLed once its transaction's sends are in the log. crash-2 starts (fencing it: its
+    transaction is aborted at once: the transaction timeout is a minute, and the drain reaches
+    every end sooner) and commits; then crash-3 starts beside it and fences it in turn:
+    crash-2's next transaction fails, it makes a new producer with the same id and goes on
+    until SIGTERM stops it. The dead transaction is never read; the histories pass the
+    queue checks."""
     (q,) = topics(cluster, 1, "crash")
     keys = [f"{q}:0"]
     txn_id = f"crash-{uuid.uuid4().hex[:6]}"
     common = {"keys": keys, "transactional_id": txn_id, "txn_ratio": 1, "abort_ratio": 0,
-              "transaction_timeout_ms": 60_000, "seed": 1}
+              "transaction_timeout_ms": 60_000, "seed": 1, "poll_mode": "assign"}
     first = start(client("queue", "crash-1", tmp_path, duration=60, txn_hold_ms=60_000,
-                         max_txn_ops=2, poll_mode="assign", **common), tmp_path, "crash-1")
+                         max_txn_ops=2, **common), tmp_path, "crash-1")
+    history = tmp_path / "history-crash-1.jsonl"
     try:
-        history = tmp_path / "history-crash-1.jsonl"
-
         def in_log() -> bool:
             with Consumer(bootstrap_servers=cluster.bootstrap_servers) as c:
                 return c.end_offsets([TopicPartition(q, 0)], timeout=10)[TopicPartition(q, 0)] > 0
@@ -326,28 +327,53 @@ def _crash(cluster: LocalCluster, tmp_path: Path, client: Any) -> None:
     assert dead[-1]["type"] == "invoke" and dead[-1]["f"] == "txn", dead[-1]
     open_values = {m[2] for m in dead[-1]["value"] if m[0] == "send"}
     assert open_values
-    finish({"crash-2": start(client("queue", "crash-2", tmp_path, duration=2, **common),
-                             tmp_path, "crash-2")}, tmp_path)
-    finish({"drain-1": start(client("drain", "drain-1", tmp_path, keys=keys, timeout=20),
+
+    second = start(client("queue", "crash-2", tmp_path, duration=60, **common), tmp_path,
+                   "crash-2")
+    try:
+        h2 = tmp_path / "history-crash-2.jsonl"
+        wait_until(lambda: h2.exists() and sent(lines(h2), "ok"), 60, "crash-2 commits")
+        finish({"crash-3": start(client("queue", "crash-3", tmp_path, duration=1, **common),
+                                 tmp_path, "crash-3")}, tmp_path)
+        def reset_at() -> int | None:
+            resets = [m["time"] for m in client_meta(lines(h2)) if m.get("init") == "reset"]
+            return resets[0] if resets else None
+
+        reset = wait_until(reset_at, 60, "crash-2, fenced, makes a new producer")
+        wait_until(lambda: [op for op in lines(h2) if op["time"] > reset
+                            and op["type"] == "ok" and op["f"] == "txn"],
+                   60, "crash-2 commits with its new producer")
+    finally:
+        second.send_signal(signal.SIGTERM)
+    finish({"crash-2": second}, tmp_path)
+    finish({"drain-1": start(drain("drain", "drain-1", tmp_path, keys=keys, timeout=20),
                              tmp_path, "drain-1")}, tmp_path)
     log = drained(lines(tmp_path / "history-drain-1.jsonl"), keys)
-    after = lines(tmp_path / "history-crash-2.jsonl")
-    check_well_formed(after)
+    histories = {"crash-1": dead}
+    for name in ("crash-2", "crash-3"):
+        histories[name] = lines(tmp_path / f"history-{name}.jsonl")
+        check_well_formed(histories[name])
     assert not open_values & set(log[keys[0]].values()), "the dead client's transaction was read"
-    check_queue({"crash-1": dead, "crash-2": after}, log)
-    assert sent(after, "ok"), "the new client committed nothing"
-    before, now = client_meta(dead)[0], client_meta(after)[0]
-    if "producer_epoch" in now:  # our client says which epoch it got: a higher one, same id
-        assert now["producer_id"] == before["producer_id"]
-        assert now["producer_epoch"] > before["producer_epoch"]
+    check_queue(histories, log)
+    fenced = [op for op in histories["crash-2"] if op["f"] == "txn"
+              and op["type"] in ("fail", "info")]
+    assert fenced, "crash-2 was not fenced"
+    firsts = [client_meta(histories[name])[0] for name in ("crash-1", "crash-2", "crash-3")]
+    if "producer_epoch" in firsts[0]:  # our client says which epoch it got: higher each time
+        assert len({m["producer_id"] for m in firsts}) == 1
+        assert firsts[0]["producer_epoch"] < firsts[1]["producer_epoch"] \
+            < firsts[2]["producer_epoch"]
 
 
 @pytest.mark.parametrize("kind", ["oncelog", "confluent"])
 def test_a_crashed_clients_transaction_is_fenced_and_never_read(
         cluster: LocalCluster, tmp_path: Path, kind: str) -> None:
     bs = cluster.bootstrap_servers
-    _crash(cluster, tmp_path, lambda role, name, work, **o: python_client(kind, role, name, bs,
-                                                                         work, **o))
+
+    def client(role: str, name: str, work: Path, **o: Any) -> list[str]:
+        return python_client(kind, role, name, bs, work, **o)
+
+    _crash(cluster, tmp_path, client, client)
 
 
 @pytest.mark.kafka
@@ -355,9 +381,15 @@ def test_a_crashed_java_clients_transaction_is_fenced_and_never_read(
         cluster: LocalCluster, tmp_path: Path, kafka_jars: str) -> None:
     bs = cluster.bootstrap_servers
     classes = tmp_path.parent / "queue-client-classes"
-    _crash(cluster, tmp_path, lambda role, name, work, **o: java_command(
-        role, classes=classes, classpath=kafka_jars, process=name, bootstrap=bs,
-        history=work / f"history-{name}.jsonl", **o))
+
+    def client(role: str, name: str, work: Path, **o: Any) -> list[str]:
+        return java_command(role, classes=classes, classpath=kafka_jars, process=name,
+                            bootstrap=bs, history=work / f"history-{name}.jsonl", **o)
+
+    def drain(role: str, name: str, work: Path, **o: Any) -> list[str]:  # (one JVM less)
+        return python_client("oncelog", role, name, bs, work, **o)
+
+    _crash(cluster, tmp_path, client, drain)
 
 
 def test_command_builds_the_flags_the_client_parses() -> None:

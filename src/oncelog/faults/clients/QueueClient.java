@@ -68,7 +68,8 @@ public class QueueClient {
     // -- state -------------------------------------------------------------------------------
     Writer history;
     Random rng;
-    long deadline;
+    volatile long deadline;
+    volatile boolean stopped;
     long nextValue;
     KafkaConsumer<byte[], byte[]> consumer;
     KafkaProducer<byte[], byte[]> producer;  // idempotent, not transactional
@@ -528,7 +529,9 @@ public class QueueClient {
             error = e;
         }
         List<Object> value = new ArrayList<>(done);
-        value.addAll(micro.subList(done.size(), micro.size()));
+        for (List<Object> m : micro.subList(done.size(), micro.size())) {  // not run
+            value.add(m.get(0).equals("send") ? list("send", m.get(1), list(-1L, m.get(2))) : m);
+        }
         if (error != null || abort) {
             if (error != null && error.reset) initTxn(true);
             else txnAbortQuietly();
@@ -649,7 +652,7 @@ public class QueueClient {
     }
 
     void ready() {
-        deadline = System.nanoTime() + (long) (duration * 1e9);
+        if (!stopped) deadline = System.nanoTime() + (long) (duration * 1e9);
     }
 
     // -- the roles ---------------------------------------------------------------------------
@@ -829,6 +832,11 @@ public class QueueClient {
         // until the client is ready (initTransactions retried that long); then ready() moves
         // it to --duration seconds from then
         c.deadline = System.nanoTime() + (long) (Math.max(30, c.duration) * 1e9);
+        // SIGTERM: no new operation; the one under way finishes (its completion is written)
+        sun.misc.Signal.handle(new sun.misc.Signal("TERM"), sig -> {
+            c.stopped = true;
+            c.deadline = Long.MIN_VALUE;
+        });
         c.history = new OutputStreamWriter(new FileOutputStream(c.historyPath, true), StandardCharsets.UTF_8);
         try {
             switch (c.role) {

@@ -39,6 +39,20 @@ def _error(exc: BaseException) -> Any:
     return exc.args[0] if exc.args and isinstance(exc.args[0], CKafkaError) else None
 
 
+# Producers let go of (fenced, failed fatally, or replaced after an unknown commit): kept, never
+# freed nor served again while the process lives; the process ends with os._exit (__main__).
+# Serving the delivery reports of a fatally failed transactional producer (flush) raised
+# "SystemError: <method 'append' of 'list' objects> returned a result with an exception set"
+# in confluent-kafka's callback path, and freeing one with records still queued once killed
+# the process ("double free or corruption").
+_RETIRED: list[Any] = []
+
+
+def _discard(producer: Any) -> None:
+    if producer is not None:
+        _RETIRED.append(producer)
+
+
 class ConfluentAdapter(ClientAdapter):
     kind = "confluent"
 
@@ -172,6 +186,7 @@ class ConfluentAdapter(ClientAdapter):
         if err is None:
             return int(msg.offset())
         if err.fatal():
+            _discard(self.producer)
             self.producer = None  # a new one (a new producer id) for the next sends
         raise OpError(str(err), definite=err.code() in _DEFINITE)
 
@@ -262,7 +277,8 @@ class ConfluentAdapter(ClientAdapter):
         return -1
 
     def txn_reset(self) -> dict[str, Any]:
-        self.txn = None  # librdkafka frees it when the last reference goes
+        _discard(self.txn)
+        self.txn = None
         return self.txn_init()
 
     def close(self) -> None:

@@ -60,12 +60,19 @@ class Role:
         self.safe: dict[Key, int] = {}  # per key: the next offset after the last ok op's reads
         self.rebalances: list[list[Any]] = []
         self.has_txn = False
+        self.stopped = False
 
     def run(self) -> None:
         raise NotImplementedError
 
     def ready(self) -> None:
-        self.deadline = time.monotonic() + self.args.duration
+        if not self.stopped:
+            self.deadline = time.monotonic() + self.args.duration
+
+    def stop(self) -> None:
+        """Start no other operation (SIGTERM)."""
+        self.stopped = True
+        self.deadline = 0.0
 
     # -- pieces shared by the roles --------------------------------------------------------
 
@@ -166,7 +173,9 @@ class Role:
                 time.sleep(self.args.txn_hold_ms / 1000)
         except OpError as exc:
             error = exc
-        value = done + micro[len(done):]
+        # the micro-ops not run: sends with offset -1, polls without a result
+        value = done + [["send", m[1], [-1, m[2]]] if m[0] == "send" else list(m)
+                        for m in micro[len(done):]]
         if error is not None or abort:
             if error is not None and error.reset:
                 self.init_txn(reset=True)
