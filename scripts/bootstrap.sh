@@ -11,10 +11,12 @@
 #   --with-kafka      Apache Kafka's broker, tools, Java client and Kafka Streams, from Maven
 #                     Central into .cache/kafka (scripts/kafka.sh), and Spark's own Kafka
 #                     connector (scripts/kafka.sh spark-jars): the tests beside a real Kafka
+#   --with-netns      iproute2, iptables and faketime (the fault-injection tests and
+#                     scripts/faults.sh put each node in a network namespace of its own)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-want_kcat="" want_postgres="" want_zookeeper="" want_node="" want_chromium="" want_openssl="" want_kafka=""
+want_kcat="" want_postgres="" want_zookeeper="" want_node="" want_chromium="" want_openssl="" want_kafka="" want_netns=""
 for arg in "$@"; do
   case "$arg" in
     --with-kcat) want_kcat=1 ;;
@@ -24,8 +26,10 @@ for arg in "$@"; do
     --with-chromium) want_chromium=1 ;;
     --with-openssl) want_openssl=1 ;;
     --with-kafka) want_kafka=1 ;;
+    --with-netns) want_netns=1 ;;
     *) echo "bootstrap.sh: unknown option $arg (--with-kcat, --with-postgres," \
-            "--with-zookeeper, --with-node, --with-chromium, --with-openssl, --with-kafka)" >&2; exit 2 ;;
+            "--with-zookeeper, --with-node, --with-chromium, --with-openssl, --with-kafka," \
+            "--with-netns)" >&2; exit 2 ;;
   esac
 done
 if [ ! -x .venv/bin/python ]; then
@@ -62,6 +66,11 @@ if [ -n "$want_openssl" ] && ! command -v openssl >/dev/null 2>&1; then
 fi
 if [ -n "$want_kafka" ] && { ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; }; then
   packages+=(maven openjdk-17-jdk-headless)
+fi
+if [ -n "$want_netns" ]; then
+  command -v ip >/dev/null 2>&1 || packages+=(iproute2)
+  command -v iptables-restore >/dev/null 2>&1 || packages+=(iptables)
+  command -v faketime >/dev/null 2>&1 || packages+=(faketime)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   sudo=""

@@ -20,7 +20,7 @@ if [ -n "$fast" ]; then
   bash "$root/scripts/bootstrap.sh"
 else
   bash "$root/scripts/bootstrap.sh" --with-kcat --with-postgres --with-zookeeper --with-node \
-    --with-chromium --with-openssl --with-kafka
+    --with-chromium --with-openssl --with-kafka --with-netns
 fi
 cd "$root"
 .venv/bin/ruff check src

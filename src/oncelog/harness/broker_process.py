@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -69,7 +70,8 @@ class BrokerProcess:
                  env: dict[str, str] | None = None, *, log_path: str | Path | None = None,
                  node_id: int | None = None, zookeeper: str | None = None,
                  new_session: bool = False, die_with_parent: bool = False,
-                 kill_at_exit: bool = True) -> None:
+                 kill_at_exit: bool = True,
+                 wrap: Callable[[list[str]], list[str]] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.env = dict(env or {})
         self.host = host
@@ -82,6 +84,9 @@ class BrokerProcess:
         self.new_session = new_session
         self.die_with_parent = die_with_parent
         self.kill_at_exit = kill_at_exit
+        # the command as launched, from the one that would be: ``ip netns exec NS ...`` (a
+        # broker in a host of its own, oncelog.faults); the pid must stay the broker's (exec)
+        self.wrap = wrap
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
         self.starts = 0
@@ -130,6 +135,8 @@ class BrokerProcess:
             setpriv = shutil.which("setpriv")
             if setpriv:  # PR_SET_PDEATHSIG, then exec python: the pid stays the broker's
                 command = [setpriv, "--pdeathsig", "KILL", "--", *command]
+        if self.wrap is not None:
+            command = self.wrap(command)
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             log.write(f"--- start #{self.starts + 1} at {time.strftime('%Y-%m-%dT%H:%M:%S')}: "
                       f"{' '.join(command)}\n".encode())

@@ -27,7 +27,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -269,7 +269,9 @@ class ZooKeeperServer:
                  host: str = "127.0.0.1", *, tick_time_ms: int = 500,
                  min_session_timeout_ms: int = 1000, max_session_timeout_ms: int = 60000,
                  fsync: bool = True, jvm_options: tuple[str, ...] = DEFAULT_JVM_OPTIONS,
-                 install: ZooKeeperInstall | None = None, die_with_parent: bool = False) -> None:
+                 install: ZooKeeperInstall | None = None, die_with_parent: bool = False,
+                 ensemble: Mapping[int, str] | None = None, myid: int | None = None,
+                 wrap: Callable[[list[str]], list[str]] | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self.port = port
@@ -280,6 +282,15 @@ class ZooKeeperServer:
         self.jvm_options = tuple(jvm_options)
         self._install = install
         self.die_with_parent = die_with_parent
+        # A member of an ensemble (oncelog.faults): server id -> host of every member (quorum
+        # port 2888, election port 3888 on each), this one's id ``myid``. ``wrap``: the command
+        # as launched (``ip netns exec NS ...``: a server in a host of its own; an exec, so the
+        # pid stays the server's).
+        self.ensemble = dict(ensemble or {})
+        self.myid = myid
+        if self.ensemble and myid not in self.ensemble:
+            raise ValueError(f"myid {myid} is not in the ensemble {sorted(self.ensemble)}")
+        self.wrap = wrap
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- paths and addresses ------------------------------------------------------------------
@@ -341,6 +352,11 @@ class ZooKeeperServer:
         ]
         if not self.fsync:
             lines.append("forceSync=no")
+        if self.ensemble:
+            lines += ["initLimit=10", "syncLimit=5", "cnxTimeout=2000"]
+            lines += [f"server.{sid}={host}:2888:3888"
+                      for sid, host in sorted(self.ensemble.items())]
+            (self.data_dir / "data" / "myid").write_text(f"{self.myid}\n")
         tmp = self.config_path.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n")
         tmp.replace(self.config_path)
@@ -351,8 +367,10 @@ class ZooKeeperServer:
         except OSError:
             return ""
 
-    def start(self, timeout: float = 30.0) -> Self:
-        """Start the server and wait (up to ``timeout`` seconds) until it serves requests."""
+    def start(self, timeout: float = 30.0, *, wait: bool = True) -> Self:
+        """Start the server and wait (up to ``timeout`` seconds) until it serves requests.
+        ``wait=False``: return once spawned (the members of an ensemble serve only once a
+        quorum of them runs); ``wait_serving`` then waits."""
         if self._proc is not None and self._proc.poll() is None:
             return self
         install = self._install or find_zookeeper()
@@ -373,12 +391,16 @@ class ZooKeeperServer:
             setpriv = shutil.which("setpriv") if self.die_with_parent else None
             if setpriv:  # util-linux: PR_SET_PDEATHSIG, then exec java
                 command = [setpriv, "--pdeathsig", "KILL", "--", *command]
+            if self.wrap is not None:
+                command = self.wrap(command)
             with open(self.log_path, "ab") as out:
                 self._proc = subprocess.Popen(
                     command, stdin=subprocess.DEVNULL,
                     stdout=out, stderr=subprocess.STDOUT, cwd=self.data_dir,
                     start_new_session=True)
             self.pid_path.write_text(f"{self._proc.pid}\n")
+            if not wait:
+                return self
             try:
                 self._wait_serving(deadline)
                 return self
@@ -396,6 +418,19 @@ class ZooKeeperServer:
                     f"({'exit code ' + str(rc) if rc is not None else 'no answer'} within "
                     f"{timeout:.0f} s); the end of {self.log_path}:\n{tail}") from None
         raise AssertionError("unreachable")
+
+    def wait_serving(self, timeout: float = 30.0) -> Self:
+        """Until the server (started with ``wait=False``) serves requests; ZooKeeperError
+        (the end of its log) when it exits or ``timeout`` runs out."""
+        try:
+            self._wait_serving(time.monotonic() + timeout)
+        except ZooKeeperError as exc:
+            rc = self._proc.poll() if self._proc is not None else None
+            raise ZooKeeperError(
+                f"ZooKeeper did not serve on {self.host}:{self.port} ({exc}, "
+                f"{'exit code ' + str(rc) if rc is not None else 'no answer'} within "
+                f"{timeout:.0f} s); the end of {self.log_path}:\n{self._tail_log()}") from None
+        return self
 
     def _wait_serving(self, deadline: float) -> None:
         assert self._proc is not None

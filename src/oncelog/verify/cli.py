@@ -51,7 +51,9 @@ def add_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--history", default=None, metavar="FILE",
                    help="save the history here (JSON lines)")
     v.add_argument("--check", default=None, metavar="FILE",
-                   help="only check a saved history file, run nothing")
+                   help="only check a saved history file, run nothing: this command's own "
+                   "history, or a queue history (JSON lines as Jepsen's Kafka workload records "
+                   "them) checked with Jepsen's Kafka checks")
     v.add_argument("--json", action="store_true", help="print the verdict as JSON")
     v.add_argument("--set", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="a setting of the broker this command starts, e.g. "
@@ -65,19 +67,31 @@ def _print_verdict(verdict: Any, as_json: bool) -> None:
         print(verdict.table())
 
 
-def run(args: argparse.Namespace) -> int:
+def _check_file(path: str, as_json: bool) -> int:
+    """``--check FILE``: a queue history (Jepsen's Kafka checks, verify/jepsen.py) or a history
+    of this command's own workload (verify/checker.py); 1 on anomalies, 2 if unreadable."""
     from .checker import check
     from .history import History
+    from .jepsen import check_queue
+    from .queue_history import is_queue_history
+    from .queue_history import load as load_queue
 
+    verdict: Any
+    try:
+        if is_queue_history(path):
+            verdict = check_queue(load_queue(path))
+        else:
+            verdict = check(History.load(path))
+    except (OSError, ValueError) as exc:
+        print(f"oncelog verify: {exc}", file=sys.stderr)
+        return 2
+    _print_verdict(verdict, as_json)
+    return 0 if verdict.ok else 1
+
+
+def run(args: argparse.Namespace) -> int:
     if args.check:
-        try:
-            history = History.load(args.check)
-        except (OSError, ValueError) as exc:
-            print(f"oncelog verify: {exc}", file=sys.stderr)
-            return 2
-        verdict = check(history)
-        _print_verdict(verdict, args.json)
-        return 0 if verdict.ok else 1
+        return _check_file(args.check, args.json)
 
     if args.cluster:
         return _run_cluster(args)
