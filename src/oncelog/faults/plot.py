@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 OUTCOME_COLOURS = {"ok": "#2b8a3e", "fail": "#c92a2a", "info": "#e67700"}
+FUNCTION_COLOURS = {"txn ok": "#5f3dc4", "send ok": "#1971c2", "poll ok": "#0ca678",
+                    "assign ok": "#868e96", "subscribe ok": "#495057", "fail": "#c92a2a",
+                    "info": "#e67700"}
+MIN_WINDOW_S = 0.4  # a fault shorter than this (a client crash) is drawn this wide
 FAULT_COLOURS = ("#4dabf7", "#f783ac", "#ffd43b", "#b197fc", "#63e6be", "#ffa94d", "#a9e34b",
                  "#ff8787", "#74c0fc", "#e599f7", "#8ce99a", "#ffc078", "#adb5bd")
 
@@ -79,7 +83,7 @@ def plot(ops: Sequence[Mapping[str, Any]], windows: Sequence[Mapping[str, Any]],
     for label in sorted(bins):
         counts = bins[label]
         ys = [counts.get(b, 0) / width for b in range(end_bin + 1)]
-        colour = OUTCOME_COLOURS.get(label)
+        colour = FUNCTION_COLOURS.get(label)
         rate_ax.step(xs, ys, where="post", label=label, color=colour, linewidth=1.2)
     rate_ax.set_ylabel("operations / s")
     rate_ax.legend(loc="upper right", fontsize=8, ncol=4)
@@ -99,7 +103,7 @@ def plot(ops: Sequence[Mapping[str, Any]], windows: Sequence[Mapping[str, Any]],
         colour = colours.setdefault(name, FAULT_COLOURS[len(colours) % len(FAULT_COLOURS)])
         end = w.get("end")
         x0 = sec(int(w["start"]))
-        x1 = sec(int(end)) if end is not None else x0 + 0.5
+        x1 = max(sec(int(end)) if end is not None else x0, x0 + MIN_WINDOW_S)
         for ax in (rate_ax, lat_ax):
             ax.axvspan(x0, x1, color=colour, alpha=0.25, linewidth=0)
     handles, labels = lat_ax.get_legend_handles_labels()

@@ -57,8 +57,8 @@ def write_report(out_dir: str | os.PathLike[str], *, verdict: Any, ops: Sequence
         lines.append("")
     if not verdict.ok:
         lines += ["## Anomalies", "",
-                  "Each with the smallest part of the history that shows it "
-                  "(operations of history.jsonl, by index).", ""]
+                  ("Each with the smallest part of the history that shows it "
+                   "(operations of history.jsonl, by index)."), ""]
         shown: dict[str, int] = {}
         for anomaly in verdict.anomalies:
             if anomaly.allowed:

@@ -29,12 +29,11 @@ import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +59,7 @@ class RunConfig:
     clients: list[str] = field(default_factory=lambda: ["oncelog", "confluent"])
     per_kind: int = 1  # client processes of each kind
     partitions: int = 4
-    interval: float = 6.0  # mean seconds from one fault's start to the next
+    interval: float = 8.0  # mean seconds between two client crashes
     settings: dict[str, str] = field(default_factory=dict)
     drain_timeout: float = 60.0
 
@@ -219,10 +218,11 @@ class FaultRun:
                        bootstrap=self.cluster.bootstrap_servers, history=slot.history,
                        **options)
 
-    def _start(self, slot: Slot) -> None:
+    def _start(self, slot: Slot, death_signal: bool = True) -> None:
         argv = self._argv(slot)
-        log = open(self.out / "logs" / f"{slot.process}.log", "ab")
-        with log:
+        if not death_signal and argv[:1] == ["setpriv"]:
+            argv = argv[argv.index("--") + 1:]
+        with open(self.out / "logs" / f"{slot.process}.log", "ab") as log:
             slot.proc = slot.host.popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, env=self._env())
 
@@ -241,7 +241,7 @@ class FaultRun:
         dead = slot.process
         self._crash_line(slot)
         slot.generation += 1
-        self._start(slot)
+        self._start(slot, death_signal=False)
         return {"fault": "client-crash", "start": start, "end": time.monotonic_ns(),
                 "targets": [dead], "detail": f"SIGKILL {dead}; {slot.process} takes "
                 f"transactional.id {slot.transactional_id}"}
@@ -259,9 +259,10 @@ class FaultRun:
         if "client-crash" not in self.config.faults:
             return []
         rng = random.Random(f"client-crash/{self.config.seed}")
-        times, t = [], 0.0
+        times: list[float] = []
+        t = 0.0
         while True:
-            t += rng.expovariate(1.0 / self.config.interval)
+            t += max(2.0, rng.expovariate(1.0 / self.config.interval))
             if t >= self.config.time - 1.0:
                 return times
             times.append(t)
@@ -273,17 +274,18 @@ class FaultRun:
         from ..verify.jepsen import check_queue, excerpt
         from ..verify.queue_history import merge, save
         from .cluster import NetCluster
-        from .nemesis import Nemesis, needs, schedule
+        from .nemesis import Nemesis, cluster_options, schedule
 
         c = self.config
         for sub in ("histories", "logs"):
             (self.out / sub).mkdir(parents=True, exist_ok=True)
         (self.out / "histories" / "meta.jsonl").write_text(json.dumps(self.meta()) + "\n")
+        keys = [k for t in self.topics() for k in self.keys(t)]
         plan = schedule(c.seed, self._cluster_faults(), c.time, brokers=c.brokers,
-                        zookeepers=c.zookeepers, interval=c.interval)
-        options = needs(plan)
+                        zookeepers=c.zookeepers, keys=keys)
+        options = cluster_options(self._cluster_faults())
         _log(f"starting {c.brokers} brokers and {c.zookeepers} ZooKeeper node(s), each on a "
-             f"host of its own ({', '.join(sorted(options)) or 'no extras'})")
+             f"host of its own ({', '.join(k for k, v in options.items() if v) or 'no extras'})")
         unrecovered: list[str] = []
         with NetCluster(self.out / "cluster", brokers=c.brokers, zookeepers=c.zookeepers,
                         settings=c.settings, seed=c.seed, **options) as cluster:
@@ -297,23 +299,26 @@ class FaultRun:
                 self._start_spark()
             _log(f"{len(self.slots)} clients running; {len(plan)} faults planned over "
                  f"{c.time:.0f} s")
+            # The nemesis runs in this thread: the brokers it restarts die with the thread that
+            # started them (PR_SET_PDEATHSIG), so that thread must live to the end of the run.
+            # Client crashes come from a thread of their own, and the clients it restarts are
+            # started without the death signal (they end by themselves when their time is up).
             stop = threading.Event()
             nemesis = Nemesis(cluster, plan, self.windows_path, log=_log)
-            thread = threading.Thread(target=nemesis.run, args=(stop,), name="nemesis",
-                                      daemon=True)
             started = time.monotonic()
-            thread.start()
-            for at in self._client_crash_times():
-                self._sleep_until(started + at)
-                window = self.crash_client()
-                if window is not None:
-                    _log(f"client-crash: {window['detail']}")
-                    self.client_windows.append(window)
-            self._sleep_until(started + c.time)
-            stop.set()
-            thread.join(timeout=300)
-            _log("every fault healed; waiting for the cluster to be healthy")
-            cluster.heal_all()
+            crasher = threading.Thread(target=self._crash_clients, args=(started, stop),
+                                       name="client-crash", daemon=True)
+            crasher.start()
+            timer = threading.Timer(c.time, stop.set)
+            timer.start()
+            try:
+                nemesis.run(stop)
+            finally:
+                timer.cancel()
+                stop.set()
+                crasher.join(timeout=120)
+            _log("every fault healed (the nemesis healed all and waited until the cluster was "
+                 "healthy)")
             healed = time.monotonic_ns()
             if self.spark_job is not None:
                 self._finish_spark()
@@ -333,9 +338,14 @@ class FaultRun:
                      unrecovered=unrecovered)
         return result
 
-    def _sleep_until(self, t: float) -> None:
-        while (left := t - time.monotonic()) > 0:
-            time.sleep(min(left, 0.5))
+    def _crash_clients(self, started: float, stop: threading.Event) -> None:
+        for at in self._client_crash_times():
+            if stop.wait(max(0.0, started + at - time.monotonic())):
+                return
+            window = self.crash_client()
+            if window is not None:
+                _log(f"client-crash: {window['detail']}")
+                self.client_windows.append(window)
 
     def _wait_clients(self) -> None:
         """The clients end by themselves when their time is up; one that hangs past its last
@@ -413,8 +423,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recover", type=float, default=10.0, metavar="SECONDS")
     p.add_argument("--seed", type=int, default=0,
                    help="the same seed gives the same fault schedule (default 0)")
-    p.add_argument("--interval", type=float, default=6.0, metavar="SECONDS",
-                   help="mean time from one fault's start to the next (default 6)")
+    p.add_argument("--interval", type=float, default=8.0, metavar="SECONDS",
+                   help="client-crash: mean time between two crashes (default 8); the other "
+                   "faults come one after another, 5-15 s each with 3-8 s between them, the "
+                   "families in turns in a seeded order")
     p.add_argument("--brokers", type=int, default=3, help="1 to 5 (default 3)")
     p.add_argument("--zookeepers", type=int, choices=(1, 3), default=1,
                    help="ZooKeeper nodes: 1, or an ensemble of 3 (default 1)")
@@ -432,18 +444,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_faults(text: str) -> list[str]:
-    from .nemesis import FAULTS
+    """``--faults``: the nemesis's families and ``client-crash`` (``all``: every one)."""
+    from . import nemesis
 
-    every = [*FAULTS, "client-crash"]
-    if text.strip() == "all":
-        return every
     if text.strip() in ("", "none"):
         return []
-    chosen = [f.strip() for f in text.split(",") if f.strip()]
-    unknown = [f for f in chosen if f not in every]
-    if unknown:
-        raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(every)}")
-    return chosen
+    families = nemesis.parse_faults(text)
+    names = [x.strip() for x in text.split(",")]
+    if "all" in names or nemesis.CLIENT_CRASH in names:
+        families.append(nemesis.CLIENT_CRASH)
+    return families
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -471,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        partitions=args.partitions, interval=args.interval, settings=settings)
     try:
         result = FaultRun(config).run()
-    except Exception as exc:  # the run itself failed: say what, keep what was written
+    except Exception as exc:  # noqa: BLE001 (the run itself failed: say what, keep what was written)
         import traceback
 
         traceback.print_exc()
