@@ -228,7 +228,23 @@ class FaultRun:
 
     def crash_client(self) -> dict[str, Any] | None:
         """SIGKILL one running client (mid-operation, most likely mid-transaction) and start a
-        new process in its place: same host, same transactional id, a new name."""
+        new process in its place: same host, same transactional id, a new name. In the spark
+        workload, every other crash is the Spark job's instead: its driver (with Spark's JVM
+        and Python workers) killed and started again from its checkpoint, or one of its
+        tasks' Python workers killed (Spark retries the task)."""
+        job = self.spark_job
+        if job is not None and self.rng.random() < 0.5:
+            start = time.monotonic_ns()
+            if self.rng.random() < 0.5:
+                dead = job.process
+                job.restart()
+                detail = f"SIGKILL the Spark driver ({dead}); restarted from its checkpoint"
+            else:
+                killed = job.kill_task()
+                dead = "spark-task"
+                detail = f"SIGKILL the Python workers of the job's tasks (pids {killed})"
+            return {"fault": "client-crash", "start": start, "end": time.monotonic_ns(),
+                    "targets": [dead], "detail": detail}
         running = [s for s in self.slots if s.proc is not None and s.proc.poll() is None]
         if not running:
             return None
@@ -320,10 +336,10 @@ class FaultRun:
             _log("every fault healed (the nemesis healed all and waited until the cluster was "
                  "healthy)")
             healed = time.monotonic_ns()
-            if self.spark_job is not None:
-                self._finish_spark()
             self._wait_clients()
             unrecovered = self._unrecovered(healed)
+            if self.spark_job is not None:
+                unrecovered += self._finish_spark()
             self._drain()
         ops = merge(sorted((self.out / "histories").glob("*.jsonl")))
         save(self.out / "history.jsonl", ops)
@@ -346,6 +362,34 @@ class FaultRun:
             if window is not None:
                 _log(f"client-crash: {window['detail']}")
                 self.client_windows.append(window)
+
+    def _start_spark(self) -> None:
+        from .spark_job import SparkCopyJob
+
+        host = self.cluster.client_host("spark")
+        self.spark_job = SparkCopyJob(self.out / "spark", self.cluster.bootstrap_servers,
+                                      INPUT_TOPIC, OUTPUT_TOPIC, self.config.partitions,
+                                      wrap=host.wrap, history_dir=self.out / "histories",
+                                      env=self._env())
+        self.spark_job.start()
+        if not self.spark_job.started.wait(180):
+            raise RuntimeError("the Spark job did not start in 180 s:\n"
+                               + self.spark_job.log_tail())
+
+    def _finish_spark(self) -> list[str]:
+        """Wait until the job copied every committed input, then stop it; a job that does not
+        catch up did not recover."""
+        from .spark_job import SparkJobError
+
+        job = self.spark_job
+        assert job is not None
+        try:
+            job.wait_caught_up(timeout=180)
+            return []
+        except SparkJobError as exc:
+            return [f"the Spark job did not catch up after the faults were healed: {exc}"]
+        finally:
+            job.stop()
 
     def _wait_clients(self) -> None:
         """The clients end by themselves when their time is up; one that hangs past its last
