@@ -1,0 +1,1 @@
+"""Faults as Jepsen injects them: hosts in network namespaces, fault families, workloads."""
