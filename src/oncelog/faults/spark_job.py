@@ -1,0 +1,781 @@
+"""The Spark exactly-once sink job as a fault workload (issue 31, workload ``spark``).
+
+Producers write unique integers to an input topic; a Spark Structured Streaming job (PySpark,
+local mode, a driver process of its own) copies the input topic to the output topic with the
+exactly-once ``oncelog`` sink, partition N to partition N; the faults kill brokers, the network
+and the job's driver (SIGKILL of its whole process group: the Python driver, Spark's JVM, its
+Python workers), and the job, started again from its checkpoint, must leave every committed
+input value in its output partition exactly once and nothing else there.
+
+Three commands, each a process of its own (the fault runner prefixes them with
+``ip netns exec NS`` to run them on a client host)::
+
+    python -m oncelog.faults.spark_job produce --bootstrap-server B --topic in --partitions 2 \\
+        --index 1 [--txn] [--time S | --ops N] [--rate R] [--history FILE]
+    python -m oncelog.faults.spark_job job --bootstrap-server B --input in --output out \\
+        --checkpoint DIR
+    python -m oncelog.faults.spark_job drain --bootstrap-server B --keys in:0,in:1,out:0,out:1 \\
+        [--process drain-0] [--history FILE]
+
+``produce`` and ``drain`` write the queue history of the design (one JSON object per line,
+flushed per line, ``time`` from ``time.monotonic_ns()``): ``produce`` a ``txn`` op per
+transaction (``--txn``, our client's transactions) or a ``send`` op per record (idempotent
+producer); ``drain`` an ``assign``, its ``poll`` ops (read_committed, from the beginning) and
+the ``drain_end`` meta line. ``meta(...)`` is the history's first line (``copies``: input key ->
+output key). ``SparkCopyJob`` drives the job's driver process for the runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["SparkCopyJob", "SparkJobError", "create_topics", "drain_argv", "meta",
+           "produce_argv", "read_history"]
+
+# Spark's JVM: a small fixed heap, the C1 compiler only and the serial collector (the job's
+# data is small; C2 and parallel GC threads would take CPU from the brokers under test).
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+DRIVER_MEMORY = "512m"
+VALUE_RANGE = 10**9  # a producer's values: index * VALUE_RANGE + counter
+
+
+class SparkJobError(RuntimeError):
+    """The job's driver died on its own, or did not get where it was asked to in time."""
+
+
+# -- history -----------------------------------------------------------------------------------
+
+
+def meta(input_topic: str, output_topic: str, partitions: int) -> dict[str, Any]:
+    """The history's first line for this workload: every input key and output key, and which
+    output key each input key is copied to (the same partition number)."""
+    copies = {f"{input_topic}:{p}": f"{output_topic}:{p}" for p in range(partitions)}
+    return {"type": "meta", "workload": "spark", "keys": [*copies, *copies.values()],
+            "copies": copies}
+
+
+class HistoryFile:
+    """A client process's history: one JSON object per line, each flushed at once (a SIGKILL
+    leaves every line written before it)."""
+
+    def __init__(self, path: str | os.PathLike[str], process: str) -> None:
+        self.process = process
+        self._f: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
+
+    def write(self, line: dict[str, Any]) -> None:
+        with self._lock:
+            self._f.write(json.dumps(line, separators=(",", ":")) + "\n")
+            self._f.flush()
+
+    def op(self, type_: str, f: str, value: Any, txn: bool = False, **extra: Any) -> None:
+        line = {"type": type_, "f": f, "process": self.process, "time": time.monotonic_ns(),
+                "value": value}
+        if txn:
+            line["txn"] = True
+        line.update(extra)
+        self.write(line)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_history(paths: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]:
+    """The lines of the given history files, in time order (meta lines first)."""
+    ops: list[dict[str, Any]] = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            ops += [json.loads(line) for line in f if line.strip()]
+    return sorted(ops, key=lambda op: (op.get("type") != "meta" or op.get("f") is not None,
+                                       op.get("time", 0)))
+
+
+def _key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def _parse_key(key: str) -> tuple[str, int]:
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
+
+
+def _decode(value: bytes | None) -> Any:
+    """A record's value as the history shows it: the integer it holds (anything else, which
+    this workload never writes, as text, so that a checker sees it as foreign)."""
+    if value is None:
+        return None
+    text = value.decode(errors="replace")
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+# -- commands for the runner --------------------------------------------------------------------
+
+
+def _module_argv(python: str, command: str, args: Sequence[str]) -> list[str]:
+    return [python, "-m", "oncelog.faults.spark_job", command, *args]
+
+
+def produce_argv(bootstrap: str, topic: str, partitions: int, index: int, history: str,
+                 *, txn: bool = False, process: str | None = None,
+                 transactional_id: str | None = None, seconds: float | None = None,
+                 ops: int | None = None, rate: float = 50.0, seed: int | None = None,
+                 python: str = sys.executable) -> list[str]:
+    """The argv of a producer process (``produce``). ``index`` picks its values (index * 10**9
+    + counter: disjoint between processes) and its default name ``oncelog-{index}``; a process
+    that replaces a crashed one takes a new index (and name) and, with ``txn``, the same
+    ``transactional_id``."""
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--partitions", str(partitions),
+            "--index", str(index), "--history", str(history), "--rate", str(rate)]
+    if txn:
+        args.append("--txn")
+    if process is not None:
+        args += ["--process", process]
+    if transactional_id is not None:
+        args += ["--transactional-id", transactional_id]
+    if seconds is not None:
+        args += ["--time", str(seconds)]
+    if ops is not None:
+        args += ["--ops", str(ops)]
+    if seed is not None:
+        args += ["--seed", str(seed)]
+    return _module_argv(python, "produce", args)
+
+
+def drain_argv(bootstrap: str, keys: Sequence[str], history: str, process: str = "drain-0",
+               timeout: float = 60.0, python: str = sys.executable) -> list[str]:
+    """The argv of the final drain (``drain``): every key read from the beginning,
+    read_committed, into ``history`` as ``process``."""
+    return _module_argv(python, "drain", [
+        "--bootstrap-server", bootstrap, "--keys", ",".join(keys), "--history", str(history),
+        "--process", process, "--timeout", str(timeout)])
+
+
+def create_topics(bootstrap: str, input_topic: str, output_topic: str, partitions: int,
+                  replication_factor: int = 3, min_insync_replicas: int = 2) -> None:
+    """The input and output topics, and the sink's marker topic (its batch markers: one
+    partition), each with ``replication_factor`` replicas, so that the job survives the loss of
+    a broker. (The sink makes the marker topic itself when it is missing, with the brokers'
+    default.replication.factor.)"""
+    from ..client import Admin, NewTopic
+    from ..errors import TopicAlreadyExistsError
+    from ..spark_markers import MARKER_TOPIC
+
+    config = {"min.insync.replicas": str(min_insync_replicas)}
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        for name, count in ((input_topic, partitions), (output_topic, partitions),
+                            (MARKER_TOPIC, 1)):
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics([NewTopic(name, count, replication_factor=replication_factor,
+                                              config=config)])
+
+
+# -- the producer process -----------------------------------------------------------------------
+
+
+class _Stop:
+    """Set by SIGTERM / SIGINT: the process ends after the operation under way."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.event.set())
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+
+def _producer_config(args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap_server, "acks": "all", "linger.ms": 1,
+        "request.timeout.ms": args.request_timeout_ms, "max.block.ms": 10_000,
+        "delivery.timeout.ms": 30_000, "retry.backoff.ms": 100,
+        "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
+    if args.txn:
+        config["transactional.id"] = args.transactional_id or f"spark-producer-{args.index}"
+        config["transaction.timeout.ms"] = args.transaction_timeout_ms
+    else:
+        config["enable.idempotence"] = True
+    return config
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from ..client import Producer
+
+    stop = _Stop()
+    process = args.process or f"oncelog-{args.index}"
+    history = HistoryFile(args.history or f"history-{process}.jsonl", process)
+    rng = random.Random(args.seed if args.seed is not None else args.index)
+    counter = 0
+    counts = {"ok": 0, "fail": 0, "info": 0}
+    deadline = None if args.time is None else time.monotonic() + args.time
+    producer: Any = None
+
+    def fresh_producer() -> Any:
+        """A producer, its transactions registered (retried while the cluster cannot: a new
+        InitProducerId with the same transactional.id also fences and aborts what the last
+        one left open)."""
+        while not stop and (deadline is None or time.monotonic() < deadline):
+            p = Producer(_producer_config(args))
+            if not args.txn:
+                return p
+            try:
+                p.init_transactions(timeout=args.request_timeout_ms / 1000 * 3)
+                return p
+            except Exception as exc:  # noqa: BLE001 - any failure: try again with a new one
+                print(f"init_transactions: {type(exc).__name__}: {exc}", file=sys.stderr,
+                      flush=True)
+                with contextlib.suppress(Exception):
+                    p.close(timeout=1)
+                time.sleep(0.5)
+        return None
+
+    def done(n: int) -> bool:
+        return bool(stop) or (args.ops is not None and n >= args.ops) or \
+            (deadline is not None and time.monotonic() >= deadline)
+
+    op_count = 0
+    next_at = time.monotonic()
+    try:
+        while not done(op_count):
+            if producer is None:
+                producer = fresh_producer()
+                if producer is None:
+                    break
+            size = rng.randint(1, args.max_txn_size) if args.txn else 1
+            sends = []
+            for _ in range(size):
+                sends.append((rng.randrange(args.partitions),
+                              args.index * VALUE_RANGE + counter))
+                counter += 1
+            invoke = [["send", _key(args.topic, p), v] for p, v in sends]
+            f = "txn" if args.txn else "send"
+            history.op("invoke", f, invoke, txn=args.txn)
+            outcome, value = _one_op(producer, args, sends)
+            history.op(outcome, f, value if outcome == "ok" else invoke, txn=args.txn)
+            counts[outcome] += 1
+            op_count += 1
+            if outcome != "ok" and args.txn:
+                # A transaction in an unknown state: start over with a new producer (its
+                # InitProducerId aborts what this one left open).
+                with contextlib.suppress(Exception):
+                    producer.close(timeout=1)
+                producer = None
+            next_at = max(next_at + 1 / args.rate, time.monotonic() - 1)
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                stop.event.wait(delay)
+    finally:
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                producer.close(timeout=5)
+        history.close()
+    print(f"{process}: ok {counts['ok']}, fail {counts['fail']}, info {counts['info']}",
+          flush=True)
+    return 0
+
+
+def _one_op(producer: Any, args: argparse.Namespace,
+            sends: list[tuple[int, int]]) -> tuple[str, Any]:
+    """One op: its outcome (ok / fail / info) and, when ok, its completed micro-ops."""
+    timeout = args.request_timeout_ms / 1000 * 3
+    if not args.txn:
+        (partition, value), = sends
+        try:
+            md = producer.send(args.topic, str(value).encode(), partition=partition).result(
+                timeout=35)
+        except Exception as exc:  # noqa: BLE001 - written or not: unknown
+            print(f"send: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return "info", None
+        return "ok", [["send", _key(args.topic, partition), [md.offset, value]]]
+    futures = []
+    try:
+        producer.begin_transaction()
+        for partition, value in sends:
+            futures.append(producer.send(args.topic, str(value).encode(), partition=partition))
+    except Exception as exc:  # noqa: BLE001
+        # No EndTxn(commit) was sent: the transaction can only abort.
+        print(f"send in a transaction: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+        with contextlib.suppress(Exception):
+            producer.abort_transaction(timeout=timeout)
+        return "fail", None
+    try:
+        producer.commit_transaction(timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - the commit may have happened
+        print(f"commit: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return "info", None
+    done = []
+    for (partition, value), fut in zip(sends, futures, strict=True):
+        offset = -1
+        with contextlib.suppress(Exception):
+            offset = fut.result(timeout=0).offset
+        done.append(["send", _key(args.topic, partition), [offset, value]])
+    return "ok", done
+
+
+# -- the drain ----------------------------------------------------------------------------------
+
+
+def _drain(args: argparse.Namespace) -> int:
+    from ..client import Consumer, TopicPartition
+
+    keys = [k for k in args.keys.split(",") if k]
+    tps = [TopicPartition(*_parse_key(k)) for k in keys]
+    history = HistoryFile(args.history or f"history-{args.process}.jsonl", args.process)
+    settings: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server,
+                                "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                "request.timeout.ms": 10_000}
+    deadline = time.monotonic() + args.timeout
+    reached: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    try:
+        with Consumer({**settings, "isolation.level": "read_committed"}) as c, \
+                Consumer({**settings, "isolation.level": "read_uncommitted"}) as hw_reader:
+            history.op("invoke", "assign", keys)
+            c.assign(tps)
+            for tp in tps:
+                c.seek(tp, 0)
+            history.op("ok", "assign", keys)
+            while True:
+                stable = _retrying(lambda: c.end_offsets(tps, timeout=10), deadline)
+                high = _retrying(lambda: hw_reader.end_offsets(tps, timeout=10), deadline)
+                behind = [tp for tp in tps if c.position(tp) < stable[tp]]
+                if not behind:
+                    if stable == high or time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.2)  # an open transaction holds the last stable offset back
+                    continue
+                if time.monotonic() >= deadline:
+                    break
+                while any(c.position(tp) < stable[tp] for tp in tps) and \
+                        time.monotonic() < deadline:
+                    start = time.monotonic_ns()
+                    records = c.poll(0.5)
+                    if not records:
+                        continue
+                    polled: dict[str, list[list[Any]]] = {}
+                    for r in records:
+                        polled.setdefault(_key(r.topic, r.partition), []).append(
+                            [r.offset, _decode(r.value)])
+                    history.write({"type": "invoke", "f": "poll", "process": args.process,
+                                   "time": start, "value": [["poll"]]})
+                    history.op("ok", "poll", [["poll", polled]])
+            for k, tp in zip(keys, tps, strict=True):
+                reached[k] = c.position(tp)
+                ends[k] = high[tp]
+    finally:
+        history.write({"type": "meta", "f": "drain_end", "process": args.process,
+                       "time": time.monotonic_ns(),
+                       "value": {k: {"reached": reached.get(k, -1), "end": ends.get(k, -1)}
+                                 for k in keys}})
+        history.close()
+    short = {k: (reached[k], ends[k]) for k in keys if reached[k] < ends[k]}
+    if short:
+        print(f"drain: not read to the end (reached, high watermark): {short}",
+              file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _retrying(call: Callable[[], Any], deadline: float) -> Any:
+    """``call()``, again after failures (a broker restarting) until ``deadline``."""
+    while True:
+        try:
+            return call()
+        except Exception:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.3)
+
+
+# -- the Spark job (the driver process) ---------------------------------------------------------
+
+
+def _job(args: argparse.Namespace) -> int:
+    began = time.monotonic()
+    stop = _Stop()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from .. import spark as oncelog_spark
+
+    spark = (SparkSession.builder.master(args.master).appName("oncelog-faults-spark")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", args.driver_memory).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    oncelog_spark.register(spark)
+    try:
+        df = (spark.readStream.format("oncelog")
+              .option("kafka.bootstrap.servers", args.bootstrap_server)
+              .option("subscribe", args.input).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger)).load())
+        # Partition N to partition N (the history's copies map says so), key and value as read.
+        q = (df.select("key", "value", "partition").writeStream.format("oncelog")
+             .option("kafka.bootstrap.servers", args.bootstrap_server)
+             .option("topic", args.output).option("checkpointLocation", args.checkpoint)
+             .trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
+        print(f"started ({time.monotonic() - began:.1f} s)", flush=True)
+        seen: set[int] = set()
+        while q.isActive and not stop:
+            for p in q.recentProgress:
+                if p["batchId"] not in seen:
+                    seen.add(p["batchId"])
+                    print(f"batch {p['batchId']}: {p['numInputRows']} rows "
+                          f"({time.monotonic() - began:.1f} s)", flush=True)
+            stop.event.wait(0.1)
+        failed = q.exception()
+        if failed is not None:
+            print(f"query failed: {failed}", file=sys.stderr, flush=True)
+            return 1
+        # Asked to stop: between micro-batches, so that no prepared transaction of the sink is
+        # left undecided (one never times out; only the next run of the job would settle it).
+        idle_by = time.monotonic() + args.stop_timeout
+        while q.isActive and q.status["isTriggerActive"] and time.monotonic() < idle_by:
+            time.sleep(0.02)
+        q.stop()
+        print("stopped", flush=True)
+    finally:
+        spark.stop()
+    return 0
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The pids of the processes in process group ``pgid`` (from /proc)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:  # state, ppid, pgrp
+            members.append(int(entry))
+    return members
+
+
+class SparkCopyJob:
+    """The copy job's driver process for a fault runner: started with ``wrap(argv)`` (the
+    runner's ``ip netns exec NS`` prefix) in a session of its own, so that ``kill`` reaches the
+    driver, Spark's JVM and every Python worker at once (one process group).
+
+    The job reads ``input_topic`` (read_committed) and writes ``output_topic`` through the
+    exactly-once sink, checkpointing in ``work_dir/checkpoint``; its output goes to
+    ``work_dir/driver.log``; each kill is a ``crash`` line (process ``spark-<run>``) in
+    ``history_dir/history-spark.jsonl``. ``batches`` counts the micro-batches with input rows
+    the driver reported, over all runs; ``run`` is the number of the current (last) start.
+    """
+
+    def __init__(self, work_dir: str | os.PathLike[str], bootstrap: str, input_topic: str,
+                 output_topic: str, partitions: int,
+                 wrap: Callable[[list[str]], list[str]] = lambda argv: argv, *,
+                 history_dir: str | os.PathLike[str] | None = None,
+                 max_offsets_per_trigger: int = 500, trigger_ms: int = 300,
+                 master: str = "local[2,4]", driver_memory: str = DRIVER_MEMORY,
+                 python: str = sys.executable, env: dict[str, str] | None = None) -> None:
+        self.work_dir = Path(work_dir)
+        self.bootstrap = bootstrap
+        self.input_topic = input_topic
+        self.output_topic = output_topic
+        self.partitions = partitions
+        self.wrap = wrap
+        self.history_dir = Path(history_dir) if history_dir is not None else self.work_dir
+        self.max_offsets_per_trigger = max_offsets_per_trigger
+        self.trigger_ms = trigger_ms
+        self.master = master
+        self.driver_memory = driver_memory
+        self.python = python
+        self.env = dict(os.environ if env is None else env)
+        self.env.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
+        self.env.setdefault("PYSPARK_PYTHON", python)
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.checkpoint = self.work_dir / "checkpoint"
+        self.log_path = self.work_dir / "driver.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.run = 0
+        self.batches = 0  # micro-batches with rows, all runs
+        self.run_batches = 0  # micro-batches with rows, this run
+        self.started = threading.Event()
+        self._reader: threading.Thread | None = None
+        self._cond = threading.Condition()
+
+    # -- the command --------------------------------------------------------------------------
+
+    def argv(self) -> list[str]:
+        """The driver's command (before ``wrap``)."""
+        return _module_argv(self.python, "job", [
+            "--bootstrap-server", self.bootstrap, "--input", self.input_topic,
+            "--output", self.output_topic, "--checkpoint", str(self.checkpoint),
+            "--max-offsets-per-trigger", str(self.max_offsets_per_trigger),
+            "--trigger-ms", str(self.trigger_ms), "--master", self.master,
+            "--driver-memory", self.driver_memory])
+
+    @property
+    def process(self) -> str:
+        """The current run's process name in the history."""
+        return f"spark-{self.run}"
+
+    def meta(self) -> dict[str, Any]:
+        return meta(self.input_topic, self.output_topic, self.partitions)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the driver (from the checkpoint, if there is one)."""
+        if self.running:
+            raise SparkJobError("the job's driver runs already")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.history_dir.mkdir(parents=True, exist_ok=True)
+        self.run += 1
+        self.run_batches = 0
+        self.started.clear()
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- run {self.run}: {' '.join(self.wrap(self.argv()))}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.wrap(self.argv()), stdout=subprocess.PIPE,
+                                         stderr=log, stdin=subprocess.DEVNULL, env=self.env,
+                                         start_new_session=True)
+        self._reader = threading.Thread(target=self._read, args=(self.proc,),
+                                        name=f"spark-job-{self.run}", daemon=True)
+        self._reader.start()
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        with open(self.log_path, "ab") as log:
+            for raw in proc.stdout:
+                log.write(raw)
+                log.flush()
+                line = raw.decode(errors="replace").strip()
+                with self._cond:
+                    if line.startswith("started"):
+                        self.started.set()
+                    elif line.startswith("batch ") and ": 0 rows" not in line:
+                        self.batches += 1
+                        self.run_batches += 1
+                    self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def kill(self) -> None:
+        """SIGKILL the driver's whole process group (the Python driver, Spark's JVM, its Python
+        workers), mid-whatever it does: a client crash. Recorded as a ``crash``."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        if self.proc.poll() is None:
+            history = HistoryFile(self.history_dir / "history-spark.jsonl", self.process)
+            try:
+                history.op("info", "crash", None)
+            finally:
+                history.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        self._reap(pgid)
+
+    def kill_task(self) -> list[int]:
+        """SIGKILL the Python workers running the job's tasks now (the children of the
+        ``pyspark.daemon`` that forks them), not the driver: a task-level crash, which Spark
+        retries as a new task attempt. Returns the pids killed (none when no task ran)."""
+        if not self.running:
+            return []
+        assert self.proc is not None
+        killed = []
+        for pid in _group_members(self.proc.pid):
+            try:
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                parent_cmd = Path(f"/proc/{parent}/cmdline").read_bytes()
+            except (OSError, ValueError, IndexError):
+                continue
+            if b"pyspark.daemon" in parent_cmd:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+        return killed
+
+    def restart(self) -> None:
+        """Start the driver again from the checkpoint (killing it first if it runs)."""
+        if self.running:
+            self.kill()
+        self.start()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the job: SIGTERM (the query stops, Spark shuts down), SIGKILL to whatever of
+        the group is left after ``timeout``."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        self._reap(pgid)
+
+    def _reap(self, pgid: int) -> None:
+        assert self.proc is not None
+        self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(10)
+        deadline = time.monotonic() + 10
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait_batches(self, n: int, timeout: float = 120.0) -> None:
+        """Until this run of the driver has reported ``n`` micro-batches with input rows."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.run_batches < n:
+                if not self.running and self.run_batches < n:
+                    raise SparkJobError(f"the driver exited ({self._exit()}):\n{self.log_tail()}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SparkJobError(f"{self.run_batches} of {n} micro-batches in "
+                                        f"{timeout:g} s:\n{self.log_tail()}")
+                self._cond.wait(min(left, 0.5))
+
+    def _exit(self) -> str:
+        rc = self.proc.poll() if self.proc is not None else None
+        return "not started" if self.proc is None else f"exit status {rc}"
+
+    def wait_caught_up(self, timeout: float = 120.0) -> dict[str, int]:
+        """Until the output holds every input value committed when called (read_committed
+        reads of both topics, partition N's in output partition N); the driver must keep
+        running meanwhile. Returns input key -> values copied. SparkJobError on timeout or
+        when the driver died, naming how many are missing."""
+        from ..client import Consumer, TopicPartition
+
+        deadline = time.monotonic() + timeout
+        settings = {"bootstrap.servers": self.bootstrap, "isolation.level": "read_committed",
+                    "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+        want: dict[int, set[Any]] = {p: set() for p in range(self.partitions)}
+        with Consumer(settings) as c:
+            tps = [TopicPartition(self.input_topic, p) for p in range(self.partitions)]
+            c.assign(tps)
+            for tp in tps:
+                c.seek(tp, 0)
+            end = _retrying(lambda: c.end_offsets(tps, timeout=10), deadline)
+            while any(c.position(tp) < end[tp] for tp in tps):
+                if time.monotonic() >= deadline:
+                    raise SparkJobError("the input could not be read to its end in time")
+                for r in c.poll(0.5):
+                    if r.offset < end[TopicPartition(r.topic, r.partition)]:
+                        want[r.partition].add(_decode(r.value))
+        missing = {p: set(v) for p, v in want.items()}
+        with Consumer(settings) as c:
+            tps = [TopicPartition(self.output_topic, p) for p in range(self.partitions)]
+            c.assign(tps)
+            for tp in tps:
+                c.seek(tp, 0)
+            while any(missing.values()):
+                if not self.running:
+                    raise SparkJobError(f"the driver exited ({self._exit()}) with "
+                                        f"{sum(map(len, missing.values()))} input values not "
+                                        f"copied:\n{self.log_tail()}")
+                if time.monotonic() >= deadline:
+                    raise SparkJobError(
+                        f"{sum(map(len, missing.values()))} of "
+                        f"{sum(map(len, want.values()))} committed input values not in the "
+                        f"output after {timeout:g} s:\n{self.log_tail()}")
+                with contextlib.suppress(Exception):  # a broker restarting: poll again
+                    for r in c.poll(0.5):
+                        missing[r.partition].discard(_decode(r.value))
+        return {_key(self.input_topic, p): len(v) for p, v in want.items()}
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m oncelog.faults.spark_job",
+                                 description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("produce", help="write unique integers to the input topic, with history")
+    p.add_argument("--bootstrap-server", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", type=int, required=True)
+    p.add_argument("--index", type=int, required=True,
+                   help="values index * 10**9 + counter; name oncelog-INDEX")
+    p.add_argument("--process", help="the process name in the history")
+    p.add_argument("--history", help="the history file (default history-PROCESS.jsonl)")
+    p.add_argument("--txn", action="store_true", help="transactions (default: idempotent sends)")
+    p.add_argument("--transactional-id", help="default spark-producer-INDEX")
+    p.add_argument("--max-txn-size", type=int, default=4, help="sends per transaction, at most")
+    p.add_argument("--time", type=float, help="stop after this many seconds")
+    p.add_argument("--ops", type=int, help="stop after this many operations")
+    p.add_argument("--rate", type=float, default=50.0, help="operations per second, at most")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--request-timeout-ms", type=int, default=5000)
+    p.add_argument("--transaction-timeout-ms", type=int, default=10_000)
+
+    d = sub.add_parser("drain", help="read keys from the beginning (read_committed) into history")
+    d.add_argument("--bootstrap-server", required=True)
+    d.add_argument("--keys", required=True, help="topic:partition,...")
+    d.add_argument("--process", default="drain-0")
+    d.add_argument("--history", help="the history file (default history-PROCESS.jsonl)")
+    d.add_argument("--timeout", type=float, default=60.0)
+
+    j = sub.add_parser("job", help="the Spark copy job's driver")
+    j.add_argument("--bootstrap-server", required=True)
+    j.add_argument("--input", required=True)
+    j.add_argument("--output", required=True)
+    j.add_argument("--checkpoint", required=True)
+    j.add_argument("--max-offsets-per-trigger", type=int, default=500)
+    j.add_argument("--trigger-ms", type=int, default=300)
+    j.add_argument("--master", default="local[2,4]", help="local[threads,maxFailures]")
+    j.add_argument("--driver-memory", default=DRIVER_MEMORY)
+    j.add_argument("--stop-timeout", type=float, default=30.0,
+                   help="on SIGTERM, wait this long for the micro-batch under way to end")
+
+    args = ap.parse_args(argv)
+    if args.command == "produce":
+        return _produce(args)
+    if args.command == "drain":
+        return _drain(args)
+    return _job(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Issue 31's Spark workload (oncelog.faults.spark_job) on a loopback 3-broker cluster: producers
+(a transactional one and an idempotent one, processes of their own writing the queue history)
+write unique integers to ``in`` while the Spark copy job (its own driver process, the
+exactly-once ``oncelog`` sink) copies ``in`` to ``out`` partition by partition; the job's driver
+is SIGKILLed mid-stream with its whole process group and started again from its checkpoint, and
+a broker (the leader of the sink's batch markers) is SIGKILLed and started again while the job
+runs. (The broker dies first, the driver while it is down; it comes back while the driver
+starts again.) The final drain (read_committed, from the beginning) must find every acknowledged input
+value in the input, and every committed input value in its output partition exactly once, and
+nothing else there."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from support.zookeeper import require_zookeeper
+
+pytest.importorskip("pyspark")
+
+from oncelog.faults.spark_job import (
+    SparkCopyJob,
+    create_topics,
+    drain_argv,
+    meta,
+    produce_argv,
+    read_history,
+)
+from oncelog.harness.local_cluster import LocalCluster
+from oncelog.spark_markers import MARKER_TOPIC
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.cluster]
+
+PARTITIONS = 2
+SETTINGS = {"transaction.two.phase.commit.enable": "true",
+            "transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "1",
+            "zookeeper.session.timeout.ms": "2000", "replica.lag.time.max.ms": "2000",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _values(ops: list[dict], process_prefix: str) -> dict[str, Counter]:
+    """Key -> values (with their counts) the drain read, from its poll ops."""
+    seen: dict[str, Counter] = {}
+    for op in ops:
+        if op["type"] == "ok" and op["f"] == "poll" and op["process"].startswith(process_prefix):
+            for _f, polled in op["value"]:
+                for key, pairs in polled.items():
+                    seen.setdefault(key, Counter()).update(v for _offset, v in pairs)
+    return seen
+
+
+def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
+        zookeeper_server, tmp_path: Path) -> None:
+    require_zookeeper()
+    chroot = f"{zookeeper_server.connect_string}/spark-{uuid.uuid4().hex[:6]}"
+    history = tmp_path / "history"
+    history.mkdir()
+    with LocalCluster(tmp_path / "cluster", 3, zookeeper=chroot, broker_settings=SETTINGS,
+                      die_with_parent=True) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        create_topics(bootstrap, "in", "out", PARTITIONS)
+        job = SparkCopyJob(tmp_path / "job", bootstrap, "in", "out", PARTITIONS,
+                           history_dir=history)
+        producers: list[subprocess.Popen] = []
+        try:
+            job.start()
+            for index, txn in ((1, True), (2, False)):
+                producers.append(subprocess.Popen(
+                    produce_argv(bootstrap, "in", PARTITIONS, index,
+                                 str(history / f"history-oncelog-{index}.jsonl"), txn=txn,
+                                 rate=20),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+            # The leader of the sink's batch markers dies while the job copies.
+            job.wait_batches(1)
+            victim = cluster.leader_of(MARKER_TOPIC, 0)
+            cluster.kill(victim)
+            job.wait_batches(3)
+            # The driver dies with its JVM and Python workers mid-stream; it runs again from
+            # its checkpoint while the broker comes back.
+            pgid = job.proc.pid
+            job.kill()
+            assert _group_gone(pgid), "a process of the driver's group outlived the kill"
+            job.restart()
+            cluster.start_broker(victim)
+            job.wait_batches(2)
+
+            for p in producers:
+                p.send_signal(signal.SIGTERM)
+            for p in producers:
+                _out, err = p.communicate(timeout=60)
+                assert p.returncode == 0, err[-3000:]
+            copied = job.wait_caught_up(timeout=90)
+            job.stop()
+            assert job.run == 2 and job.batches >= 5
+        finally:
+            for p in producers:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            job.stop()
+        keys = [*meta("in", "out", PARTITIONS)["keys"]]
+        drain = subprocess.run(drain_argv(bootstrap, keys, str(history / "history-drain-0.jsonl"),
+                                          timeout=60),
+                               capture_output=True, text=True, timeout=120, check=False)
+        assert drain.returncode == 0, drain.stderr[-3000:]
+
+    ops = read_history(sorted(history.glob("history-*.jsonl")))
+    crashes = [op for op in ops if op["f"] == "crash"]
+    assert [op["process"] for op in crashes] == ["spark-1"]
+    end = next(op for op in ops if op["type"] == "meta" and op.get("f") == "drain_end")
+    assert all(v["reached"] == v["end"] for v in end["value"].values()), end
+
+    read = _values(ops, "drain-")
+    acknowledged: dict[str, set] = {}
+    failed: set = set()
+    for op in ops:
+        if op["process"].startswith("oncelog-") and op["type"] == "ok":
+            for _f, key, (_offset, value) in op["value"]:
+                acknowledged.setdefault(key, set()).add(value)
+        elif op["process"].startswith("oncelog-") and op["type"] == "fail":
+            failed |= {value for _f, _key, value in op["value"]}
+    assert sum(map(len, acknowledged.values())) > 200
+    for key, copy in meta("in", "out", PARTITIONS)["copies"].items():
+        inputs = read.get(key, Counter())
+        assert not acknowledged.get(key, set()) - set(inputs), f"acknowledged, lost: {key}"
+        assert not failed & set(inputs), f"failed sends read in {key}"
+        assert max(inputs.values()) == 1, f"duplicates in the input {key}"
+        assert read.get(copy, Counter()) == inputs, (
+            f"{copy} is not {key} exactly once: missing "
+            f"{sorted(set(inputs) - set(read.get(copy, Counter())))[:10]}, extra or "
+            f"duplicated {sorted((read.get(copy, Counter()) - inputs).elements())[:10]}")
+        assert copied[key] <= len(inputs)
+    # the history is in the design's format: each invoke has one completion of its process
+    pending: dict[str, dict] = {}
+    for op in ops:
+        if op["type"] == "invoke":
+            assert op["process"] not in pending
+            pending[op["process"]] = op
+        elif op["type"] in ("ok", "fail") or (op["type"] == "info" and op["f"] != "crash"):
+            assert pending.pop(op["process"])["f"] == op["f"]
+    assert not pending
+    json.dumps(ops)  # JSON through and through
