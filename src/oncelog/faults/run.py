@@ -60,6 +60,8 @@ class RunConfig:
     per_kind: int = 1  # client processes of each kind
     partitions: int = 4
     interval: float = 8.0  # mean seconds between two client crashes
+    fault_s: tuple[float, float] = (5.0, 15.0)  # how long each fault lasts (min, max)
+    gap_s: tuple[float, float] = (3.0, 8.0)  # from one fault's heal to the next one's start
     settings: dict[str, str] = field(default_factory=dict)
     drain_timeout: float = 60.0
 
@@ -69,6 +71,8 @@ class RunConfig:
                 "brokers": self.brokers, "zookeepers": self.zookeepers,
                 "clients": ",".join(self.clients), "per_kind": self.per_kind,
                 "partitions": self.partitions, "interval": self.interval,
+                "fault_seconds": f"{self.fault_s[0]:g}:{self.fault_s[1]:g}",
+                "gap_seconds": f"{self.gap_s[0]:g}:{self.gap_s[1]:g}",
                 "settings": ",".join(f"{k}={v}" for k, v in self.settings.items()) or "-"}
 
 
@@ -298,7 +302,8 @@ class FaultRun:
         (self.out / "histories" / "meta.jsonl").write_text(json.dumps(self.meta()) + "\n")
         keys = [k for t in self.topics() for k in self.keys(t)]
         plan = schedule(c.seed, self._cluster_faults(), c.time, brokers=c.brokers,
-                        zookeepers=c.zookeepers, keys=keys)
+                        zookeepers=c.zookeepers, keys=keys, fault_s=c.fault_s, gap_s=c.gap_s,
+                        first_s=min(5.0, c.gap_s[1]))
         options = cluster_options(self._cluster_faults())
         _log(f"starting {c.brokers} brokers and {c.zookeepers} ZooKeeper node(s), each on a "
              f"host of its own ({', '.join(k for k, v in options.items() if v) or 'no extras'})")
@@ -471,6 +476,10 @@ def parser() -> argparse.ArgumentParser:
                    help="client-crash: mean time between two crashes (default 8); the other "
                    "faults come one after another, 5-15 s each with 3-8 s between them, the "
                    "families in turns in a seeded order")
+    p.add_argument("--fault-seconds", type=_span, default=(5.0, 15.0), metavar="MIN:MAX",
+                   help="how long each fault lasts, drawn between MIN and MAX (default 5:15)")
+    p.add_argument("--gap-seconds", type=_span, default=(3.0, 8.0), metavar="MIN:MAX",
+                   help="from one fault's heal to the next fault (default 3:8)")
     p.add_argument("--brokers", type=int, default=3, help="1 to 5 (default 3)")
     p.add_argument("--zookeepers", type=int, choices=(1, 3), default=1,
                    help="ZooKeeper nodes: 1, or an ensemble of 3 (default 1)")
@@ -485,6 +494,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None,
                    help="the run's directory (default: faults-runs/<workload>-<seed>-<time>)")
     return p
+
+
+def _span(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition(":")
+    try:
+        span = (float(low), float(high if sep else low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"MIN:MAX seconds, not {text!r}") from None
+    if not 0 < span[0] <= span[1]:
+        raise argparse.ArgumentTypeError(f"0 < MIN <= MAX, not {text!r}")
+    return span
 
 
 def parse_faults(text: str) -> list[str]:
@@ -522,7 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = RunConfig(out=out, workload=args.workload, faults=faults, time=args.time,
                        recover=args.recover, seed=args.seed, brokers=args.brokers,
                        zookeepers=args.zookeepers, clients=kinds, per_kind=args.per_kind,
-                       partitions=args.partitions, interval=args.interval, settings=settings)
+                       partitions=args.partitions, interval=args.interval, settings=settings,
+                       fault_s=args.fault_seconds, gap_s=args.gap_seconds)
     try:
         result = FaultRun(config).run()
     except Exception as exc:  # noqa: BLE001 (the run itself failed: say what, keep what was written)
