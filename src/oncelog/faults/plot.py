@@ -113,7 +113,9 @@ def plot(ops: Sequence[Mapping[str, Any]], windows: Sequence[Mapping[str, Any]],
     labels += list(colours)
     lat_ax.legend(handles, labels, loc="upper right", fontsize=8, ncol=3)
     if title:
-        rate_ax.set_title(title, fontsize=10)
+        import textwrap
+
+        rate_ax.set_title("\n".join(textwrap.wrap(title, 150)), fontsize=9)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=110)
