@@ -14,8 +14,8 @@ import sys
 import time
 
 import pytest
+from support.netns import require_netns
 from support.zookeeper import require_zookeeper
-from test_faults_net import require_netns
 
 from oncelog.client import Consumer, Producer, TopicPartition
 from oncelog.client.admin import NewTopic
