@@ -2,7 +2,8 @@
 one ZooKeeper node, each in a host of its own; every fault family of the nemesis started (and
 seen in place while it lasts), healed, its window recorded, and the cluster recovering with no
 operator action: a produce and a read back of what was produced afterwards. One cluster for the
-module; the families run one after the other on it."""
+module; the families run one after the other on it (an ensemble of three ZooKeeper nodes
+first, in a cluster of its own, before that one starts)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import sys
 import time
 
 import pytest
+from support.netns import require_netns
 from support.zookeeper import require_zookeeper
-from test_faults_net import require_netns
 
 from oncelog.client import Consumer, Producer, TopicPartition
 from oncelog.client.admin import NewTopic
@@ -72,6 +73,26 @@ def produce_and_read_back(cluster: NetCluster, tag: str, n: int = 5) -> None:
         assert got[:n] == values
     finally:
         consumer.close()
+
+
+def test_a_zookeeper_ensemble_of_three_keeps_serving_without_its_leader(tmp_path):
+    require_netns()
+    require_zookeeper()
+    with NetCluster(tmp_path / "ensemble", brokers=3, zookeepers=3, clock=False) as c:
+        assert c.connect_string == ",".join(
+            f"198.18.{c.network.n}.{10 + i}:2181" for i in (1, 2, 3)) + "/oncelog"
+        modes = {i: zk.four_letter_word("srvr").split("Mode: ")[1].split()[0]
+                 for i, zk in c.zookeepers.items()}
+        assert sorted(modes.values()) == ["follower", "follower", "leader"]
+        leader = next(i for i, m in modes.items() if m == "leader")
+        c.kill_zk(leader)  # two of three: still a quorum
+        with c._admin() as admin:  # a topic is made in ZooKeeper
+            admin.create_topics([NewTopic(TOPIC, 1, 3)])
+        c.wait_for_isr(TOPIC, 0, 3, DEADLINE_S)
+        produce_and_read_back(c, "ensemble")
+        c.heal_all()
+        assert c.zk_state == {1: "running", 2: "running", 3: "running"}
+        assert c.zookeepers[leader].four_letter_word("srvr").startswith("Zookeeper version")
 
 
 def test_the_cluster_runs_each_node_in_a_host_of_its_own(cluster):
@@ -173,4 +194,5 @@ def test_the_same_seed_gives_the_same_schedule():
                           "--faults", "all", "--time", "300", "--keys", "q:0,q:1"],
                          capture_output=True, text=True, check=True).stdout
     assert [json.loads(x) for x in out.splitlines()] == [e.to_json() for e in a]
+
 

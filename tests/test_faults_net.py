@@ -6,19 +6,19 @@ Kafka error and works again once freed, with no operator action."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from support.netns import require_netns
 from support.raw_wire import RawConnection, create_topics_request, produce
 
 from oncelog.faults.clock import ClockControl, wrap_command
 from oncelog.faults.disk import DataDisk
 from oncelog.faults.linkproxy import LinkProxy
-from oncelog.faults.net import Network, cleanup, missing_tools
+from oncelog.faults.net import Network, cleanup
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.records import build_batch
 
@@ -49,15 +49,6 @@ try:
 except OSError as exc:
     print(type(exc).__name__)
 """
-
-
-def require_netns() -> None:
-    why = missing_tools()
-    if why is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"network namespaces are needed in CI: {why}")
-    pytest.skip(why)
 
 
 @pytest.fixture(scope="module")

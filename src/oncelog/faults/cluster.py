@@ -250,6 +250,31 @@ class NetCluster(LocalCluster):
             self.zk_hosts.clear()
             self.broker_hosts.clear()
             self.client_hosts.clear()
+            if (self.data_dir / "cluster.json").exists():
+                self._write_file()  # no network any more
+
+    def _write_file(self) -> None:
+        """``cluster.json`` (LocalCluster's), with the network: the subnet, every host's
+        namespace and address, the ZooKeeper nodes."""
+        super()._write_file()
+        if self.network is None:
+            return
+        import json
+
+        path = self.data_dir / "cluster.json"
+        info = json.loads(path.read_text())
+        info["network"] = {
+            "subnet": f"{self.network.prefix}.0/24", "control": self.network.control.address,
+            "hosts": {h.name: {"namespace": h.namespace, "address": h.address}
+                      for h in self.network.hosts.values()}}
+        info["zookeepers"] = {str(i): {"address": f"{h.address}:{ZK_PORT}",
+                                       "pid": self.zookeepers[i].pid if i in self.zookeepers
+                                       else None, "state": self.zk_state.get(i, "stopped"),
+                                       "dir": str(self.data_dir / f"zk{i}")}
+                              for i, h in self.zk_hosts.items()}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=2) + "\n")
+        tmp.replace(path)
 
     # -- process faults -----------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ import json
 import os
 import random
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
@@ -218,6 +219,9 @@ class LinkProxy:
                 "--control", str(self.control_path)]
         if self.seed is not None:
             argv += ["--seed", str(self.seed)]
+        setpriv = shutil.which("setpriv")
+        if setpriv:  # SIGKILL when the thread that started it ends (its process killed)
+            argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
         env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)

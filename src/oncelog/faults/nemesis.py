@@ -90,7 +90,7 @@ def cluster_options(faults: Iterable[str]) -> dict[str, Any]:
     ``disk_mb`` (disk)."""
     faults = set(faults)
     return {"link_proxy": bool(faults & {"loss", "delay"}), "clock": "clock" in faults,
-            "disk_mb": 64 if "disk" in faults else None}
+            "disk_mb": 256 if "disk" in faults else None}
 
 
 @dataclass(frozen=True)
