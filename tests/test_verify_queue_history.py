@@ -15,6 +15,7 @@ from oncelog.verify.queue_history import (
     is_queue_history,
     load,
     merge,
+    pairs,
     save,
 )
 
@@ -116,6 +117,9 @@ def test_merge_by_time_completes_killed_processes(tmp_path):
         ("info", "txn", "a", 90),  # a was killed mid-op: indeterminate, at the end
     ]
     assert ops[7].value == [["send", "q:0", 60]] and ops[7].error
+    assert [(i.index, c.index if c else None) for i, c in pairs(ops)] == [
+        (1, 4), (2, 3), (5, 12), (6, 7), (9, 10)]
+    assert pairs(ops[:6])[2] == (ops[5], None)
     out = tmp_path / "history.jsonl"
     save(out, ops)
     again = load(out)

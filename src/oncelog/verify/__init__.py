@@ -6,7 +6,10 @@
 - proxy.py     FaultProxy: delays, holds (late messages) and duplicates Kafka requests
 - raw_writer.py  a bare-wire transactional client of the old protocol or of version 2
 - workload.py  writers (ours, confluent-kafka, raw) and read_committed readers
-- cli.py       ``oncelog verify`` (its broker: harness/broker_process.py)
+- queue_history.py  the queue history of Jepsen's Kafka workload: load, validate, merge, save
+- jepsen.py    queue history -> QueueVerdict: Jepsen's Kafka checks (lost-write, G1a, G0/G1c, ...)
+- cli.py       ``oncelog verify`` (its broker: harness/broker_process.py); ``--check`` reads both
+               kinds of history
 """
 
 from .checker import ANOMALIES, Verdict, check

@@ -20,7 +20,8 @@ The format follows Jepsen's Kafka workload (``jepsen.tests.kafka``), with keys s
 
 :func:`load` reads and validates a file (a malformed line is an error naming its line number),
 :func:`merge` merges the files of several processes by time, completes the operations of killed
-processes with ``info`` and numbers them, :func:`save` writes a history back.
+processes with ``info`` and numbers them, :func:`pairs` pairs each invoke with its completion,
+:func:`save` writes a history back.
 """
 
 from __future__ import annotations
@@ -337,6 +338,24 @@ def complete_pending(ops: Sequence[Op]) -> list[Op]:
         out.append(op)
     for inv in pending.values():
         out.append(_synthetic_info(inv, last_time, "no completion (the process was killed)"))
+    return out
+
+
+def pairs(ops: Iterable[Op]) -> list[tuple[Op, Op | None]]:
+    """Each invoke with its completion (None if it has none), in the order of the invokes: for
+    latencies (completion time - invoke time) and throughput over time."""
+    out: list[tuple[Op, Op | None]] = []
+    pending: dict[str, int] = {}
+    for op in ops:
+        if op.is_meta or op.process is None:
+            continue
+        if op.is_invoke:
+            pending[op.process] = len(out)
+            out.append((op, None))
+        elif op.f != "crash" or op.process in pending:
+            at = pending.pop(op.process, None)
+            if at is not None:
+                out[at] = (out[at][0], op)
     return out
 
 
