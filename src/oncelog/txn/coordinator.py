@@ -48,6 +48,9 @@ class SendMarkers:
     commit: bool
     partitions: frozenset[tuple[str, int]]
     coordinator_epoch: int
+    # the client's transaction version: 2 makes the partitions refuse a marker that is not
+    # newer than the producer's open transaction there (KIP-1228, KAFKA-17754)
+    transaction_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,8 @@ class TransactionCoordinator:
 
     def _markers(self, m: TransactionMetadata) -> SendMarkers:
         return SendMarkers(m.transactional_id, m.producer_id, m.producer_epoch,
-                           m.state == S.PREPARE_COMMIT, m.partitions, self.coordinator_epoch)
+                           m.state == S.PREPARE_COMMIT, m.partitions, self.coordinator_epoch,
+                           m.client_txn_version)
 
     def markers_done(self, transactional_id: str, now_ms: int) -> list[Effect]:
         """Every marker of the prepared transaction is written: complete it (step 5.3)."""
