@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import itertools
 import struct
+import time
+import uuid
+from typing import Any
 
 import pytest
-from support.raw_wire import RawConnection, fetch_request
+from confluent_kafka import KafkaException
+from confluent_kafka import Producer as ConfluentProducer
+from support.raw_wire import RawConnection, fetch_request, metadata_request
 from support.zookeeper import require_zookeeper
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
@@ -46,17 +51,39 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         yield c
 
 
+ONCELOG = "oncelog"
+KAFKA = pytest.param("kafka", marks=pytest.mark.kafka, id="kafka")
+BOTH = [ONCELOG, KAFKA]
+
+
 @pytest.fixture
-def topic(cluster: LocalCluster) -> str:
-    name = f"t{next(_names)}"
-    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+def broker(request: pytest.FixtureRequest) -> str:
+    """The bootstrap address of the broker under test (``indirect`` parameter): ours, or
+    Apache Kafka (the session's shared one), which behaves the same: the evidence that what
+    the test expects is Kafka's behaviour (KIP-890, KIP-1228, KAFKA-17754)."""
+    if getattr(request, "param", ONCELOG) == "kafka":
+        return request.getfixturevalue("apache_kafka")
+    return request.getfixturevalue("cluster").bootstrap_servers
+
+
+@pytest.fixture
+def topic(broker: str) -> str:
+    name = f"t{next(_names)}-{uuid.uuid4().hex[:6]}"
+    with Admin(bootstrap_servers=broker) as admin:
         admin.create_topics([NewTopic(name, 1, replication_factor=1)])
-    return name
+    deadline = time.monotonic() + 30
+    with RawConnection(broker) as conn:  # Kafka creates topics asynchronously
+        while True:
+            partitions = conn.request(metadata_request([name])).topics[0].partitions
+            if partitions and int(partitions[0].leader_id) >= 0:
+                return name
+            assert time.monotonic() < deadline, f"{name} has no leader"
+            time.sleep(0.1)
 
 
 @pytest.fixture
-def proxy(cluster: LocalCluster):
-    with FaultProxy(cluster.bootstrap_servers) as p:
+def proxy(broker: str):
+    with FaultProxy(broker) as p:
         yield p
 
 
@@ -77,18 +104,22 @@ def visible(bootstrap: str, topic: str) -> list[str]:
 def last_marker(bootstrap: str, topic: str) -> tuple[int, int, bool, int]:
     """(producer id, producer epoch, commit, coordinator epoch) of the partition's last
     COMMIT/ABORT marker, read from the log."""
-    found = None
+    deadline = time.monotonic() + 30
     with RawConnection(bootstrap) as conn:
-        pd = conn.request(fetch_request(topic, 0, 0)).responses[0].partitions[0]
-        data = pd.records or b""
-        for pos, h in iter_batches(data):
-            if h.is_control:
-                _, records = decode_batch(data, pos)
-                kind = struct.unpack_from(">hh", records[0].key)[1]  # 0 ABORT, 1 COMMIT
-                coordinator_epoch = struct.unpack_from(">hi", records[0].value)[1]
-                found = (h.producer_id, h.producer_epoch, kind == 1, coordinator_epoch)
-    assert found is not None, "no marker in the log"
-    return found
+        while True:  # the markers are written after EndTxn's answer
+            found = None
+            pd = conn.request(fetch_request(topic, 0, 0)).responses[0].partitions[0]
+            data = pd.records or b""
+            for pos, h in iter_batches(data):
+                if h.is_control:
+                    _, records = decode_batch(data, pos)
+                    kind = struct.unpack_from(">hh", records[0].key)[1]  # 0 ABORT, 1 COMMIT
+                    coordinator_epoch = struct.unpack_from(">hi", records[0].value)[1]
+                    found = (h.producer_id, h.producer_epoch, kind == 1, coordinator_epoch)
+            if found is not None:
+                return found
+            assert time.monotonic() < deadline, "no marker in the log"
+            time.sleep(0.05)
 
 
 def write_markers(bootstrap: str, topic: str, marker: tuple[int, int, bool, int],
@@ -107,6 +138,18 @@ def write_markers(bootstrap: str, topic: str, marker: tuple[int, int, bool, int]
 
 
 # -- KAFKA-17754, transaction version 2 --------------------------------------------------------
+
+
+def find_coordinator(bootstrap: str, transactional_id: str) -> None:
+    """FindCoordinator until answered (the first one creates the transaction log); the
+    broker under test is a single node: its own coordinator."""
+    mod = request_module(ApiKey.FIND_COORDINATOR, 4)
+    request = make(mod.FindCoordinatorRequest, key_type=1, coordinator_keys=(transactional_id,))
+    deadline = time.monotonic() + 30
+    with RawConnection(bootstrap) as conn:
+        while int(conn.request(request).coordinators[0].error_code) != NONE:
+            assert time.monotonic() < deadline, "no transaction coordinator"
+            time.sleep(0.1)
 
 
 class OurWriter:
@@ -136,8 +179,9 @@ class RawWriter:
 
     def __init__(self, bootstrap: str, topic: str, protocol: str) -> None:
         self.topic = topic
-        self.w = RawTxnWriter(bootstrap, f"raw-{protocol}-{topic}", protocol,
-                              request_timeout=1.0)
+        tid = f"raw-{protocol}-{topic}"
+        find_coordinator(bootstrap, tid)
+        self.w = RawTxnWriter(bootstrap, tid, protocol, request_timeout=1.0)
         self.w.init()
         assert self.w.protocol == protocol
 
@@ -158,10 +202,13 @@ def writer(kind: str, bootstrap: str, topic: str) -> OurWriter | RawWriter:
     return OurWriter(bootstrap, topic) if kind == "ours" else RawWriter(bootstrap, topic, kind)
 
 
-@pytest.mark.parametrize("first", ["commit", "abort"])
-@pytest.mark.parametrize("late", ["delayed", "duplicated"])
-@pytest.mark.parametrize("kind", ["ours", "tv2"])
-def test_late_end_txn_leaves_the_next_transaction_alone(cluster, topic, proxy, kind, late,
+@pytest.mark.parametrize(("broker", "kind", "late", "first"), [
+    (ONCELOG, "ours", "delayed", "commit"), (ONCELOG, "ours", "duplicated", "commit"),
+    (ONCELOG, "ours", "duplicated", "abort"), (ONCELOG, "tv2", "delayed", "abort"),
+    (ONCELOG, "tv2", "duplicated", "commit"), (KAFKA, "tv2", "delayed", "commit"),
+    (KAFKA, "tv2", "duplicated", "abort"), (KAFKA, "ours", "duplicated", "commit")],
+    indirect=["broker"])
+def test_late_end_txn_leaves_the_next_transaction_alone(broker, topic, proxy, kind, late,
                                                         first):
     w = writer(kind, proxy.bootstrap_servers, topic)
     try:
@@ -182,21 +229,22 @@ def test_late_end_txn_leaves_the_next_transaction_alone(cluster, topic, proxy, k
             (answer,) = proxy.replay_copies()
             assert int(answer.error_code) == PRODUCER_FENCED  # T1's epoch is the past
         expected = ["t1"] if first == "commit" else []
-        assert visible(cluster.bootstrap_servers, topic) == expected  # T2 not ended early
+        assert visible(broker, topic) == expected  # T2 not ended early
         w.send("t2-b")
         w.end(True)
-        assert visible(cluster.bootstrap_servers, topic) == [*expected, "t2-a", "t2-b"]
+        assert visible(broker, topic) == [*expected, "t2-a", "t2-b"]
     finally:
         w.close()
 
 
-@pytest.mark.parametrize("first", ["commit", "abort"])
-def test_late_write_txn_markers_leave_the_next_transaction_alone(cluster, topic, first):
+@pytest.mark.parametrize(("broker", "first"), [(ONCELOG, "commit"), (ONCELOG, "abort"),
+                                               (KAFKA, "commit")], indirect=["broker"])
+def test_late_write_txn_markers_leave_the_next_transaction_alone(broker, topic, first):
     """The coordinator's WriteTxnMarkers of T1, delivered again after T1 ended (a retry: taken,
     changes nothing) and once more after T2 wrote to the partition (refused: the marker's epoch
     is T2's, KAFKA-17754). Without the transaction version in the marker (WriteTxnMarkers v2,
     KIP-1228) the partition took it and ended T2's records with T1's result."""
-    bootstrap = cluster.bootstrap_servers
+    bootstrap = broker
     w = RawWriter(bootstrap, topic, "tv2")
     try:
         w.begin()
@@ -221,11 +269,70 @@ def test_late_write_txn_markers_leave_the_next_transaction_alone(cluster, topic,
 # -- KAFKA-17754, transaction version 1 ---------------------------------------------------------
 
 
-def test_old_protocol_late_end_txn_before_the_next_transaction_is_harmless(cluster, topic,
-                                                                           proxy):
+class ConfluentWriter:
+    """confluent-kafka (librdkafka: EndTxn v1, transaction version 1) through the proxy."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.config = {"bootstrap.servers": bootstrap, "transactional.id": f"conf-{topic}",
+                       "linger.ms": 0}
+        self.p = ConfluentProducer(self.config)
+        self.p.init_transactions(30)
+
+    def begin(self) -> None:
+        self.p.begin_transaction()
+
+    def try_send(self, value: str) -> bool:
+        errors: list[Any] = []
+        self.p.produce(self.topic, value.encode(), partition=0,
+                       on_delivery=lambda err, _msg: errors.append(err))
+        self.p.flush(30)
+        return errors == [None]
+
+    def send(self, value: str) -> None:
+        assert self.try_send(value)
+
+    def end(self, commit: bool) -> None:
+        (self.p.commit_transaction if commit else self.p.abort_transaction)(30)
+
+    def fail_and_restart(self) -> None:
+        """The transaction failed: abort (librdkafka finds the abort refused: fatal), and a new
+        producer with the same transactional.id goes on."""
+        try:
+            self.p.abort_transaction(30)
+        except KafkaException as exc:
+            assert exc.args[0].fatal()  # EndTxn(abort): INVALID_TXN_STATE, T2 is over
+        self.p = ConfluentProducer(self.config)
+        self.p.init_transactions(30)
+
+    def close(self) -> None:
+        self.p.flush(5)
+
+
+class OldRawWriter(RawWriter):
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(bootstrap, topic, "old")
+
+    def try_send(self, value: str) -> bool:
+        return self.w.send(self.topic, 0, [value]) == "ok"
+
+    def fail_and_restart(self) -> None:
+        assert self.w.end(True) == "aborted"  # a send failed: the writer aborts
+        self.w.init()
+
+
+def old_writer(kind: str, bootstrap: str, topic: str) -> ConfluentWriter | OldRawWriter:
+    return ConfluentWriter(bootstrap, topic) if kind == "confluent" \
+        else OldRawWriter(bootstrap, topic)
+
+
+@pytest.mark.parametrize(("broker", "kind"), [(ONCELOG, "old"), (ONCELOG, "confluent")],
+                         indirect=["broker"])
+def test_old_protocol_late_end_txn_before_the_next_transaction_is_harmless(broker, topic,
+                                                                           proxy, kind):
     """Transaction version 1: a duplicated EndTxn that lands before the next transaction added
     a partition is answered (the same result: done) and ends nothing."""
-    w = RawWriter(proxy.bootstrap_servers, topic, "old")
+    w = old_writer(kind, proxy.bootstrap_servers, topic)
     try:
         w.begin()
         w.send("t1")
@@ -235,20 +342,24 @@ def test_old_protocol_late_end_txn_before_the_next_transaction_is_harmless(clust
         assert int(answer.error_code) == NONE
         w.begin()
         w.send("t2")
-        assert visible(cluster.bootstrap_servers, topic) == ["t1"]
+        assert visible(broker, topic) == ["t1"]
         w.end(True)
-        assert visible(cluster.bootstrap_servers, topic) == ["t1", "t2"]
+        assert visible(broker, topic) == ["t1", "t2"]
     finally:
         w.close()
 
 
-def test_old_protocol_cannot_tell_a_late_end_txn_from_the_next_one(cluster, topic, proxy):
-    """Transaction version 1, as Kafka (TransactionCoordinator.endTransaction: for TV1 the
-    epoch must equal the transaction's, which is every transaction's): T1's duplicated EndTxn,
-    landing once T2 is open, commits T2 early. What KIP-890 part 1 still guarantees: the
-    writer hears of it (its next batch is refused, INVALID_TXN_STATE, as the partition's
-    transaction is over), and the transaction after is untouched. docs/kafka-compatibility.md."""
-    w = RawWriter(proxy.bootstrap_servers, topic, "old")
+@pytest.mark.parametrize(("broker", "kind"), [(ONCELOG, "old"), (ONCELOG, "confluent"),
+                                              (KAFKA, "old"), (KAFKA, "confluent")],
+                         indirect=["broker"])
+def test_old_protocol_cannot_tell_a_late_end_txn_from_the_next_one(broker, topic, proxy, kind):
+    """Transaction version 1, as Kafka (TransactionCoordinator.endTransaction: at TV1 the
+    request's epoch must equal the transaction's, which is every transaction's): T1's
+    duplicated EndTxn, landing once T2 is open, commits T2 early -- KAFKA-17754, which only
+    transaction version 2 avoids (KIP-890). What still holds: the writer hears of it (its next
+    batch is refused, INVALID_TXN_STATE, KIP-890 part 1's verification: T2 is over), and the
+    transaction after it is untouched. docs/kafka-compatibility.md."""
+    w = old_writer(kind, proxy.bootstrap_servers, topic)
     try:
         w.begin()
         w.send("t1")
@@ -258,14 +369,32 @@ def test_old_protocol_cannot_tell_a_late_end_txn_from_the_next_one(cluster, topi
         w.send("t2-a")
         (answer,) = proxy.replay_copies()
         assert int(answer.error_code) == NONE  # taken for T2's commit
-        assert visible(cluster.bootstrap_servers, topic) == ["t1", "t2-a"]
-        assert w.w.send(topic, 0, ["t2-b"]) == "failed"  # verification: T2 is over
-        w.w.end(True)  # the writer aborts (a send failed); T2-a stays committed
-        w.w._restart()
+        assert visible(broker, topic) == ["t1", "t2-a"]
+        assert not w.try_send("t2-b")  # verification: T2 is over
+        w.fail_and_restart()  # T2-a stays committed: the protocol's limit
         w.begin()
         w.send("t3")
         w.end(True)
-        assert visible(cluster.bootstrap_servers, topic) == ["t1", "t2-a", "t3"]
+        assert visible(broker, topic) == ["t1", "t2-a", "t3"]
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("broker", BOTH, indirect=True)
+def test_old_protocol_marker_cannot_be_told_from_the_next_transactions(broker, topic):
+    """A WriteTxnMarkers without the transaction version (v1, or v2 with 0: an older
+    coordinator, an admin tool's abort) is checked as before KIP-1228, by Kafka too: a late one
+    at the epoch of the producer's open transaction ends it."""
+    w = RawWriter(broker, topic, "tv2")
+    try:
+        w.begin()
+        w.send("t1")
+        w.end(True)
+        marker = last_marker(broker, topic)
+        w.begin()
+        w.send("t2-a")
+        assert write_markers(broker, topic, marker, 0) == NONE
+        assert visible(broker, topic) == ["t1", "t2-a"]
     finally:
         w.close()
 
@@ -324,7 +453,10 @@ def test_copier_rewinds_after_an_abort(cluster, mode):
     assert visible(bootstrap, sink) == values  # each exactly once, in order
 
 
-def test_seek_to_committed_without_a_commit_uses_auto_offset_reset(cluster, topic):
+def test_seek_to_committed_without_a_commit_uses_auto_offset_reset(cluster):
+    topic = f"s{next(_names)}"
+    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        admin.create_topics([NewTopic(topic, 1, replication_factor=1)])
     with Producer(bootstrap_servers=cluster.bootstrap_servers) as p:
         p.send(topic, b"x", partition=0).result(30)
     tp = TopicPartition(topic, 0)
