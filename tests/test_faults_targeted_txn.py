@@ -14,6 +14,7 @@ cluster) behind the Kafka-protocol fault proxy:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import struct
 import time
@@ -29,7 +30,7 @@ from support.zookeeper import require_zookeeper
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.harness.local_cluster import LocalCluster
 from oncelog.protocol import ApiKey, make, request_module
-from oncelog.records import decode_batch, iter_batches
+from oncelog.records import build_batch, decode_batch, iter_batches
 from oncelog.verify.proxy import FaultProxy
 from oncelog.verify.raw_writer import RawTxnWriter
 
@@ -470,3 +471,53 @@ def test_seek_to_committed_without_a_commit_uses_auto_offset_reset(cluster):
         c.seek(tp, 0)
         assert c.seek_to_committed(tp) == {tp: 1}
         assert c.position(tp) == 1
+
+
+# -- the transaction version the markers carry ---------------------------------------------------
+
+
+def test_markers_say_transaction_version_2_only_when_their_epoch_is_bumped(tmp_path):
+    """A transaction version 2 transaction ends with markers one epoch past it, marked version
+    2 (so a late one is refused in the next transaction). The coordinator's abort of one whose
+    epoch is exhausted (32766: the next one takes a new producer id) keeps its epoch: those
+    markers must not claim version 2, or the partition refuses them and the transaction
+    hangs there."""
+    from oncelog.log import LogConfig, PartitionLog
+    from oncelog.records import split_batches
+    from oncelog.txn.coordinator import SendMarkers, TransactionCoordinator, WriteTxnLog
+
+    def run(core, effects):
+        out = []
+        for e in effects:
+            if isinstance(e, WriteTxnLog):
+                out += run(core, core.write_done(e.transactional_id, True))
+            elif isinstance(e, SendMarkers):
+                out.append(e)
+        return out
+
+    ids = itertools.count(1000)
+    core = TransactionCoordinator(allocate_producer_id=lambda: next(ids), max_timeout_ms=60_000,
+                                  expiration_ms=10**9)
+    core.load([])
+    log = PartitionLog(tmp_path / "t-0", LogConfig(), 0)
+    for txn, epoch in (("normal", 5), ("exhausted", 32766)):
+        started = core.init_producer_id(txn, 1000, 0)
+        run(core, started.effects)
+        pid = started.producer_id
+        m = core.transactions[txn]
+        core.transactions[txn] = dataclasses.replace(m, producer_epoch=epoch)
+        run(core, core.add_partitions(txn, pid, epoch, [("t", 0)], 0, txn_version=2).effects)
+        data = bytearray(build_batch([(None, b"v", [], 0)], producer_id=pid,
+                                     producer_epoch=epoch, base_sequence=0,
+                                     is_transactional=True))
+        log.append(data, split_batches(data), 0)
+        if txn == "normal":
+            (marker,) = run(core, core.end_txn(txn, pid, epoch, True, 0, version=5,
+                                               txn_version=2).effects)
+            assert (marker.producer_epoch, marker.transaction_version) == (epoch + 1, 2)
+        else:
+            (marker,) = run(core, core.abort_timed_out(10_000))
+            assert (marker.producer_epoch, marker.transaction_version) == (epoch, 0)
+        log.append_marker(pid, marker.producer_epoch, marker.commit, 0, 0,
+                          transaction_version=marker.transaction_version)
+    assert log.last_stable_offset == log.high_watermark  # nothing left open
