@@ -9,8 +9,10 @@ its logs in ``data_dir/broker-N/data``; it waits until every broker names all of
 (registered in ZooKeeper) in its answer to the Admin client's ``describe_cluster``, and records
 the pids, ports and connect string in ``data_dir/cluster.json``. Then it is a fault injector:
 ``kill`` (SIGKILL), ``pause`` / ``resume`` (SIGSTOP / SIGCONT), ``stop_broker`` (SIGTERM),
-``start_broker`` (same port, same data directory), and an observer through the Admin client:
-``leader_of``, ``wait_for_isr``.
+``start_broker`` (same port, same data directory), with ``relays`` ``cut`` / ``heal`` (a broker
+off the clients and the other brokers), with ``zookeeper_relays`` ``cut_zookeeper`` /
+``heal_zookeeper`` (a broker off ZooKeeper only; its session expires) and ``isolate`` /
+``reconnect`` (both), and an observer through the Admin client: ``leader_of``, ``wait_for_isr``.
 
 ``cluster_down(data_dir)`` stops a cluster another process started (``cluster.json``): the
 brokers gracefully (SIGTERM, SIGKILL after a timeout), then the ZooKeeper if it started one.
