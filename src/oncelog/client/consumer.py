@@ -164,6 +164,33 @@ class Consumer:
         """
         self._seek_to(LATEST, partitions)
 
+    def seek_to_committed(self, *partitions: TopicPartition, timeout: float | None = None
+                          ) -> dict[TopicPartition, int | None]:
+        """Go back to the group's committed offsets of ``partitions`` (all assigned ones if none
+        given); where nothing is committed, to what auto.offset.reset picks. Returns the
+        committed offsets (None: none).
+
+        The rewind a consume-transform-produce loop needs after ``abort_transaction``
+        (KAFKA-17582): an abort drops the transaction's offsets, but not the consumer's
+        positions, which are past the records it consumed in it; polling on would skip them.
+        Kafka's clients leave this to the application (its exactly-once example resets to
+        the committed offsets after an abort); this is that reset. With read_committed the
+        offsets are asked for with require_stable, so the answer waits for the aborted
+        transaction's offsets to be dropped."""
+        self._check_open()
+        if self._group is None:
+            raise ValueError("seek_to_committed() needs a group_id")
+        tps = [TopicPartition(*tp) for tp in partitions] or self._subs.assigned()
+        committed = self._group.committed(tps, self._deadline(timeout))
+        for tp in tps:
+            offset = committed.get(tp)
+            if offset is not None:
+                self._subs.seek(tp, offset)
+            else:
+                self._subs.request_reset(tp, self._subs.default_reset)
+            self._fetcher.discard(tp)
+        return committed
+
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop fetching ``partitions`` (assigned ones) until ``resume``: ``poll`` returns no
         records of theirs, buffered ones included, and their positions stay where they are

@@ -9,8 +9,10 @@ its logs in ``data_dir/broker-N/data``; it waits until every broker names all of
 (registered in ZooKeeper) in its answer to the Admin client's ``describe_cluster``, and records
 the pids, ports and connect string in ``data_dir/cluster.json``. Then it is a fault injector:
 ``kill`` (SIGKILL), ``pause`` / ``resume`` (SIGSTOP / SIGCONT), ``stop_broker`` (SIGTERM),
-``start_broker`` (same port, same data directory), and an observer through the Admin client:
-``leader_of``, ``wait_for_isr``.
+``start_broker`` (same port, same data directory), with ``relays`` ``cut`` / ``heal`` (a broker
+off the clients and the other brokers), with ``zookeeper_relays`` ``cut_zookeeper`` /
+``heal_zookeeper`` (a broker off ZooKeeper only; its session expires) and ``isolate`` /
+``reconnect`` (both), and an observer through the Admin client: ``leader_of``, ``wait_for_isr``.
 
 ``cluster_down(data_dir)`` stops a cluster another process started (``cluster.json``): the
 brokers gracefully (SIGTERM, SIGKILL after a timeout), then the ZooKeeper if it started one.
@@ -211,6 +213,7 @@ class LocalCluster:
                  host: str = "127.0.0.1", chroot: str = DEFAULT_CHROOT,
                  die_with_parent: bool = False, zookeeper_fsync: bool = True,
                  startup_timeout: float = 60.0, relays: bool = False,
+                 zookeeper_relays: bool = False,
                  env: Mapping[str, str] | None = None,
                  client_config: Mapping[str, Any] | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
@@ -243,6 +246,10 @@ class LocalCluster:
         # TCP relay of its own (advertised.listeners), which ``cut`` and ``heal`` control.
         self.use_relays = relays
         self.relays: dict[int, Relay] = {}
+        # zookeeper_relays: each broker reaches ZooKeeper only through a relay of its own
+        # (its zookeeper.connect), which ``cut_zookeeper`` and ``heal_zookeeper`` control.
+        self.use_zookeeper_relays = zookeeper_relays
+        self.zookeeper_relays: dict[int, Relay] = {}
 
     # -- addresses ----------------------------------------------------------------------------
 
@@ -266,6 +273,42 @@ class LocalCluster:
 
     def heal(self, n: int) -> None:
         self._relay(self._broker(n)).heal()
+
+    def _zookeeper_connect(self, b: LocalBroker) -> str:
+        """Broker ``b``'s zookeeper.connect: through its ZooKeeper relay, with relays."""
+        if not self.use_zookeeper_relays:
+            return self.connect_string
+        hosts, slash, chroot = self.connect_string.partition("/")
+        if "," in hosts:
+            raise LocalClusterError("ZooKeeper relays need a single ZooKeeper server")
+        relay = self.zookeeper_relays.get(b.node_id)
+        if relay is None:
+            zk_host, zk_port = hosts.rsplit(":", 1)
+            relay = self.zookeeper_relays[b.node_id] = Relay(
+                b.host, 0, zk_host, int(zk_port)).start()
+        return relay.address + slash + chroot
+
+    def cut_zookeeper(self, n: int) -> None:
+        """Cut broker ``n`` off ZooKeeper (``zookeeper_relays`` only): its connection dropped,
+        new ones refused; its session expires after zookeeper.session.timeout.ms. Clients and
+        the other brokers still reach it."""
+        if n not in self.zookeeper_relays:
+            raise LocalClusterError("cut_zookeeper needs zookeeper_relays=True")
+        self.zookeeper_relays[n].cut()
+
+    def heal_zookeeper(self, n: int) -> None:
+        if n in self.zookeeper_relays:
+            self.zookeeper_relays[n].heal()
+
+    def isolate(self, n: int) -> None:
+        """Cut broker ``n`` off the other brokers, the clients (its relay) and ZooKeeper."""
+        self.cut(n)
+        self.cut_zookeeper(n)
+
+    def reconnect(self, n: int) -> None:
+        """Undo ``isolate``."""
+        self.heal_zookeeper(n)
+        self.heal(n)
 
     @property
     def addresses(self) -> dict[int, str]:
@@ -365,7 +408,7 @@ class LocalCluster:
                 kill_at_exit=self.die_with_parent)
         b.process.port = b.port
         b.process.settings = settings
-        b.process.zookeeper = self.connect_string
+        b.process.zookeeper = self._zookeeper_connect(b)
         b.dir.mkdir(parents=True, exist_ok=True)
         b.process.launch()
         b.pid = b.process.pid
@@ -518,9 +561,10 @@ class LocalCluster:
                 self._reap(b)
             if self.zookeeper is not None:
                 self.zookeeper.stop()
-            for relay in self.relays.values():
+            for relay in [*self.relays.values(), *self.zookeeper_relays.values()]:
                 relay.stop()
             self.relays.clear()
+            self.zookeeper_relays.clear()
             self._started = False
             if (self.data_dir / CLUSTER_FILE).exists():
                 self._write_file()

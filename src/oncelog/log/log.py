@@ -355,14 +355,15 @@ class PartitionLog:
                             log_append_time, self.log_start_offset)
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int, now_ms: int, *, leader_epoch: int | None = None
-                      ) -> AppendResult:
+                      coordinator_epoch: int, now_ms: int, *, leader_epoch: int | None = None,
+                      transaction_version: int = 0) -> AppendResult:
         """Write a COMMIT or ABORT control batch for the producer's transaction (the partition
         leader's half of WriteTxnMarkers, spec 000 step 5.2): its transaction closes, the LSO
         moves on, and an abort is added to the aborted-transaction index. ``leader_epoch``: as
-        for ``append``."""
+        for ``append``; ``transaction_version``: the marker's (WriteTxnMarkers v2)."""
         try:
-            self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch,
+                                             transaction_version)
         except ProducerStateError as exc:
             raise LogAppendError(exc.error_name, str(exc)) from None
         data = bytearray(build_control_batch(

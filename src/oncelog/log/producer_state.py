@@ -31,6 +31,7 @@ from crc32c import crc32c
 
 from ..records.batch import INT32_MAX, NO_SEQUENCE, BatchHeader
 
+MAX_EPOCH = 32767  # int16: a transaction at the maximum epoch ends with a marker at it
 NUM_BATCHES_TO_RETAIN = 5  # spec: the broker dedupes up to 5 in-flight requests per partition
 
 
@@ -155,11 +156,26 @@ class ProducerStateManager:
         return sorted(((pid, e.current_txn_first_offset) for pid, e in self.producers.items()
                        if e.current_txn_first_offset >= 0), key=lambda t: t[1])
 
-    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
-        """Validate a COMMIT/ABORT marker before it is appended (WriteTxnMarkers)."""
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                     transaction_version: int = 0) -> None:
+        """Validate a COMMIT/ABORT marker before it is appended (WriteTxnMarkers).
+
+        Transaction version 2 (KIP-890, KIP-1228's WriteTxnMarkers v2): the marker carries the
+        transaction's epoch + 1, so it must be newer than the partition's epoch. A marker at
+        the partition's epoch is a late or duplicated one of the previous transaction
+        (KAFKA-17754): the producer's next transaction already writes with that epoch. It is
+        taken only as a retry, while no transaction of the producer is open here (or at the
+        maximum epoch, which cannot be bumped), as Kafka's ProducerAppendInfo does."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return
+        if transaction_version >= 2 and producer_epoch == entry.producer_epoch \
+                and entry.current_txn_first_offset >= 0 and producer_epoch != MAX_EPOCH:
+            raise ProducerStateError(
+                "invalid_producer_epoch",
+                f"transaction version 2 marker for producer {producer_id} has epoch "
+                f"{producer_epoch}, not newer than the epoch {entry.producer_epoch} of its "
+                f"open transaction")
         if producer_epoch < entry.producer_epoch:
             raise ProducerStateError(
                 "invalid_producer_epoch",

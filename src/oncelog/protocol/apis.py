@@ -82,7 +82,7 @@ _LOG_AND_WIRE: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.FIND_COORDINATOR: (0, 4),  # v5+ adds share groups (KIP-932)
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v0 is v1 without tagged fields (not in kio); v2 KIP-890
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),  # v0 is v1 without tagged fields (not in kio); v2 KIP-1228
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.CREATE_PARTITIONS: (0, 3),  # v2+ flexible, v3 as v2 (KIP-599 quotas' version)
     ApiKey.DELETE_RECORDS: (0, 2),  # KIP-107; v2 flexible

@@ -208,8 +208,8 @@ class TxnService:
         from .handlers.txn_markers import handle_write_txn_markers
 
         metadata = self.broker.metadata
-        mod = request_module(ApiKey.WRITE_TXN_MARKERS, 1)
-        ctx = RequestContext(RequestHeader(ApiKey.WRITE_TXN_MARKERS, 1, 0, "txn-coordinator", 0),
+        mod = request_module(ApiKey.WRITE_TXN_MARKERS, 2)
+        ctx = RequestContext(RequestHeader(ApiKey.WRITE_TXN_MARKERS, 2, 0, "txn-coordinator", 0),
                              "txn-coordinator")
 
         async def send(node: int, tps: list[tuple[str, int]]):
@@ -220,6 +220,7 @@ class TxnService:
                 mod.WritableTxnMarker, producer_id=e.producer_id,
                 producer_epoch=e.producer_epoch, transaction_result=e.commit,
                 coordinator_epoch=e.coordinator_epoch,
+                transaction_version=e.transaction_version,
                 topics=tuple(make(mod.WritableTxnMarkerTopic, name=t,
                                   partition_indexes=tuple(ps))
                              for t, ps in by_topic.items())),))

@@ -48,6 +48,9 @@ class SendMarkers:
     commit: bool
     partitions: frozenset[tuple[str, int]]
     coordinator_epoch: int
+    # the client's transaction version: 2 makes the partitions refuse a marker that is not
+    # newer than the producer's open transaction there (KIP-1228, KAFKA-17754)
+    transaction_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -138,8 +141,14 @@ class TransactionCoordinator:
         return []
 
     def _markers(self, m: TransactionMetadata) -> SendMarkers:
+        # Transaction version 2: the markers carry an epoch newer than the transaction's, and
+        # say so (the partitions then refuse a marker that is not newer, KAFKA-17754) -- unless
+        # the coordinator's abort found the epoch exhausted and kept it (_fence_and_abort):
+        # those markers are at the transaction's own epoch, as before KIP-890.
+        bumped = (m.last_producer_id, m.last_producer_epoch) != (m.producer_id, m.producer_epoch)
         return SendMarkers(m.transactional_id, m.producer_id, m.producer_epoch,
-                           m.state == S.PREPARE_COMMIT, m.partitions, self.coordinator_epoch)
+                           m.state == S.PREPARE_COMMIT, m.partitions, self.coordinator_epoch,
+                           m.client_txn_version if bumped else 0)
 
     def markers_done(self, transactional_id: str, now_ms: int) -> list[Effect]:
         """Every marker of the prepared transaction is written: complete it (step 5.3)."""

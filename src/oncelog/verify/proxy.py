@@ -19,6 +19,10 @@ Faults, per request of the chosen API keys (Produce and the transaction APIs by 
   has reached the broker, as a packet stuck in the network would. Its response then goes nowhere.
 - ``duplicate``: the request goes through, and the same bytes are sent again N ms later; the
   second response is swallowed (the client never sees it).
+- ``copy_next`` / ``replay_copies`` (targeted tests, KAFKA-17754): the next requests of the
+  given API keys go through, and a copy of each is kept until ``replay_copies`` sends it, on a
+  connection of its own (so nothing queues behind it), whenever the test chooses: a duplicate
+  that lands after the client went on. Its response goes to the test, not the client.
 
 Metadata, FindCoordinator and DescribeCluster responses are rewritten so that every broker
 address is the proxy's: clients (ours, librdkafka) keep talking through the proxy.
@@ -144,6 +148,8 @@ class FaultProxy:
         self.stats: Counter[str] = Counter()
         self.held: list[Held] = []
         self._hold_next: list[tuple[frozenset[int], int]] = []  # (api keys, count) to hold
+        self._copy_next: list[tuple[frozenset[int], int]] = []  # (api keys, count) to copy
+        self.copies: list[tuple[int, int, bytes]] = []  # (api key, version, frame) kept
         self._links: dict[int, _Link] = {}
         self._next_link = 0
         self._server: asyncio.Server | None = None
@@ -198,6 +204,38 @@ class FaultProxy:
         """Hold the next ``count`` requests of these API keys until ``release_held``."""
         keys = frozenset({api_keys} if isinstance(api_keys, int) else api_keys)
         self._call(self._hold_next.append, (keys, count))
+
+    def copy_next(self, api_keys: int | set[int] | frozenset[int], count: int = 1) -> None:
+        """Let the next ``count`` requests of these API keys through and keep a copy of each
+        for ``replay_copies``."""
+        keys = frozenset({api_keys} if isinstance(api_keys, int) else api_keys)
+        self._call(self._copy_next.append, (keys, count))
+
+    def copied_count(self) -> int:
+        return self._call(lambda: len(self.copies))
+
+    def replay_copies(self, timeout: float = 10.0) -> list[Any]:
+        """Send every kept copy again, each on a new connection to the broker, in the order
+        they were copied; returns the broker's decoded responses."""
+        async def replay() -> list[Any]:
+            out = []
+            copies, self.copies = self.copies, []
+            for api_key, version, frame in copies:
+                reader, writer = await asyncio.open_connection(*self.upstream)
+                try:
+                    writer.write(frame)
+                    await writer.drain()
+                    size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+                    body = await reader.readexactly(size)
+                    out.append(decode_response(api_key, version, body)[1])
+                finally:
+                    writer.close()
+                self.stats["replayed"] += 1
+            return out
+
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(
+            asyncio.wait_for(replay(), timeout), self.loop).result(timeout + 1)
 
     def stop_holding(self) -> None:
         """Forget what ``hold_next`` still had to hold (held requests stay held)."""
@@ -306,6 +344,14 @@ class FaultProxy:
         link.outbox.put_nowait(item)
 
     def _choose_fault(self, link: _Link, item: _Item) -> None:
+        for i, (keys, count) in enumerate(self._copy_next):
+            if item.api_key in keys:
+                self.copies.append((item.api_key, item.version, item.frame))
+                if count > 1:
+                    self._copy_next[i] = (keys, count - 1)
+                else:
+                    del self._copy_next[i]
+                return
         for i, (keys, count) in enumerate(self._hold_next):
             if item.api_key in keys:
                 self._hold(link, item, None)

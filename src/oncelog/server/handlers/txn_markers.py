@@ -6,7 +6,9 @@ its coordinator epoch; oncelog's coordinator does so in process through this sam
 (server/txn_service.py), Kafka's admin tools over the wire to abort a hanging transaction. Each
 partition appends a COMMIT or ABORT control batch (log/log.py ``append_marker``): the producer's
 transaction closes there and the last stable offset moves on. A marker whose producer epoch is
-older than the partition's is INVALID_PRODUCER_EPOCH; one from an older coordinator epoch,
+older than the partition's is INVALID_PRODUCER_EPOCH (at transaction version 2, v2's
+TransactionVersion field, KIP-1228: one not newer than the epoch of the producer's open
+transaction there, KAFKA-17754); one from an older coordinator epoch,
 TRANSACTION_COORDINATOR_FENCED. On a ``__consumer_offsets`` partition the group coordinator then
 makes that producer's pending transactional offsets visible (commit) or drops them (abort).
 """
@@ -33,7 +35,9 @@ def _marker_writer(broker, topic: str, index: int, marker, now: int):
 
     def write(plog, leader_epoch: int):
         result = plog.append_marker(marker.producer_id, marker.producer_epoch, commit,
-                                    marker.coordinator_epoch, now, leader_epoch=leader_epoch)
+                                    marker.coordinator_epoch, now, leader_epoch=leader_epoch,
+                                    transaction_version=int(getattr(marker,
+                                                                    "transaction_version", 0)))
         if topic == CONSUMER_OFFSETS:
             broker.group_coordinator.complete_txn_offsets(index, marker.producer_id, commit)
         return result
