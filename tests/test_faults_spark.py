@@ -1,13 +1,13 @@
 """Issue 31's Spark workload (oncelog.faults.spark_job) on a loopback 3-broker cluster: producers
 (a transactional one and an idempotent one, processes of their own writing the queue history)
 write unique integers to ``in`` while the Spark copy job (its own driver process, the
-exactly-once ``oncelog`` sink) copies ``in`` to ``out`` partition by partition; the job's driver
-is SIGKILLed mid-stream with its whole process group and started again from its checkpoint, and
-a broker (the leader of the sink's batch markers) is SIGKILLed and started again while the job
-runs. (The broker dies first, the driver while it is down; it comes back while the driver
-starts again.) The final drain (read_committed, from the beginning) must find every acknowledged input
-value in the input, and every committed input value in its output partition exactly once, and
-nothing else there."""
+exactly-once ``oncelog`` sink) copies ``in`` to ``out`` partition by partition. A broker (the
+leader of the sink's batch markers) is SIGKILLed while the job copies; the driver is SIGKILLed
+in the middle of a micro-batch with its JVM and Python workers and started again from its
+checkpoint while the broker comes back; then the Python workers of its tasks are SIGKILLed
+(task-level crashes, which Spark retries). The final drain (read_committed, from the beginning)
+must find every acknowledged input value in the input, and every committed input value in its
+output partition exactly once, and nothing else there."""
 
 from __future__ import annotations
 
@@ -90,14 +90,20 @@ def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
             victim = cluster.leader_of(MARKER_TOPIC, 0)
             cluster.kill(victim)
             job.wait_batches(3)
-            # The driver dies with its JVM and Python workers mid-stream; it runs again from
-            # its checkpoint while the broker comes back.
-            pgid = job.proc.pid
+            # The driver dies with its JVM and Python workers in the middle of a micro-batch
+            # (its records in the log, Spark's commit not written); it runs again from its
+            # checkpoint while the broker comes back.
+            job.wait_writing()
             job.kill()
-            assert _group_gone(pgid), "a process of the driver's group outlived the kill"
+            # the driver's group and the pyspark.daemons' groups of its Python workers
+            assert len(job.killed_groups) > 1
+            assert all(map(_group_gone, job.killed_groups)), "a process outlived the kill"
             job.restart()
             cluster.start_broker(victim)
-            job.wait_batches(2)
+            job.wait_batches(1)
+            # Task-level crashes: the tasks' Python workers die; Spark retries the tasks.
+            assert job.kill_task()
+            job.wait_batches(3)
 
             for p in producers:
                 p.send_signal(signal.SIGTERM)

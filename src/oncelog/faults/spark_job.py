@@ -426,9 +426,14 @@ def _job(args: argparse.Namespace) -> int:
               .option("subscribe", args.input).option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger)).load())
         # Partition N to partition N (the history's copies map says so), key and value as read.
-        q = (df.select("key", "value", "partition").writeStream.format("oncelog")
-             .option("kafka.bootstrap.servers", args.bootstrap_server)
-             .option("topic", args.output).option("checkpointLocation", args.checkpoint)
+        rows = df.select("key", "value", "partition").writeStream
+        if args.sink == "exactly-once":
+            writer = rows.format("oncelog").option("kafka.bootstrap.servers",
+                                                   args.bootstrap_server).option("topic",
+                                                                                 args.output)
+        else:
+            writer = rows.foreachBatch(_at_least_once(args.bootstrap_server, args.output))
+        q = (writer.option("checkpointLocation", args.checkpoint)
              .trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
         print(f"started ({time.monotonic() - began:.1f} s)", flush=True)
         seen: set[int] = set()
@@ -455,6 +460,25 @@ def _job(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least_once(bootstrap: str, topic: str) -> Callable[[Any, int], None]:
+    """foreachBatch function of ``--sink at-least-once``: each task sends its rows with a plain
+    idempotent producer of our client, as Spark's own Kafka sink does; a micro-batch replayed
+    after a crash is written again (duplicates: what the checks must find)."""
+
+    def write_partition(rows: Iterable[Any]) -> None:
+        from ..client import Producer
+
+        with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
+            for r in rows:
+                p.send(topic, r.value, key=r.key, partition=r.partition)
+            p.flush()
+
+    def write_batch(df: Any, batch_id: int) -> None:
+        df.foreachPartition(write_partition)
+
+    return write_batch
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -465,20 +489,51 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _group_members(pgid: int) -> list[int]:
-    """The pids of the processes in process group ``pgid`` (from /proc)."""
-    members = []
+def _processes() -> dict[int, tuple[int, int, bytes]]:
+    """Every process: pid -> (parent pid, process group, command line), from /proc."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid:  # state, ppid, pgrp
-            members.append(int(entry))
-    return members
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        found[int(entry)] = (int(fields[1]), int(fields[2]), cmdline)
+    return found
+
+
+def _descendants(root: int, table: dict[int, tuple[int, int, bytes]]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _pgrp, _cmd) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(root: int) -> set[int]:
+    """SIGKILL process ``root`` (a group leader: the driver, started in a session of its own),
+    its group and every process descended from it, together with their process groups. Spark's
+    JVM runs in the driver's group, but each ``pyspark.daemon`` that forks Python workers makes
+    a group of its own (setpgid): those groups are found under the JVM and killed too. The
+    driver's group is stopped first (SIGSTOP), so that its JVM starts no new daemon while the
+    tree is read. Returns the process groups killed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(root, signal.SIGSTOP)
+    table = _processes()
+    # (the group's members too: a JVM whose driver died already has another parent now)
+    tops = {root} | {pid for pid, (_ppid, pgrp, _cmd) in table.items() if pgrp == root}
+    groups = {root} | {table[pid][1] for top in tops for pid in _descendants(top, table)}
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    return groups
 
 
 class SparkCopyJob:
@@ -499,7 +554,8 @@ class SparkCopyJob:
                  history_dir: str | os.PathLike[str] | None = None,
                  max_offsets_per_trigger: int = 500, trigger_ms: int = 300,
                  master: str = "local[2,4]", driver_memory: str = DRIVER_MEMORY,
-                 python: str = sys.executable, env: dict[str, str] | None = None) -> None:
+                 sink: str = "exactly-once", python: str = sys.executable,
+                 env: dict[str, str] | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.bootstrap = bootstrap
         self.input_topic = input_topic
@@ -511,6 +567,9 @@ class SparkCopyJob:
         self.trigger_ms = trigger_ms
         self.master = master
         self.driver_memory = driver_memory
+        if sink not in ("exactly-once", "at-least-once"):
+            raise ValueError(f"sink must be exactly-once or at-least-once, not {sink!r}")
+        self.sink = sink
         self.python = python
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
@@ -522,8 +581,10 @@ class SparkCopyJob:
         self.run = 0
         self.batches = 0  # micro-batches with rows, all runs
         self.run_batches = 0  # micro-batches with rows, this run
+        self.reported = 0  # micro-batches reported, all runs
         self.started = threading.Event()
         self._reader: threading.Thread | None = None
+        self.killed_groups: set[int] = set()  # the process groups of the last kill or stop
         self._cond = threading.Condition()
 
     # -- the command --------------------------------------------------------------------------
@@ -535,7 +596,7 @@ class SparkCopyJob:
             "--output", self.output_topic, "--checkpoint", str(self.checkpoint),
             "--max-offsets-per-trigger", str(self.max_offsets_per_trigger),
             "--trigger-ms", str(self.trigger_ms), "--master", self.master,
-            "--driver-memory", self.driver_memory])
+            "--driver-memory", self.driver_memory, "--sink", self.sink])
 
     @property
     def process(self) -> str:
@@ -580,16 +641,20 @@ class SparkCopyJob:
                 with self._cond:
                     if line.startswith("started"):
                         self.started.set()
-                    elif line.startswith("batch ") and ": 0 rows" not in line:
-                        self.batches += 1
-                        self.run_batches += 1
+                    elif line.startswith("batch "):
+                        self.reported += 1
+                        if ": 0 rows" not in line:
+                            self.batches += 1
+                            self.run_batches += 1
                     self._cond.notify_all()
         with self._cond:
             self._cond.notify_all()
 
     def kill(self) -> None:
-        """SIGKILL the driver's whole process group (the Python driver, Spark's JVM, its Python
-        workers), mid-whatever it does: a client crash. Recorded as a ``crash``."""
+        """SIGKILL the driver, Spark's JVM and every Python process they started (the
+        ``pyspark.daemon``s and their workers, in process groups of their own: ``kill_tree``),
+        mid-whatever they do: a client crash. Recorded as a ``crash`` of the run's process.
+        Returns when all of them are gone."""
         if self.proc is None:
             return
         pgid = self.proc.pid
@@ -599,25 +664,23 @@ class SparkCopyJob:
                 history.op("info", "crash", None)
             finally:
                 history.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        self._reap(pgid)
+        self._reap(kill_tree(pgid))
 
     def kill_task(self) -> list[int]:
-        """SIGKILL the Python workers running the job's tasks now (the children of the
-        ``pyspark.daemon`` that forks them), not the driver: a task-level crash, which Spark
-        retries as a new task attempt. Returns the pids killed (none when no task ran)."""
+        """SIGKILL the Python workers that run the job's tasks (the children of the
+        ``pyspark.daemon`` of ``pyspark.worker``; Spark reuses them from task to task), not the
+        driver nor its planning workers: a task-level crash, which Spark retries as a new task
+        attempt (local[2,4]: up to 4 attempts per task). Returns the pids killed (none before
+        the first task)."""
         if not self.running:
             return []
         assert self.proc is not None
+        table = _processes()
         killed = []
-        for pid in _group_members(self.proc.pid):
-            try:
-                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                parent_cmd = Path(f"/proc/{parent}/cmdline").read_bytes()
-            except (OSError, ValueError, IndexError):
-                continue
-            if b"pyspark.daemon" in parent_cmd:
+        for pid in _descendants(self.proc.pid, table):
+            parent = table.get(table[pid][0])
+            if parent is not None and parent[2].split(b"\0")[1:4] == \
+                    [b"-m", b"pyspark.daemon", b"pyspark.worker"]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
@@ -640,18 +703,18 @@ class SparkCopyJob:
                 os.kill(self.proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        self._reap(pgid)
+        self._reap(kill_tree(pgid))
 
-    def _reap(self, pgid: int) -> None:
+    def _reap(self, groups: set[int]) -> None:
+        """Wait for the driver, then until every killed group is gone."""
         assert self.proc is not None
         self.proc.wait()
         if self._reader is not None:
             self._reader.join(10)
         deadline = time.monotonic() + 10
-        while _group_alive(pgid) and time.monotonic() < deadline:
+        while any(map(_group_alive, groups)) and time.monotonic() < deadline:
             time.sleep(0.05)
+        self.killed_groups = groups
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -673,6 +736,37 @@ class SparkCopyJob:
                     raise SparkJobError(f"{self.run_batches} of {n} micro-batches in "
                                         f"{timeout:g} s:\n{self.log_tail()}")
                 self._cond.wait(min(left, 0.5))
+
+    def wait_writing(self, timeout: float = 120.0) -> None:
+        """Until a micro-batch is being written: the output's high watermark (read_uncommitted)
+        has grown since the last micro-batch the driver reported, so this one's records (in
+        open transactions, with the exactly-once sink) or its commit markers are in the log
+        and Spark has not recorded the batch as done. A kill then lands mid-batch: the replay
+        must not write its rows a second time."""
+        from ..client import Consumer, TopicPartition
+
+        deadline = time.monotonic() + timeout
+        tps = [TopicPartition(self.output_topic, p) for p in range(self.partitions)]
+        base: tuple[int, int] | None = None
+        with Consumer({"bootstrap.servers": self.bootstrap,
+                       "isolation.level": "read_uncommitted"}) as c:
+            while True:
+                if not self.running:
+                    raise SparkJobError(f"the driver exited ({self._exit()}):\n"
+                                        f"{self.log_tail()}")
+                if time.monotonic() >= deadline:
+                    raise SparkJobError(f"no micro-batch was written within {timeout:g} s:\n"
+                                        f"{self.log_tail()}")
+                reported = self.reported
+                with contextlib.suppress(Exception):  # a broker restarting: ask again
+                    high = sum(c.end_offsets(tps, timeout=5).values())
+                    if reported != self.reported:
+                        continue
+                    if base is None or base[0] != reported:
+                        base = (reported, high)
+                    elif high > base[1]:
+                        return
+                time.sleep(0.01)
 
     def _exit(self) -> str:
         rc = self.proc.poll() if self.proc is not None else None
@@ -766,6 +860,9 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--trigger-ms", type=int, default=300)
     j.add_argument("--master", default="local[2,4]", help="local[threads,maxFailures]")
     j.add_argument("--driver-memory", default=DRIVER_MEMORY)
+    j.add_argument("--sink", choices=["exactly-once", "at-least-once"], default="exactly-once",
+                   help="at-least-once: plain producers in foreachBatch, as Spark's Kafka sink "
+                   "writes (a control: replays duplicate)")
     j.add_argument("--stop-timeout", type=float, default=30.0,
                    help="on SIGTERM, wait this long for the micro-batch under way to end")
 
