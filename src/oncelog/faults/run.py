@@ -308,8 +308,11 @@ class FaultRun:
         _log(f"starting {c.brokers} brokers and {c.zookeepers} ZooKeeper node(s), each on a "
              f"host of its own ({', '.join(k for k, v in options.items() if v) or 'no extras'})")
         unrecovered: list[str] = []
+        settings = dict(c.settings)
+        if c.workload == "spark":  # the exactly-once sink's transactions (KIP-939)
+            settings.setdefault("transaction.two.phase.commit.enable", "true")
         with NetCluster(self.out / "cluster", brokers=c.brokers, zookeepers=c.zookeepers,
-                        settings=c.settings, seed=c.seed, **options) as cluster:
+                        settings=settings, seed=c.seed, **options) as cluster:
             self.cluster = cluster
             self.create_topics()
             self._plan_slots()
