@@ -78,7 +78,7 @@ def produce_and_read_back(cluster: NetCluster, tag: str, n: int = 5) -> None:
 def test_a_zookeeper_ensemble_of_three_keeps_serving_without_its_leader(tmp_path):
     require_netns()
     require_zookeeper()
-    with NetCluster(tmp_path / "ensemble", brokers=3, zookeepers=3, clock=False) as c:
+    with NetCluster(tmp_path / "ensemble", brokers=1, zookeepers=3, clock=False) as c:
         assert c.connect_string == ",".join(
             f"198.18.{c.network.n}.{10 + i}:2181" for i in (1, 2, 3)) + "/oncelog"
         modes = {i: zk.four_letter_word("srvr").split("Mode: ")[1].split()[0]
@@ -87,8 +87,8 @@ def test_a_zookeeper_ensemble_of_three_keeps_serving_without_its_leader(tmp_path
         leader = next(i for i, m in modes.items() if m == "leader")
         c.kill_zk(leader)  # two of three: still a quorum
         with c._admin() as admin:  # a topic is made in ZooKeeper
-            admin.create_topics([NewTopic(TOPIC, 1, 3)])
-        c.wait_for_isr(TOPIC, 0, 3, DEADLINE_S)
+            admin.create_topics([NewTopic(TOPIC, 1, 1, {"min.insync.replicas": "1"})])
+        c.wait_for_isr(TOPIC, 0, 1, DEADLINE_S)
         produce_and_read_back(c, "ensemble")
         c.heal_all()
         assert c.zk_state == {1: "running", 2: "running", 3: "running"}
@@ -179,6 +179,18 @@ def test_each_fault_is_in_place_then_healed_and_the_cluster_recovers(cluster, tm
     produce_and_read_back(cluster, fault)
 
 
+def test_a_mixed_schedule_overlaps_faults_of_different_lanes(cluster, tmp_path):
+    events = schedule(8, ["partition", "pause", "clock", "delay"], 2.5, keys=[f"{TOPIC}:0"],
+                      fault_s=(1.5, 1.5), gap_s=(0.5, 0.5), first_s=0.0, mixed=True)
+    assert sorted(e.lane for e in events) == ["clock", "link", "network", "process"]
+    windows = Nemesis(cluster, events, tmp_path / "faults.jsonl").run()
+    assert sorted(w.fault for w in windows) == ["clock", "delay", "partition", "pause"]
+    # they overlapped: the last to start began before the first to end ended
+    assert max(w.start for w in windows) < min(w.end for w in windows)
+    assert cluster.network.blocked() == {}
+    produce_and_read_back(cluster, "mixed")
+
+
 def test_the_same_seed_gives_the_same_schedule():
     faults = parse_faults("all,client-crash")
     assert faults == list(FAULTS)
@@ -188,6 +200,12 @@ def test_the_same_seed_gives_the_same_schedule():
     assert {e.fault for e in a} == set(FAULTS)  # a round of every family first
     assert all(e.start_s + e.duration_s <= 300.0 for e in a)
     assert all(x.start_s + x.duration_s < y.start_s for x, y in itertools.pairwise(a))
+    mixed = schedule(5, faults, 300.0, keys=["q:0"], mixed=True)
+    assert mixed == schedule(5, faults, 300.0, keys=["q:0"], mixed=True)
+    for lane in {e.lane for e in mixed}:  # one at a time within a lane
+        mine = [e for e in mixed if e.lane == lane]
+        assert all(x.start_s + x.duration_s < y.start_s for x, y in itertools.pairwise(mine))
+    assert {e.fault for e in mixed} == set(FAULTS)
     with pytest.raises(ValueError, match="unknown fault"):
         parse_faults("partition,flood")
     out = subprocess.run([sys.executable, "-m", "oncelog.faults.nemesis", "--seed", "5",

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
@@ -103,6 +105,8 @@ class NetCluster(LocalCluster):
         self.proxies: dict[int, LinkProxy] = {}
         self.clocks: dict[int, ClockControl] = {}
         self.disks: dict[int, DataDisk] = {}
+        self._file_lock = threading.RLock()
+        self._spawner: _Spawner | None = None
 
     # -- names --------------------------------------------------------------------------------
 
@@ -146,6 +150,15 @@ class NetCluster(LocalCluster):
     def zookeeper_connect(self) -> str:
         return self.connect_string
 
+    def _spawn(self, start: Callable[[], Any]) -> Any:
+        """Run ``start`` (a process launch) in the cluster's spawner thread: the processes die
+        with that thread (setpriv's PR_SET_PDEATHSIG is the starting thread's), which lives
+        until ``stop``, whatever thread (a nemesis lane's, a runner's) asked for the start."""
+        if self._spawner is None or not self._spawner.is_alive():
+            self._spawner = _Spawner()
+            self._spawner.start()
+        return self._spawner.call(start)
+
     # -- life cycle ---------------------------------------------------------------------------
 
     def start(self) -> Self:
@@ -170,7 +183,8 @@ class NetCluster(LocalCluster):
                     self.proxies[n] = LinkProxy(
                         host, BROKER_PORT, ("127.0.0.1", BROKER_PORT), b.dir / "link.sock",
                         b.dir / "linkproxy.log",
-                        seed=None if self.seed is None else self.seed * 10 + n).start()
+                        seed=None if self.seed is None else self.seed * 10 + n)
+                    self._spawn(self.proxies[n].start)
             self.progress(f"network {self.network.prefix}.0/24: "
                           f"{', '.join(h for h in self.network.hosts)}")
         except BaseException:
@@ -188,7 +202,7 @@ class NetCluster(LocalCluster):
                 wrap=host.wrap)
         started = time.monotonic()
         for i, zk in self.zookeepers.items():
-            zk.start(wait=False)
+            self._spawn(lambda zk=zk: zk.start(wait=False))  # type: ignore[misc]
             self.zk_state[i] = "running"
         for zk in self.zookeepers.values():
             zk.wait_serving(max(1.0, deadline - time.monotonic()))
@@ -222,7 +236,7 @@ class NetCluster(LocalCluster):
         b.process.settings = settings
         b.process.zookeeper = self.connect_string
         b.dir.mkdir(parents=True, exist_ok=True)
-        b.process.launch()
+        self._spawn(b.process.launch)
         b.pid = b.process.pid
         b.state = "running"
 
@@ -252,10 +266,17 @@ class NetCluster(LocalCluster):
             self.client_hosts.clear()
             if (self.data_dir / "cluster.json").exists():
                 self._write_file()  # no network any more
+            if self._spawner is not None:
+                self._spawner.close()
+                self._spawner = None
 
     def _write_file(self) -> None:
         """``cluster.json`` (LocalCluster's), with the network: the subnet, every host's
         namespace and address, the ZooKeeper nodes."""
+        with self._file_lock:  # the nemesis's lanes are threads
+            self._write_network_file()
+
+    def _write_network_file(self) -> None:
         super()._write_file()
         if self.network is None:
             return
@@ -294,7 +315,7 @@ class NetCluster(LocalCluster):
         """Start ZooKeeper node ``i`` again (same data); waits until it serves (a member of an
         ensemble serves once it has rejoined a quorum)."""
         zk = self._zk(i)
-        zk.start(wait=False)
+        self._spawn(lambda: zk.start(wait=False))
         self.zk_state[i] = "running"
         zk.wait_serving(timeout)
 
@@ -409,7 +430,7 @@ class NetCluster(LocalCluster):
                 self.resume_zk(i)
         for i, zk in self.zookeepers.items():
             if not zk.is_running():
-                zk.start(wait=False)
+                self._spawn(lambda zk=zk: zk.start(wait=False))  # type: ignore[misc]
                 self.zk_state[i] = "running"
         for i, zk in self.zookeepers.items():
             zk.wait_serving(timeout)
@@ -421,7 +442,7 @@ class NetCluster(LocalCluster):
                 self.start_broker(n, timeout)
         for proxy in self.proxies.values():
             if not proxy.running:
-                proxy.start()
+                self._spawn(proxy.start)
         self.wait_healthy(timeout)
 
     # -- observers ----------------------------------------------------------------------------
@@ -492,3 +513,33 @@ class NetCluster(LocalCluster):
         net = self.network.prefix + ".0/24" if self.network else "no network"
         return f"NetCluster({self.data_dir}, {net}, {states}, {zk})"
 
+
+class _Spawner(threading.Thread):
+    """A thread that runs what it is given (``call``), one at a time, until ``close``."""
+
+    def __init__(self) -> None:
+        super().__init__(name="netcluster-spawner", daemon=True)
+        self._queue: queue.Queue[tuple[Callable[[], Any], queue.Queue[Any]] | None] = \
+            queue.Queue()
+
+    def run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, answer = item
+            try:
+                answer.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+                answer.put((False, exc))
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        if threading.current_thread() is self:
+            return fn()
+        answer: queue.Queue[Any] = queue.Queue()
+        self._queue.put((fn, answer))
+        ok, value = answer.get()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self.join(10.0)

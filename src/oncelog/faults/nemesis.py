@@ -31,7 +31,9 @@ disk                one broker's data disk filled; freed at heal (a broker that 
 The schedule is a function of the seed alone (and of ``faults``, ``duration``, the topology and
 timing options): the same seed gives the same kinds, times, durations and choices. Targets
 that depend on the cluster's state (a leader, the controller) are resolved when the fault
-starts and recorded in the window. Faults run one at a time: a fault, a gap, the next.
+starts and recorded in the window. Faults run one at a time (a fault, a gap, the next), or
+with ``mixed=True`` in lanes that overlap (network, link, process, clock, disk: one thread
+each in the executor).
 
 Windows go to ``faults.jsonl`` as each fault heals, one JSON line each:
 ``{"fault": "partition", "start": ns, "end": ns, "targets": ["n1", "n3|n2"], "detail": "..."}``
@@ -39,7 +41,13 @@ Windows go to ``faults.jsonl`` as each fault heals, one JSON line each:
 hosts joined by ``|``). At the end (the schedule done, or ``stop_event`` set) the executor heals
 every fault (``NetCluster.heal_all``) and waits until the cluster is healthy.
 
-``python -m oncelog.faults.nemesis --seed 7 --faults all --time 60`` prints a schedule.
+``run`` may be called from any thread (a runner's background thread, say): the processes a
+heal restarts are started by the cluster's own spawner thread (``NetCluster._spawn``), so they
+do not die with the thread that asked (brokers and ZooKeeper nodes get SIGKILL when the thread
+that started them ends, PR_SET_PDEATHSIG).
+
+``python -m oncelog.faults.nemesis --seed 7 --faults all --time 60`` prints a schedule
+(``--mixed``: overlapping lanes).
 """
 
 from __future__ import annotations
@@ -65,6 +73,17 @@ __all__ = ["FAULTS", "FaultEvent", "Nemesis", "Window", "cluster_options", "pars
 FAULTS = ("partition", "isolate-leader", "isolate-controller", "zk-cut", "one-way", "bridge",
           "loss", "delay", "pause", "pause-zk", "kill", "kill-zk", "clock", "disk")
 CLIENT_CRASH = "client-crash"  # the runner's: SIGKILL a client mid-transaction
+# Faults of different lanes may overlap in a mixed schedule; within a lane one at a time (a
+# lane's heal undoes its kind of fault only: heal_network, heal_link, ...).
+LANES = {
+    "network": ("partition", "isolate-leader", "isolate-controller", "zk-cut", "one-way",
+                "bridge"),
+    "link": ("loss", "delay"),
+    "process": ("pause", "pause-zk", "kill", "kill-zk"),
+    "clock": ("clock",),
+    "disk": ("disk",),
+}
+LANE_OF = {f: lane for lane, fs in LANES.items() for f in fs}
 
 
 def parse_faults(text: str) -> list[str]:
@@ -102,10 +121,12 @@ class FaultEvent:
     start_s: float
     duration_s: float
     params: dict[str, Any] = field(default_factory=dict)
+    lane: str = "main"  # a mixed schedule's lane (LANES); "main" when one at a time
 
     def to_json(self) -> dict[str, Any]:
         return {"fault": self.fault, "start_s": round(self.start_s, 3),
-                "duration_s": round(self.duration_s, 3), "params": self.params}
+                "duration_s": round(self.duration_s, 3), "params": self.params,
+                "lane": self.lane}
 
 
 def _halves(rng: random.Random, names: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -169,21 +190,41 @@ def _params(fault: str, rng: random.Random, brokers: int, zookeepers: int,
 def schedule(seed: int, faults: Sequence[str], duration: float, *, brokers: int = 3,
              zookeepers: int = 1, keys: Sequence[str] = (),
              fault_s: tuple[float, float] = (5.0, 15.0), gap_s: tuple[float, float] = (3.0, 8.0),
-             first_s: float = 5.0) -> list[FaultEvent]:
+             first_s: float = 5.0, mixed: bool = False) -> list[FaultEvent]:
     """A seeded schedule of ``faults`` (family names, ``parse_faults``) for a run of
     ``duration`` seconds: the first fault at ``first_s``, each lasting ``fault_s`` (min, max)
     seconds, ``gap_s`` between the heal of one and the start of the next; the families drawn
     in turns (each family once per round, in a seeded order), so a short run still meets each
-    one. Every fault ends by ``duration``. The same arguments give the same list."""
+    one. Every fault ends by ``duration``. The same arguments give the same list.
+
+    ``mixed``: faults of different lanes (``LANES``: network, link, process, clock, disk)
+    overlap: each lane is such a sequence of its own (its own seeded draws), and the events of
+    all lanes are merged by start time; a partition may then meet a paused broker and a
+    skewed clock at once."""
     families = [f for f in faults if f != CLIENT_CRASH]
     unknown = [f for f in families if f not in FAULTS]
     if unknown:
         raise ValueError(f"unknown faults {unknown}")
     if brokers < 2 and any(f in families for f in ("partition", "one-way", "bridge")):
         raise ValueError("partitions need at least two brokers")
-    rng = random.Random(seed)
+    if mixed:
+        events = []
+        for lane, members in LANES.items():
+            mine = [f for f in families if f in members]
+            if mine:
+                events += _sequence(random.Random(f"{seed}:{lane}"), mine, duration, brokers,
+                                    zookeepers, keys, fault_s, gap_s, first_s, lane)
+        return sorted(events, key=lambda e: (e.start_s, e.lane))
+    return _sequence(random.Random(seed), families, duration, brokers, zookeepers, keys,
+                     fault_s, gap_s, first_s, "main")
+
+
+def _sequence(rng: random.Random, families: list[str], duration: float, brokers: int,
+              zookeepers: int, keys: Sequence[str], fault_s: tuple[float, float],
+              gap_s: tuple[float, float], first_s: float, lane: str) -> list[FaultEvent]:
     events: list[FaultEvent] = []
-    t = first_s
+    # the lanes of a mixed schedule start apart
+    t = first_s if lane == "main" else first_s + round(rng.uniform(0, gap_s[1]), 3)
     round_: list[str] = []
     while families:
         if not round_:
@@ -194,7 +235,7 @@ def schedule(seed: int, faults: Sequence[str], duration: float, *, brokers: int 
         if t + length > duration:
             break
         events.append(FaultEvent(fault, round(t, 3), length,
-                                 _params(fault, rng, brokers, zookeepers, keys)))
+                                 _params(fault, rng, brokers, zookeepers, keys), lane))
         t += length + rng.uniform(*gap_s)
     return events
 
@@ -236,6 +277,7 @@ class Nemesis:
         self.heal_timeout = heal_timeout
         self.windows: list[Window] = []
         self.skipped: list[tuple[FaultEvent, str]] = []
+        self._lock = threading.Lock()
 
     # -- resolving targets ----------------------------------------------------------------
 
@@ -318,7 +360,7 @@ class Nemesis:
             n, what = self._broker_target(p)
             c.kill(n)
             return [c.broker_host_name(n)], f"SIGKILL {what} (broker {n})", \
-                lambda: c.start_broker(n, self.heal_timeout)
+                lambda: self._restart(n)
         if f == "pause-zk":
             i = int(p["zookeeper"])
             c.pause_zk(i)
@@ -341,11 +383,17 @@ class Nemesis:
             def heal_disk() -> None:
                 c.free_disk(n)
                 b = c.brokers[n]
-                if b.process is None or not b.process.running:  # it stopped itself
-                    c.start_broker(n, self.heal_timeout)
+                # it stopped itself (not killed by the process lane: that one restarts it)
+                if b.state == "running" and (b.process is None or not b.process.running):
+                    self._restart(n)
 
             return [c.broker_host_name(n)], f"disk filled ({written} bytes)", heal_disk
         raise ValueError(f"unknown fault {f!r}")
+
+    def _restart(self, n: int) -> None:
+        b = self.cluster.brokers[n]
+        if b.process is None or not b.process.running:
+            self.cluster.start_broker(n, self.heal_timeout)
 
     def _steps(self, e: FaultEvent) -> list[tuple[float, Callable[[], None]]]:
         """Actions during the window (seconds after its start): the clock's jumps."""
@@ -360,23 +408,43 @@ class Nemesis:
     # -- running --------------------------------------------------------------------------
 
     def _record(self, w: Window) -> None:
-        self.windows.append(w)
-        self.windows_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.windows_path, "a") as f:
-            f.write(json.dumps(w.to_json()) + "\n")
+        with self._lock:
+            self.windows.append(w)
+            self.windows_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.windows_path, "a") as f:
+                f.write(json.dumps(w.to_json()) + "\n")
 
     def run(self, stop_event: threading.Event | None = None) -> list[Window]:
         """Run the schedule until it ends or ``stop_event`` is set; heal everything; the
         windows."""
         stop = stop_event or threading.Event()
         t0 = time.monotonic()
-        try:
-            for e in self.events:
+        lanes: dict[str, list[FaultEvent]] = {}
+        for e in self.events:
+            lanes.setdefault(e.lane, []).append(e)
+
+        def run_lane(events: list[FaultEvent]) -> None:
+            for e in events:
                 if stop.wait(max(0.0, t0 + e.start_s - time.monotonic())):
                     break
                 self._run_one(e, stop)
                 if stop.is_set():
                     break
+
+        threads = [threading.Thread(target=run_lane, args=(events,), name=f"nemesis-{lane}",
+                                    daemon=True)
+                   for lane, events in lanes.items()]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        except BaseException:
+            stop.set()
+            for t in threads:
+                t.join()
+            raise
         finally:
             self.log("healing everything")
             self.cluster.heal_all(self.heal_timeout)
@@ -422,12 +490,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--zookeepers", type=int, default=1)
     parser.add_argument("--keys", default="", help="comma list of topic:partition")
+    parser.add_argument("--mixed", action="store_true", help="lanes of faults that overlap")
     args = parser.parse_args(argv)
     try:
         faults = parse_faults(args.faults)
         events = schedule(args.seed, faults, args.time, brokers=args.brokers,
                           zookeepers=args.zookeepers,
-                          keys=[k for k in args.keys.split(",") if k])
+                          keys=[k for k in args.keys.split(",") if k], mixed=args.mixed)
     except ValueError as exc:
         print(f"nemesis: {exc}", file=sys.stderr)
         return 2
