@@ -404,5 +404,9 @@ def test_command_builds_the_flags_the_client_parses() -> None:
     args = resolve(parser().parse_args(argv[3:]))
     assert (args.input, args.output, args.index, args.group, args.transactional_id) == \
         (["a:0", "a:1"], ["b:0", "b:1"], 1, "copier-group", "t")
+    queue = resolve(parser().parse_args(command("confluent", "queue", process="q-4",
+                                                bootstrap="h:1", history="f",
+                                                keys=["a:0"])[3:]))
+    assert (queue.group, queue.transactional_id, queue.index) == ("q-4", "q-4", 4)
     with pytest.raises(TypeError):
         command("oncelog", "queue", process="q-1", bootstrap="h:1", history="f", nope=1)

@@ -821,7 +821,9 @@ public class QueueClient {
             index = Integer.parseInt(m.group(1));
         }
         if (transactionalId == null) transactionalId = process;
-        if (group == null && !role.equals("drain")) group = pollMode.equals("assign") ? process : role + "-group";
+        if (group == null && !role.equals("drain")) {  // as resolve() in __main__.py
+            group = role.equals("queue") && pollMode.equals("assign") ? transactionalId : role + "-group";
+        }
     }
 
     public static void main(String[] args) throws Exception {

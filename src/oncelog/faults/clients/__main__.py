@@ -51,14 +51,19 @@ def parser() -> argparse.ArgumentParser:
                    help="the share of transactions the workload aborts")
     p.add_argument("--max-txn-ops", type=int, default=4,
                    help="queue: at most this many sends and polls per transaction")
-    p.add_argument("--poll-mode", choices=("assign", "subscribe"), default="assign")
+    p.add_argument("--poll-mode", choices=("assign", "subscribe"), default="assign",
+                   help="assign: the queue client reads a random subset of the keys, another "
+                        "every --reassign-every operations; a copier reads all its --input "
+                        "keys (give copiers with assign disjoint keys). subscribe: the "
+                        "group shares the topics out")
     p.add_argument("--reassign-every", type=int, default=25,
                    help="queue with assign: another random set of keys every N operations")
     p.add_argument("--transactional-id", default=None,
                    help="default: the process name (a restarted client keeps its id)")
     p.add_argument("--group", default=None,
-                   help="the consumer group (default: the process name with assign, "
-                        "'ROLE-group' with subscribe; the drain has none)")
+                   help="the consumer group (default: 'copier-group' for copiers, the "
+                        "transactional id for queue clients with assign, 'queue-group' with "
+                        "subscribe; the drain has none)")
     p.add_argument("--poll-ms", type=int, default=100, help="each poll waits this long")
     p.add_argument("--request-timeout-ms", type=int, default=2000)
     p.add_argument("--transaction-timeout-ms", type=int, default=10000)
@@ -85,7 +90,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if args.transactional_id is None:
         args.transactional_id = args.process
     if args.group is None and args.role != "drain":
-        args.group = args.process if args.poll_mode == "assign" else f"{args.role}-group"
+        # stable across restarts (a restarted client has another name, the same
+        # transactional.id): a copier's group is its input's progress
+        args.group = args.transactional_id if args.role == "queue" \
+            and args.poll_mode == "assign" else f"{args.role}-group"
     if args.role in ("queue", "drain") and not args.keys:
         raise SystemExit(f"--keys: the {args.role} role needs keys")
     if args.role == "copier" and not args.input:

@@ -4,7 +4,9 @@ client side), so the broker's KIP-890 part 1 verification guards its transaction
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
@@ -51,6 +53,38 @@ _RETIRED: list[Any] = []
 def _discard(producer: Any) -> None:
     if producer is not None:
         _RETIRED.append(producer)
+
+
+class _Stuck(Exception):
+    """A transactional call of librdkafka did not return long after its timeout."""
+
+
+# librdkafka's transactional calls wait for the result of an internal operation without a
+# bound of their own; rd_kafka_send_offsets_to_transaction was seen here blocked for good after
+# a broker kill (confluentinc/librdkafka#5456: the coordinator request's timeout is never
+# checked; #5511: a dead coordinator's broker thread is gone and nothing retries). Each call
+# runs on a thread of its own; past its timeout and GRACE_S more, the producer is retired
+# (still blocked) and a new one made.
+GRACE_S = 5.0
+
+
+def _bounded(call: Callable[[], Any], timeout: float, what: str) -> Any:
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller's thread)
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=what, daemon=True)
+    thread.start()
+    thread.join(timeout + GRACE_S)
+    if thread.is_alive():
+        raise _Stuck(f"{what} did not return in {timeout + GRACE_S:.0f} s (librdkafka)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 class ConfluentAdapter(ClientAdapter):
@@ -173,22 +207,35 @@ class ConfluentAdapter(ClientAdapter):
     def send(self, k: Key, value: int) -> int:
         if self.producer is None:
             self.producer = Producer(self._producer_config())
+        p = self.producer
         topic, partition = split_key(k)
         result: list[Any] = []
-        self.producer.produce(topic, str(value).encode(), partition=partition,
-                              on_delivery=lambda err, msg: result.append((err, msg)))
-        deadline = time.monotonic() + self.s.op_timeout
-        while not result and time.monotonic() < deadline:
-            self.producer.poll(min(0.1, max(0.0, deadline - time.monotonic())))
+        try:
+            p.produce(topic, str(value).encode(), partition=partition,
+                      on_delivery=lambda err, msg: result.append((err, msg)))
+            deadline = time.monotonic() + self.s.op_timeout
+            while not result and time.monotonic() < deadline:
+                p.poll(min(0.1, max(0.0, deadline - time.monotonic())))
+        except BufferError as exc:  # its queue is full: not queued
+            raise OpError(str(exc), definite=not result) from exc
+        except KafkaException as exc:
+            # poll raises the producer's fatal error (e.g. UNKNOWN_PRODUCER_ID for a batch
+            # after one that timed out: "unable to retry without risking duplication")
+            if (err := _error(exc)) is None or err.fatal():
+                self._retire_producer()
+            raise OpError(str(exc), definite=False) from exc
         if not result:
             raise OpError("no delivery report in time", definite=False)
         err, msg = result[0]
         if err is None:
             return int(msg.offset())
         if err.fatal():
-            _discard(self.producer)
-            self.producer = None  # a new one (a new producer id) for the next sends
+            self._retire_producer()
         raise OpError(str(err), definite=err.code() in _DEFINITE)
+
+    def _retire_producer(self) -> None:
+        _discard(self.producer)
+        self.producer = None  # a new one (a new producer id) for the next sends
 
     # -- the transactional producer ---------------------------------------------------------
 
@@ -199,8 +246,10 @@ class ConfluentAdapter(ClientAdapter):
                      "transaction.timeout.ms": self.s.transaction_timeout_ms})
         self.txn = Producer(conf)
         try:
-            self.txn.init_transactions(self.s.op_timeout)
-        except KafkaException as exc:
+            _bounded(lambda: self.txn.init_transactions(self.s.op_timeout), self.s.op_timeout,
+                     "init_transactions")
+        except (KafkaException, _Stuck) as exc:
+            _discard(self.txn)
             self.txn = None
             raise OpError(str(exc), definite=False, reset=True) from exc
         return {"transaction_version": 1, "librdkafka": libversion()[0]}
@@ -229,10 +278,14 @@ class ConfluentAdapter(ClientAdapter):
         return handle
 
     def txn_send_offsets(self, offsets: dict[Key, int]) -> None:
+        p = self._t()
+        offered = [_tp(k, o) for k, o in offsets.items()]
+        group = self.consumer.consumer_group_metadata()
         try:
-            self._t().send_offsets_to_transaction(
-                [_tp(k, o) for k, o in offsets.items()],
-                self.consumer.consumer_group_metadata(), self.s.op_timeout)
+            _bounded(lambda: p.send_offsets_to_transaction(offered, group, self.s.op_timeout),
+                     self.s.op_timeout, "send_offsets_to_transaction")
+        except _Stuck as exc:
+            raise OpError(str(exc), definite=True, reset=True) from exc
         except KafkaException as exc:
             raise OpError(str(exc), definite=True) from exc
 
@@ -245,18 +298,23 @@ class ConfluentAdapter(ClientAdapter):
         p = self._t()
         deadline = time.monotonic() + self.s.op_timeout
         while True:
+            left = max(0.1, deadline - time.monotonic())
             try:
-                p.commit_transaction(max(0.1, deadline - time.monotonic()))
+                _bounded(lambda t=left: p.commit_transaction(t),  # type: ignore[misc]
+                         left, "commit_transaction")
                 p.poll(0)  # the delivery reports of its sends
                 return
+            except _Stuck as exc:
+                raise OpError(str(exc), definite=False, reset=True) from exc
             except KafkaException as exc:
                 err = _error(exc)
                 if err is not None and err.retriable() and time.monotonic() < deadline:
                     continue  # librdkafka: call commit_transaction again
                 if err is not None and err.txn_requires_abort():
                     try:
-                        p.abort_transaction(self.s.op_timeout)
-                    except KafkaException as exc2:
+                        _bounded(lambda: p.abort_transaction(self.s.op_timeout),
+                                 self.s.op_timeout, "abort_transaction")
+                    except (KafkaException, _Stuck) as exc2:
                         # an earlier attempt's EndTxn(commit) may have been written
                         raise OpError(f"{exc}; abort: {exc2}", definite=False,
                                       reset=True) from exc2
@@ -264,9 +322,11 @@ class ConfluentAdapter(ClientAdapter):
                 raise OpError(str(exc), definite=False, reset=True) from exc
 
     def txn_abort(self) -> None:
+        p = self._t()
         try:
-            self._t().abort_transaction(self.s.op_timeout)
-        except KafkaException as exc:
+            _bounded(lambda: p.abort_transaction(self.s.op_timeout), self.s.op_timeout,
+                     "abort_transaction")
+        except (KafkaException, _Stuck) as exc:
             raise OpError(str(exc), definite=True, reset=True) from exc
 
     def txn_offset(self, handle: Any) -> int:
