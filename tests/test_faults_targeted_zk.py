@@ -6,7 +6,8 @@ own and ZooKeeper through another (``LocalCluster(relays=True, zookeeper_relays=
   while it writes the markers): once healed the transaction ended all or nothing, and the
   producer, or its replacement with the same transactional.id, goes on;
 - a partition leader isolated from the other brokers and ZooKeeper while acks=all producers
-  write: no acknowledged write is lost once a new leader took over;
+  (idempotent and transactional) write: no acknowledged write is lost once a new leader took
+  over, no committed transaction lost, no aborted one read, none torn;
 - two brokers that each believe they lead a partition (the old leader cut from ZooKeeper but
   reachable by clients, the new one elected): the old one acknowledges no acks=all write and
   serves nothing past the high watermark it can prove; after the heal nothing acknowledged is
@@ -284,10 +285,46 @@ def test_isolated_leader_loses_no_acknowledged_write(cluster):
                 except Exception:  # noqa: BLE001
                     failed.append(v0)
 
+    # and transactions of three records each to the same partition
+    txns: dict[str, list[list[str]]] = {"committed": [], "aborted": [], "unknown": []}
+
+    def write_txns() -> None:
+        p = None
+        try:
+            for n in itertools.count():
+                if stop.is_set():
+                    break
+                if p is None:
+                    p = Producer(bootstrap_servers=cluster.bootstrap_servers,
+                                 transactional_id=f"isolated-{topic}", linger_ms=0,
+                                 request_timeout_ms=2000, transaction_timeout_ms=20_000)
+                    p.init_transactions(60)
+                values = [f"x{n}-{k}" for k in range(3)]
+                try:
+                    p.begin_transaction()
+                    for v in values:
+                        p.send(topic, v.encode(), partition=0)
+                    p.commit_transaction(60)
+                    txns["committed"].append(values)
+                except Exception:  # noqa: BLE001 - abort, or start over when that fails
+                    try:
+                        p.abort_transaction(60)
+                        txns["aborted"].append(values)
+                    except Exception:  # noqa: BLE001 - outcome unknown; a new producer
+                        txns["unknown"].append(values)
+                        p.close()
+                        p = None
+        finally:
+            if p is not None:
+                p.close()
+
     thread = threading.Thread(target=write, daemon=True)
+    txn_thread = threading.Thread(target=write_txns, daemon=True)
     thread.start()
+    txn_thread.start()
     try:
-        wait_until(lambda: len(acked) >= 30, "30 writes acknowledged")
+        wait_until(lambda: len(acked) >= 30 and len(txns["committed"]) >= 5,
+                   "30 writes acknowledged, 5 transactions committed")
         cluster.isolate(leader)
         try:
             with lock:
@@ -303,16 +340,26 @@ def test_isolated_leader_loses_no_acknowledged_write(cluster):
         healed(cluster, topic, [0])
         with lock:
             now = len(acked)
-        wait_until(lambda: len(acked) >= now + 10, "writes acknowledged after the heal")
+        done = len(txns["committed"])
+        wait_until(lambda: len(acked) >= now + 10 and len(txns["committed"]) >= done + 3,
+                   "writes acknowledged and transactions committed after the heal")
     finally:
         stop.set()
         thread.join(120)
-    assert not thread.is_alive()
-    got = read(cluster.bootstrap_servers, topic, 0)
+        txn_thread.join(120)
+    assert not thread.is_alive() and not txn_thread.is_alive()
+    got = read(cluster.bootstrap_servers, topic, 0, committed=True)
     lost = set(acked) - set(got)
     assert not lost, f"{len(lost)} acknowledged writes lost: {sorted(lost)[:10]}"
-    assert len(got) == len(set(got)), "duplicates"  # idempotent producer
+    assert len(got) == len(set(got)), "duplicates"  # idempotent and transactional producers
     assert "stale" not in got  # the isolated leader's own write was truncated
+    seen = set(got)
+    for values in txns["committed"]:
+        assert set(values) <= seen, f"committed transaction lost: {values}"
+    for values in txns["aborted"]:
+        assert not set(values) & seen, f"aborted transaction read: {values}"
+    for values in txns["unknown"]:
+        assert set(values) <= seen or not set(values) & seen, f"torn transaction: {values}"
 
 
 # -- two brokers that each believe they lead ---------------------------------------------------
