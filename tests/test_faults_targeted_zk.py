@@ -177,11 +177,15 @@ def find_ids(cluster: LocalCluster, topic: str, partitions: int,
     raise AssertionError("unreachable")
 
 
-def test_coordinator_cut_off_while_it_writes_prepare_commit(cluster):
-    """The coordinator (also the partition's leader) is cut off the brokers and ZooKeeper
-    just before the EndTxn: its PrepareCommit cannot reach the ISR. A new coordinator is
-    elected; once healed, the transaction is aborted (whole), and a replacement producer with
-    the same transactional.id commits the next one."""
+@pytest.mark.parametrize("cut", ["isolated", "zookeeper-only"])
+def test_coordinator_cut_off_while_it_writes_prepare_commit(cluster, cut):
+    """The coordinator (also the partition's leader) loses ZooKeeper around the EndTxn, so its
+    PrepareCommit cannot reach the ISR: ``isolated``, cut off the brokers too just before the
+    EndTxn; ``zookeeper-only``, still reachable by everyone, the EndTxn comes once a new
+    coordinator was elected (two brokers each believe they coordinate the transactional id,
+    the stale one's followers follow the new one). Once healed the transaction is aborted
+    (whole), and a replacement producer with the same transactional.id commits the next
+    one."""
     topic = create(cluster, 3)
     tid, p, c, _ = find_ids(cluster, topic, 3, same_leader=True)
     w = RawTxnWriter(direct(cluster, c), tid, "tv2", request_timeout=1.0,
@@ -191,8 +195,13 @@ def test_coordinator_cut_off_while_it_writes_prepare_commit(cluster):
         w.init()
         w.begin()
         assert w.send(topic, p, ["a1"]) == "ok" and w.send(topic, p, ["a2"]) == "ok"
-        cluster.isolate(c)
+        if cut == "isolated":
+            cluster.isolate(c)
+        else:
+            cluster.cut_zookeeper(c)
         try:
+            if cut == "zookeeper-only":
+                new_leader(cluster, TRANSACTION_STATE, txn_partition, c)
             assert w.end(True) == "unknown"  # PrepareCommit never reaches the ISR
             new_leader(cluster, TRANSACTION_STATE, txn_partition, c)
             new_leader(cluster, topic, p, c)
