@@ -6,7 +6,8 @@ own and ZooKeeper through another (``LocalCluster(relays=True, zookeeper_relays=
   while it writes the markers): once healed the transaction ended all or nothing, and the
   producer, or its replacement with the same transactional.id, goes on;
 - a partition leader isolated from the other brokers and ZooKeeper while acks=all producers
-  write: no acknowledged write is lost once a new leader took over;
+  (idempotent and transactional) write: no acknowledged write is lost once a new leader took
+  over, no committed transaction lost, no aborted one read, none torn;
 - two brokers that each believe they lead a partition (the old leader cut from ZooKeeper but
   reachable by clients, the new one elected): the old one acknowledges no acks=all write and
   serves nothing past the high watermark it can prove; after the heal nothing acknowledged is
@@ -176,11 +177,15 @@ def find_ids(cluster: LocalCluster, topic: str, partitions: int,
     raise AssertionError("unreachable")
 
 
-def test_coordinator_cut_off_while_it_writes_prepare_commit(cluster):
-    """The coordinator (also the partition's leader) is cut off the brokers and ZooKeeper
-    just before the EndTxn: its PrepareCommit cannot reach the ISR. A new coordinator is
-    elected; once healed, the transaction is aborted (whole), and a replacement producer with
-    the same transactional.id commits the next one."""
+@pytest.mark.parametrize("cut", ["isolated", "zookeeper-only"])
+def test_coordinator_cut_off_while_it_writes_prepare_commit(cluster, cut):
+    """The coordinator (also the partition's leader) loses ZooKeeper around the EndTxn, so its
+    PrepareCommit cannot reach the ISR: ``isolated``, cut off the brokers too just before the
+    EndTxn; ``zookeeper-only``, still reachable by everyone, the EndTxn comes once a new
+    coordinator was elected (two brokers each believe they coordinate the transactional id,
+    the stale one's followers follow the new one). Once healed the transaction is aborted
+    (whole), and a replacement producer with the same transactional.id commits the next
+    one."""
     topic = create(cluster, 3)
     tid, p, c, _ = find_ids(cluster, topic, 3, same_leader=True)
     w = RawTxnWriter(direct(cluster, c), tid, "tv2", request_timeout=1.0,
@@ -190,8 +195,13 @@ def test_coordinator_cut_off_while_it_writes_prepare_commit(cluster):
         w.init()
         w.begin()
         assert w.send(topic, p, ["a1"]) == "ok" and w.send(topic, p, ["a2"]) == "ok"
-        cluster.isolate(c)
+        if cut == "isolated":
+            cluster.isolate(c)
+        else:
+            cluster.cut_zookeeper(c)
         try:
+            if cut == "zookeeper-only":
+                new_leader(cluster, TRANSACTION_STATE, txn_partition, c)
             assert w.end(True) == "unknown"  # PrepareCommit never reaches the ISR
             new_leader(cluster, TRANSACTION_STATE, txn_partition, c)
             new_leader(cluster, topic, p, c)
@@ -284,10 +294,46 @@ def test_isolated_leader_loses_no_acknowledged_write(cluster):
                 except Exception:  # noqa: BLE001
                     failed.append(v0)
 
+    # and transactions of three records each to the same partition
+    txns: dict[str, list[list[str]]] = {"committed": [], "aborted": [], "unknown": []}
+
+    def write_txns() -> None:
+        p = None
+        try:
+            for n in itertools.count():
+                if stop.is_set():
+                    break
+                if p is None:
+                    p = Producer(bootstrap_servers=cluster.bootstrap_servers,
+                                 transactional_id=f"isolated-{topic}", linger_ms=0,
+                                 request_timeout_ms=2000, transaction_timeout_ms=20_000)
+                    p.init_transactions(60)
+                values = [f"x{n}-{k}" for k in range(3)]
+                try:
+                    p.begin_transaction()
+                    for v in values:
+                        p.send(topic, v.encode(), partition=0)
+                    p.commit_transaction(60)
+                    txns["committed"].append(values)
+                except Exception:  # noqa: BLE001 - abort, or start over when that fails
+                    try:
+                        p.abort_transaction(60)
+                        txns["aborted"].append(values)
+                    except Exception:  # noqa: BLE001 - outcome unknown; a new producer
+                        txns["unknown"].append(values)
+                        p.close()
+                        p = None
+        finally:
+            if p is not None:
+                p.close()
+
     thread = threading.Thread(target=write, daemon=True)
+    txn_thread = threading.Thread(target=write_txns, daemon=True)
     thread.start()
+    txn_thread.start()
     try:
-        wait_until(lambda: len(acked) >= 30, "30 writes acknowledged")
+        wait_until(lambda: len(acked) >= 30 and len(txns["committed"]) >= 5,
+                   "30 writes acknowledged, 5 transactions committed")
         cluster.isolate(leader)
         try:
             with lock:
@@ -303,16 +349,26 @@ def test_isolated_leader_loses_no_acknowledged_write(cluster):
         healed(cluster, topic, [0])
         with lock:
             now = len(acked)
-        wait_until(lambda: len(acked) >= now + 10, "writes acknowledged after the heal")
+        done = len(txns["committed"])
+        wait_until(lambda: len(acked) >= now + 10 and len(txns["committed"]) >= done + 3,
+                   "writes acknowledged and transactions committed after the heal")
     finally:
         stop.set()
         thread.join(120)
-    assert not thread.is_alive()
-    got = read(cluster.bootstrap_servers, topic, 0)
+        txn_thread.join(120)
+    assert not thread.is_alive() and not txn_thread.is_alive()
+    got = read(cluster.bootstrap_servers, topic, 0, committed=True)
     lost = set(acked) - set(got)
     assert not lost, f"{len(lost)} acknowledged writes lost: {sorted(lost)[:10]}"
-    assert len(got) == len(set(got)), "duplicates"  # idempotent producer
+    assert len(got) == len(set(got)), "duplicates"  # idempotent and transactional producers
     assert "stale" not in got  # the isolated leader's own write was truncated
+    seen = set(got)
+    for values in txns["committed"]:
+        assert set(values) <= seen, f"committed transaction lost: {values}"
+    for values in txns["aborted"]:
+        assert not set(values) & seen, f"aborted transaction read: {values}"
+    for values in txns["unknown"]:
+        assert set(values) <= seen or not set(values) & seen, f"torn transaction: {values}"
 
 
 # -- two brokers that each believe they lead ---------------------------------------------------
