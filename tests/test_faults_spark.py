@@ -2,7 +2,7 @@
 (a transactional one and an idempotent one, processes of their own writing the queue history)
 write unique integers to ``in`` while the Spark copy job (its own driver process, the
 exactly-once ``oncelog`` sink) copies ``in`` to ``out`` partition by partition. A broker (the
-leader of the sink's batch markers) is SIGKILLed while the job copies; the driver is SIGKILLed
+group coordinator, which holds the sink's batch markers) is SIGKILLed while the job copies; the driver is SIGKILLed
 in the middle of a micro-batch with its JVM and Python workers and started again from its
 checkpoint while the broker comes back; then the Python workers of its tasks are SIGKILLed
 (task-level crashes, which Spark retries). The final drain (read_committed, from the beginning)
@@ -33,7 +33,7 @@ from oncelog.faults.spark_job import (
     read_history,
 )
 from oncelog.harness.local_cluster import LocalCluster
-from oncelog.spark_markers import MARKER_TOPIC
+from oncelog.server.topics import CONSUMER_OFFSETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.cluster]
 
@@ -85,9 +85,10 @@ def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
                                  rate=20),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
-            # The leader of the sink's batch markers dies while the job copies.
+            # The group coordinator dies while the job copies: it holds the sink's batch markers
+            # (offsets committed in the sink's transactions; one __consumer_offsets partition).
             job.wait_batches(1)
-            victim = cluster.leader_of(MARKER_TOPIC, 0)
+            victim = cluster.leader_of(CONSUMER_OFFSETS, 0)
             cluster.kill(victim)
             job.wait_batches(3)
             # The driver dies with its JVM and Python workers in the middle of a micro-batch

@@ -167,10 +167,10 @@ def drain_argv(bootstrap: str, keys: Sequence[str], history: str, process: str =
 
 def create_topics(bootstrap: str, input_topic: str, output_topic: str, partitions: int,
                   replication_factor: int = 3, min_insync_replicas: int = 2) -> None:
-    """The input and output topics, and the sink's marker topic (its batch markers: one
-    partition), each with ``replication_factor`` replicas, so that the job survives the loss of
-    a broker. (The sink makes the marker topic itself when it is missing, with the brokers'
-    default.replication.factor.)"""
+    """The input and output topics, and the topic the sink commits its batch markers for (one
+    partition; the markers themselves are group offsets), each with ``replication_factor``
+    replicas and ``min_insync_replicas``. (The sink makes its marker topic itself when it is
+    missing, with the brokers' default.replication.factor.)"""
     from ..client import Admin, NewTopic
     from ..errors import TopicAlreadyExistsError
     from ..spark_markers import MARKER_TOPIC
@@ -437,12 +437,18 @@ def _job(args: argparse.Namespace) -> int:
              .trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
         print(f"started ({time.monotonic() - began:.1f} s)", flush=True)
         seen: set[int] = set()
+        quiet_since = time.monotonic()
         while q.isActive and not stop:
             for p in q.recentProgress:
                 if p["batchId"] not in seen:
                     seen.add(p["batchId"])
+                    quiet_since = time.monotonic()
                     print(f"batch {p['batchId']}: {p['numInputRows']} rows "
                           f"({time.monotonic() - began:.1f} s)", flush=True)
+            if time.monotonic() - quiet_since > 15:  # what a slow micro-batch is doing
+                quiet_since = time.monotonic()
+                print(f"status: {json.dumps(q.status)} ({time.monotonic() - began:.1f} s)",
+                      flush=True)
             stop.event.wait(0.1)
         failed = q.exception()
         if failed is not None:
@@ -517,6 +523,13 @@ def _descendants(root: int, table: dict[int, tuple[int, int, bytes]]) -> list[in
     return out
 
 
+def _tree_groups(root: int, table: dict[int, tuple[int, int, bytes]]) -> set[int]:
+    """The process groups of group ``root`` and of every process descended from its members
+    (the members too: a JVM whose driver died already has another parent now)."""
+    tops = {root} | {pid for pid, (_ppid, pgrp, _cmd) in table.items() if pgrp == root}
+    return {root} | {table[pid][1] for top in tops for pid in _descendants(top, table)}
+
+
 def kill_tree(root: int) -> set[int]:
     """SIGKILL process ``root`` (a group leader: the driver, started in a session of its own),
     its group and every process descended from it, together with their process groups. Spark's
@@ -526,10 +539,7 @@ def kill_tree(root: int) -> set[int]:
     tree is read. Returns the process groups killed."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(root, signal.SIGSTOP)
-    table = _processes()
-    # (the group's members too: a JVM whose driver died already has another parent now)
-    tops = {root} | {pid for pid, (_ppid, pgrp, _cmd) in table.items() if pgrp == root}
-    groups = {root} | {table[pid][1] for top in tops for pid in _descendants(top, table)}
+    groups = _tree_groups(root, _processes())
     for pgid in groups:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
@@ -574,6 +584,10 @@ class SparkCopyJob:
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
         self.env.setdefault("PYSPARK_PYTHON", python)
+        # Local mode talks over loopback only (py4j, the Python workers, the block manager):
+        # bind there, whatever the client host's other addresses are (its namespace needs lo
+        # up).
+        self.env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         self.env["PYTHONUNBUFFERED"] = "1"
         self.checkpoint = self.work_dir / "checkpoint"
         self.log_path = self.work_dir / "driver.log"
@@ -698,12 +712,23 @@ class SparkCopyJob:
         if self.proc is None:
             return
         pgid = self.proc.pid
+        before: set[int] = set()
         if self.proc.poll() is None:
+            before = _tree_groups(pgid, _processes())
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout)
-        self._reap(kill_tree(pgid))
+        groups = kill_tree(pgid)
+        # Python workers' groups seen before the driver ended (those whose JVM is gone have
+        # another parent now), if still Spark's
+        table = _processes()
+        for group in before - groups:
+            if any(pgrp == group and b"pyspark" in cmd for _ppid, pgrp, cmd in table.values()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+                groups.add(group)
+        self._reap(groups)
 
     def _reap(self, groups: set[int]) -> None:
         """Wait for the driver, then until every killed group is gone."""
@@ -724,7 +749,7 @@ class SparkCopyJob:
 
     # -- waiting ------------------------------------------------------------------------------
 
-    def wait_batches(self, n: int, timeout: float = 120.0) -> None:
+    def wait_batches(self, n: int, timeout: float = 300.0) -> None:
         """Until this run of the driver has reported ``n`` micro-batches with input rows."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -737,7 +762,7 @@ class SparkCopyJob:
                                         f"{timeout:g} s:\n{self.log_tail()}")
                 self._cond.wait(min(left, 0.5))
 
-    def wait_writing(self, timeout: float = 120.0) -> None:
+    def wait_writing(self, timeout: float = 300.0) -> None:
         """Until a micro-batch is being written: the output's high watermark (read_uncommitted)
         has grown since the last micro-batch the driver reported, so this one's records (in
         open transactions, with the exactly-once sink) or its commit markers are in the log
