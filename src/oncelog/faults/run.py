@@ -62,6 +62,7 @@ class RunConfig:
     interval: float = 8.0  # mean seconds between two client crashes
     fault_s: tuple[float, float] = (5.0, 15.0)  # how long each fault lasts (min, max)
     gap_s: tuple[float, float] = (3.0, 8.0)  # from one fault's heal to the next one's start
+    mixed: bool = False  # faults of different lanes (network, link, process, ...) overlap
     settings: dict[str, str] = field(default_factory=dict)
     drain_timeout: float = 60.0
 
@@ -73,6 +74,7 @@ class RunConfig:
                 "partitions": self.partitions, "interval": self.interval,
                 "fault_seconds": f"{self.fault_s[0]:g}:{self.fault_s[1]:g}",
                 "gap_seconds": f"{self.gap_s[0]:g}:{self.gap_s[1]:g}",
+                "mixed": self.mixed,
                 "settings": ",".join(f"{k}={v}" for k, v in self.settings.items()) or "-"}
 
 
@@ -303,7 +305,7 @@ class FaultRun:
         keys = [k for t in self.topics() for k in self.keys(t)]
         plan = schedule(c.seed, self._cluster_faults(), c.time, brokers=c.brokers,
                         zookeepers=c.zookeepers, keys=keys, fault_s=c.fault_s, gap_s=c.gap_s,
-                        first_s=min(5.0, c.gap_s[1]))
+                        first_s=min(5.0, c.gap_s[1]), mixed=c.mixed)
         options = cluster_options(self._cluster_faults())
         _log(f"starting {c.brokers} brokers and {c.zookeepers} ZooKeeper node(s), each on a "
              f"host of its own ({', '.join(k for k, v in options.items() if v) or 'no extras'})")
@@ -483,6 +485,10 @@ def parser() -> argparse.ArgumentParser:
                    help="how long each fault lasts, drawn between MIN and MAX (default 5:15)")
     p.add_argument("--gap-seconds", type=_span, default=(3.0, 8.0), metavar="MIN:MAX",
                    help="from one fault's heal to the next fault (default 3:8)")
+    p.add_argument("--mixed", action="store_true",
+                   help="faults of different kinds at once: the network, link, process, clock "
+                   "and disk faults each follow a schedule of their own, overlapping (default: "
+                   "one fault at a time, client crashes on top)")
     p.add_argument("--brokers", type=int, default=3, help="1 to 5 (default 3)")
     p.add_argument("--zookeepers", type=int, choices=(1, 3), default=1,
                    help="ZooKeeper nodes: 1, or an ensemble of 3 (default 1)")
@@ -546,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        recover=args.recover, seed=args.seed, brokers=args.brokers,
                        zookeepers=args.zookeepers, clients=kinds, per_kind=args.per_kind,
                        partitions=args.partitions, interval=args.interval, settings=settings,
-                       fault_s=args.fault_seconds, gap_s=args.gap_seconds)
+                       fault_s=args.fault_seconds, gap_s=args.gap_seconds, mixed=args.mixed)
     try:
         result = FaultRun(config).run()
     except Exception as exc:  # noqa: BLE001 (the run itself failed: say what, keep what was written)
