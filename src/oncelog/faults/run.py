@@ -44,6 +44,7 @@ QUEUE_TOPIC = "queue"
 INPUT_TOPIC = "in"
 OUTPUT_TOPIC = "out"
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+CLIENT_BOUND_S = 1200.0
 
 
 @dataclass
@@ -178,7 +179,9 @@ class FaultRun:
 
     def _plan_slots(self) -> None:
         c = self.config
-        duration = c.time + c.recover
+        # The clients run until the runner ends them (SIGTERM: each stops after its current
+        # operation), --recover seconds after every fault is healed; this is only a bound.
+        duration = c.time + c.recover + CLIENT_BOUND_S
         n = 0
         for kind in c.clients:
             for _ in range(c.per_kind):
@@ -214,8 +217,6 @@ class FaultRun:
         options = dict(slot.options)
         options.update(seed=self.config.seed * 1000 + index, index=index,
                        transactional_id=slot.transactional_id)
-        if slot.generation:  # a replacement runs for what is left of the run
-            options["duration"] = max(1.0, self.deadline - time.monotonic())
         if slot.kind == "java":
             return java_command(slot.role, classes=self.java_classes, process=slot.process,
                                 bootstrap=self.cluster.bootstrap_servers,
@@ -318,17 +319,15 @@ class FaultRun:
             self.cluster = cluster
             self.create_topics()
             self._plan_slots()
-            self.deadline = time.monotonic() + c.time + c.recover
+            if c.workload == "spark":  # first: the JVM takes a while
+                self._start_spark()
             for slot in self.slots:
                 self._start(slot)
-            if c.workload == "spark":
-                self._start_spark()
             _log(f"{len(self.slots)} clients running; {len(plan)} faults planned over "
                  f"{c.time:.0f} s")
-            # The nemesis runs in this thread: the brokers it restarts die with the thread that
-            # started them (PR_SET_PDEATHSIG), so that thread must live to the end of the run.
-            # Client crashes come from a thread of their own, and the clients it restarts are
-            # started without the death signal (they end by themselves when their time is up).
+            # Client crashes come from a thread of their own; the clients it restarts are
+            # started without the death signal (PR_SET_PDEATHSIG would kill them when that
+            # thread ends; the runner ends them itself).
             stop = threading.Event()
             nemesis = Nemesis(cluster, plan, self.windows_path, log=_log)
             started = time.monotonic()
@@ -346,7 +345,8 @@ class FaultRun:
             _log("every fault healed (the nemesis healed all and waited until the cluster was "
                  "healthy)")
             healed = time.monotonic_ns()
-            self._wait_clients()
+            time.sleep(c.recover)
+            self._end_clients()
             unrecovered = self._unrecovered(healed)
             if self.spark_job is not None:
                 unrecovered += self._finish_spark()
@@ -401,10 +401,14 @@ class FaultRun:
         finally:
             job.stop()
 
-    def _wait_clients(self) -> None:
-        """The clients end by themselves when their time is up; one that hangs past its last
-        operation's timeout is killed (its open operation stays indeterminate)."""
-        limit = time.monotonic() + max(0.0, self.deadline - time.monotonic()) + 60
+    def _end_clients(self) -> None:
+        """SIGTERM every client (it stops after its current operation); one still running a
+        minute later is killed (its open operation stays indeterminate)."""
+        for slot in self.slots:
+            if slot.proc is not None and slot.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    slot.proc.terminate()
+        limit = time.monotonic() + 60
         for slot in self.slots:
             assert slot.proc is not None
             try:
