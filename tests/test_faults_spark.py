@@ -20,9 +20,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.waiting import wait_until
 from support.zookeeper import require_zookeeper
-
-pytest.importorskip("pyspark")
 
 from oncelog.faults.spark_job import (
     SparkCopyJob,
@@ -34,8 +33,6 @@ from oncelog.faults.spark_job import (
 )
 from oncelog.harness.local_cluster import LocalCluster
 from oncelog.server.topics import CONSUMER_OFFSETS
-
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.cluster]
 
 PARTITIONS = 2
 SETTINGS = {"transaction.two.phase.commit.enable": "true",
@@ -63,8 +60,12 @@ def _values(ops: list[dict], process_prefix: str) -> dict[str, Counter]:
     return seen
 
 
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.cluster
 def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
         zookeeper_server, tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
     require_zookeeper()
     chroot = f"{zookeeper_server.connect_string}/spark-{uuid.uuid4().hex[:6]}"
     history = tmp_path / "history"
@@ -162,3 +163,28 @@ def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
             assert pending.pop(op["process"])["f"] == op["f"]
     assert not pending
     json.dumps(ops)  # JSON through and through
+
+
+def test_a_driver_that_ends_by_itself_is_started_again_until_stopped(tmp_path: Path) -> None:
+    """Supervision: a driver whose query fails (here a stand-in for the job's Python that
+    announces its start and exits with status 3 at once) is started again from the checkpoint
+    after the restart delay, each end recorded as a ``crash`` with its exit status; after
+    ``stop`` nothing starts it again. (A driver killed by ``kill`` is the fault injector's
+    doing: not restarted, recorded without a status.)"""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho started\nexit 3\n")
+    python.chmod(0o755)
+    job = SparkCopyJob(tmp_path / "job", "127.0.0.1:9", "in", "out", 2, python=str(python),
+                       restart_delay=0.05)
+    job.start()
+    wait_until(lambda: len(job.failures) >= 3, 30, "three ends of the driver")
+    job.stop()
+    runs = job.run
+    assert not job.running
+    job.kill()  # nothing runs: nothing to record
+    ops = read_history([tmp_path / "job" / "history-spark.jsonl"])
+    assert [(op["type"], op["f"]) for op in ops] == [("info", "crash")] * len(job.failures)
+    assert [op["value"] for op in ops][:3] == ["exit status 3"] * 3
+    assert [op["process"] for op in ops][:3] == ["spark-1", "spark-2", "spark-3"]
+    assert runs - len(job.failures) in (0, 1)  # stopped during a restart delay, or after one
+    assert job.run == runs and "started again" in job.log_path.read_text()
