@@ -365,7 +365,13 @@ def _drain(args: argparse.Namespace) -> int:
                 while any(c.position(tp) < stable[tp] for tp in tps) and \
                         time.monotonic() < deadline:
                     start = time.monotonic_ns()
-                    records = c.poll(0.5)
+                    try:
+                        records = c.poll(0.5)
+                    except Exception as exc:  # noqa: BLE001 - a broker restarting: poll again
+                        print(f"drain poll: {type(exc).__name__}: {exc}", file=sys.stderr,
+                              flush=True)
+                        time.sleep(0.2)
+                        continue
                     if not records:
                         continue
                     polled: dict[str, list[list[Any]]] = {}
@@ -548,14 +554,24 @@ def kill_tree(root: int) -> set[int]:
 
 class SparkCopyJob:
     """The copy job's driver process for a fault runner: started with ``wrap(argv)`` (the
-    runner's ``ip netns exec NS`` prefix) in a session of its own, so that ``kill`` reaches the
-    driver, Spark's JVM and every Python worker at once (one process group).
+    runner's ``ip netns exec NS`` prefix: Spark's local mode needs only the host's loopback) in
+    a session of its own.
 
-    The job reads ``input_topic`` (read_committed) and writes ``output_topic`` through the
-    exactly-once sink, checkpointing in ``work_dir/checkpoint``; its output goes to
-    ``work_dir/driver.log``; each kill is a ``crash`` line (process ``spark-<run>``) in
-    ``history_dir/history-spark.jsonl``. ``batches`` counts the micro-batches with input rows
-    the driver reported, over all runs; ``run`` is the number of the current (last) start.
+    The job reads ``input_topic`` (read_committed) and writes ``output_topic`` partition by
+    partition through the exactly-once sink (``sink="at-least-once"``: plain producers in
+    ``foreachBatch``, a control that duplicates on replays), checkpointing in
+    ``work_dir/checkpoint``; its output goes to ``work_dir/driver.log``.
+
+    ``start()``; ``kill()`` (SIGKILL the driver, Spark's JVM and the Python workers: a client
+    crash) and ``restart()`` (kill, start from the checkpoint); ``kill_task()`` (SIGKILL the
+    tasks' Python workers: Spark retries the tasks); ``wait_batches(n)``, ``wait_writing()``
+    (a micro-batch in flight: the moment to kill), ``wait_caught_up(timeout)`` (the output
+    holds every committed input); ``stop()``. With ``supervise`` (the default) a driver that
+    ends by itself (its query failed) is started again after ``restart_delay`` seconds; its
+    ends are in ``failures``. Each kill and each end is a ``crash`` line (process
+    ``spark-<run>``) in ``history_dir/history-spark.jsonl``. ``batches`` counts the
+    micro-batches with input rows the driver reported, over all runs; ``run`` is the number of
+    the current (last) start.
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], bootstrap: str, input_topic: str,
