@@ -83,7 +83,7 @@ def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
                 producers.append(subprocess.Popen(
                     produce_argv(bootstrap, "in", PARTITIONS, index,
                                  str(history / f"history-oncelog-{index}.jsonl"), txn=txn,
-                                 rate=20),
+                                 rate=10),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
             # The group coordinator dies while the job copies: it holds the sink's batch markers
@@ -112,7 +112,7 @@ def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
             for p in producers:
                 _out, err = p.communicate(timeout=60)
                 assert p.returncode == 0, err[-3000:]
-            copied = job.wait_caught_up(timeout=90)
+            copied = job.wait_caught_up(timeout=300)
             job.stop()
             assert job.run == 2 and job.batches >= 5
         finally:
@@ -142,7 +142,7 @@ def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
                 acknowledged.setdefault(key, set()).add(value)
         elif op["process"].startswith("oncelog-") and op["type"] == "fail":
             failed |= {value for _f, _key, value in op["value"]}
-    assert sum(map(len, acknowledged.values())) > 200
+    assert sum(map(len, acknowledged.values())) > 100
     for key, copy in meta("in", "out", PARTITIONS)["copies"].items():
         inputs = read.get(key, Counter())
         assert not acknowledged.get(key, set()) - set(inputs), f"acknowledged, lost: {key}"

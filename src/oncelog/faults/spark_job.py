@@ -167,20 +167,18 @@ def drain_argv(bootstrap: str, keys: Sequence[str], history: str, process: str =
 
 def create_topics(bootstrap: str, input_topic: str, output_topic: str, partitions: int,
                   replication_factor: int = 3, min_insync_replicas: int = 2) -> None:
-    """The input and output topics, and the topic the sink commits its batch markers for (one
-    partition; the markers themselves are group offsets), each with ``replication_factor``
-    replicas and ``min_insync_replicas``. (The sink makes its marker topic itself when it is
-    missing, with the brokers' default.replication.factor.)"""
+    """The input and output topics, each with ``replication_factor`` replicas and
+    ``min_insync_replicas``. (The sink's batch markers are group offsets, kept by the group
+    coordinator; the sink creates the topic they are committed for itself.)"""
     from ..client import Admin, NewTopic
     from ..errors import TopicAlreadyExistsError
-    from ..spark_markers import MARKER_TOPIC
 
     config = {"min.insync.replicas": str(min_insync_replicas)}
     with Admin(bootstrap_servers=bootstrap) as admin:
-        for name, count in ((input_topic, partitions), (output_topic, partitions),
-                            (MARKER_TOPIC, 1)):
+        for name in (input_topic, output_topic):
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(name, count, replication_factor=replication_factor,
+                admin.create_topics([NewTopic(name, partitions,
+                                              replication_factor=replication_factor,
                                               config=config)])
 
 
@@ -578,7 +576,7 @@ class SparkCopyJob:
                  output_topic: str, partitions: int,
                  wrap: Callable[[list[str]], list[str]] = lambda argv: argv, *,
                  history_dir: str | os.PathLike[str] | None = None,
-                 max_offsets_per_trigger: int = 500, trigger_ms: int = 300,
+                 max_offsets_per_trigger: int = 2000, trigger_ms: int = 300,
                  master: str = "local[2,4]", driver_memory: str = DRIVER_MEMORY,
                  sink: str = "exactly-once", supervise: bool = True,
                  restart_delay: float = 2.0, python: str = sys.executable,
@@ -941,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--input", required=True)
     j.add_argument("--output", required=True)
     j.add_argument("--checkpoint", required=True)
-    j.add_argument("--max-offsets-per-trigger", type=int, default=500)
+    j.add_argument("--max-offsets-per-trigger", type=int, default=2000)
     j.add_argument("--trigger-ms", type=int, default=300)
     j.add_argument("--master", default="local[2,4]", help="local[threads,maxFailures]")
     j.add_argument("--driver-memory", default=DRIVER_MEMORY)
