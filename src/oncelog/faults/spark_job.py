@@ -167,20 +167,18 @@ def drain_argv(bootstrap: str, keys: Sequence[str], history: str, process: str =
 
 def create_topics(bootstrap: str, input_topic: str, output_topic: str, partitions: int,
                   replication_factor: int = 3, min_insync_replicas: int = 2) -> None:
-    """The input and output topics, and the topic the sink commits its batch markers for (one
-    partition; the markers themselves are group offsets), each with ``replication_factor``
-    replicas and ``min_insync_replicas``. (The sink makes its marker topic itself when it is
-    missing, with the brokers' default.replication.factor.)"""
+    """The input and output topics, each with ``replication_factor`` replicas and
+    ``min_insync_replicas``. (The sink's batch markers are group offsets, kept by the group
+    coordinator; the sink creates the topic they are committed for itself.)"""
     from ..client import Admin, NewTopic
     from ..errors import TopicAlreadyExistsError
-    from ..spark_markers import MARKER_TOPIC
 
     config = {"min.insync.replicas": str(min_insync_replicas)}
     with Admin(bootstrap_servers=bootstrap) as admin:
-        for name, count in ((input_topic, partitions), (output_topic, partitions),
-                            (MARKER_TOPIC, 1)):
+        for name in (input_topic, output_topic):
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(name, count, replication_factor=replication_factor,
+                admin.create_topics([NewTopic(name, partitions,
+                                              replication_factor=replication_factor,
                                               config=config)])
 
 
@@ -365,7 +363,13 @@ def _drain(args: argparse.Namespace) -> int:
                 while any(c.position(tp) < stable[tp] for tp in tps) and \
                         time.monotonic() < deadline:
                     start = time.monotonic_ns()
-                    records = c.poll(0.5)
+                    try:
+                        records = c.poll(0.5)
+                    except Exception as exc:  # noqa: BLE001 - a broker restarting: poll again
+                        print(f"drain poll: {type(exc).__name__}: {exc}", file=sys.stderr,
+                              flush=True)
+                        time.sleep(0.2)
+                        continue
                     if not records:
                         continue
                     polled: dict[str, list[list[Any]]] = {}
@@ -548,23 +552,34 @@ def kill_tree(root: int) -> set[int]:
 
 class SparkCopyJob:
     """The copy job's driver process for a fault runner: started with ``wrap(argv)`` (the
-    runner's ``ip netns exec NS`` prefix) in a session of its own, so that ``kill`` reaches the
-    driver, Spark's JVM and every Python worker at once (one process group).
+    runner's ``ip netns exec NS`` prefix: Spark's local mode needs only the host's loopback) in
+    a session of its own.
 
-    The job reads ``input_topic`` (read_committed) and writes ``output_topic`` through the
-    exactly-once sink, checkpointing in ``work_dir/checkpoint``; its output goes to
-    ``work_dir/driver.log``; each kill is a ``crash`` line (process ``spark-<run>``) in
-    ``history_dir/history-spark.jsonl``. ``batches`` counts the micro-batches with input rows
-    the driver reported, over all runs; ``run`` is the number of the current (last) start.
+    The job reads ``input_topic`` (read_committed) and writes ``output_topic`` partition by
+    partition through the exactly-once sink (``sink="at-least-once"``: plain producers in
+    ``foreachBatch``, a control that duplicates on replays), checkpointing in
+    ``work_dir/checkpoint``; its output goes to ``work_dir/driver.log``.
+
+    ``start()``; ``kill()`` (SIGKILL the driver, Spark's JVM and the Python workers: a client
+    crash) and ``restart()`` (kill, start from the checkpoint); ``kill_task()`` (SIGKILL the
+    tasks' Python workers: Spark retries the tasks); ``wait_batches(n)``, ``wait_writing()``
+    (a micro-batch in flight: the moment to kill), ``wait_caught_up(timeout)`` (the output
+    holds every committed input); ``stop()``. With ``supervise`` (the default) a driver that
+    ends by itself (its query failed) is started again after ``restart_delay`` seconds; its
+    ends are in ``failures``. Each kill and each end is a ``crash`` line (process
+    ``spark-<run>``) in ``history_dir/history-spark.jsonl``. ``batches`` counts the
+    micro-batches with input rows the driver reported, over all runs; ``run`` is the number of
+    the current (last) start.
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], bootstrap: str, input_topic: str,
                  output_topic: str, partitions: int,
                  wrap: Callable[[list[str]], list[str]] = lambda argv: argv, *,
                  history_dir: str | os.PathLike[str] | None = None,
-                 max_offsets_per_trigger: int = 500, trigger_ms: int = 300,
+                 max_offsets_per_trigger: int = 2000, trigger_ms: int = 300,
                  master: str = "local[2,4]", driver_memory: str = DRIVER_MEMORY,
-                 sink: str = "exactly-once", python: str = sys.executable,
+                 sink: str = "exactly-once", supervise: bool = True,
+                 restart_delay: float = 2.0, python: str = sys.executable,
                  env: dict[str, str] | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.bootstrap = bootstrap
@@ -580,6 +595,8 @@ class SparkCopyJob:
         if sink not in ("exactly-once", "at-least-once"):
             raise ValueError(f"sink must be exactly-once or at-least-once, not {sink!r}")
         self.sink = sink
+        self.supervise = supervise
+        self.restart_delay = restart_delay
         self.python = python
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
@@ -599,7 +616,10 @@ class SparkCopyJob:
         self.started = threading.Event()
         self._reader: threading.Thread | None = None
         self.killed_groups: set[int] = set()  # the process groups of the last kill or stop
+        self.failures: list[str] = []  # the driver's own exits (started again when supervised)
         self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._wanted = False  # the driver should run (between start and kill / stop)
 
     # -- the command --------------------------------------------------------------------------
 
@@ -628,8 +648,13 @@ class SparkCopyJob:
 
     def start(self) -> None:
         """Start the driver (from the checkpoint, if there is one)."""
-        if self.running:
-            raise SparkJobError("the job's driver runs already")
+        with self._lock:
+            if self.running:
+                raise SparkJobError("the job's driver runs already")
+            self._wanted = True
+            self._launch()
+
+    def _launch(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.history_dir.mkdir(parents=True, exist_ok=True)
         self.run += 1
@@ -661,24 +686,51 @@ class SparkCopyJob:
                             self.batches += 1
                             self.run_batches += 1
                     self._cond.notify_all()
+        proc.wait()
         with self._cond:
             self._cond.notify_all()
+        if self.supervise:
+            self._supervise(proc)
+
+    def _supervise(self, proc: subprocess.Popen[bytes]) -> None:
+        """The driver ended by itself (the query failed: a task failed on every attempt, the
+        brokers were out of reach past its clients' timeouts ...): start it again from its
+        checkpoint after ``restart_delay``, as a supervisor (spark-submit --supervise, a
+        container's restart policy) would. Recorded as a ``crash`` with the exit status."""
+        with self._lock:
+            if not self._wanted or proc is not self.proc:
+                return  # killed or stopped: not its own end
+            failure = f"exit status {proc.returncode}"
+            self.failures.append(f"{self.process}: {failure}")
+            self._record_crash(failure)
+        time.sleep(self.restart_delay)
+        with self._lock:
+            if self._wanted and proc is self.proc:
+                with open(self.log_path, "ab") as log:
+                    log.write(f"--- the driver ended by itself ({failure}): started again\n"
+                              .encode())
+                self._launch()
+
+    def _record_crash(self, detail: str | None) -> None:
+        history = HistoryFile(self.history_dir / "history-spark.jsonl", self.process)
+        try:
+            history.op("info", "crash", detail)
+        finally:
+            history.close()
 
     def kill(self) -> None:
         """SIGKILL the driver, Spark's JVM and every Python process they started (the
         ``pyspark.daemon``s and their workers, in process groups of their own: ``kill_tree``),
         mid-whatever they do: a client crash. Recorded as a ``crash`` of the run's process.
         Returns when all of them are gone."""
-        if self.proc is None:
-            return
-        pgid = self.proc.pid
-        if self.proc.poll() is None:
-            history = HistoryFile(self.history_dir / "history-spark.jsonl", self.process)
-            try:
-                history.op("info", "crash", None)
-            finally:
-                history.close()
-        self._reap(kill_tree(pgid))
+        with self._lock:
+            self._wanted = False
+            proc = self.proc
+            if proc is None:
+                return
+            if proc.poll() is None:
+                self._record_crash(None)
+        self._reap(proc, kill_tree(proc.pid))
 
     def kill_task(self) -> list[int]:
         """SIGKILL the Python workers that run the job's tasks (the children of the
@@ -702,23 +754,25 @@ class SparkCopyJob:
 
     def restart(self) -> None:
         """Start the driver again from the checkpoint (killing it first if it runs)."""
-        if self.running:
-            self.kill()
+        self.kill()
         self.start()
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the job: SIGTERM (the query stops, Spark shuts down), SIGKILL to whatever of
         the group is left after ``timeout``."""
-        if self.proc is None:
+        with self._lock:
+            self._wanted = False
+            proc = self.proc
+        if proc is None:
             return
-        pgid = self.proc.pid
+        pgid = proc.pid
         before: set[int] = set()
-        if self.proc.poll() is None:
+        if proc.poll() is None:
             before = _tree_groups(pgid, _processes())
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGTERM)
+                os.kill(pgid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout)
+                proc.wait(timeout)
         groups = kill_tree(pgid)
         # Python workers' groups seen before the driver ended (those whose JVM is gone have
         # another parent now), if still Spark's
@@ -728,14 +782,14 @@ class SparkCopyJob:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(group, signal.SIGKILL)
                 groups.add(group)
-        self._reap(groups)
+        self._reap(proc, groups)
 
-    def _reap(self, groups: set[int]) -> None:
+    def _reap(self, proc: subprocess.Popen[bytes], groups: set[int]) -> None:
         """Wait for the driver, then until every killed group is gone."""
-        assert self.proc is not None
-        self.proc.wait()
-        if self._reader is not None:
-            self._reader.join(10)
+        proc.wait()
+        reader = self._reader
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(10)
         deadline = time.monotonic() + 10
         while any(map(_group_alive, groups)) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -754,7 +808,7 @@ class SparkCopyJob:
         deadline = time.monotonic() + timeout
         with self._cond:
             while self.run_batches < n:
-                if not self.running and self.run_batches < n:
+                if self._down() and self.run_batches < n:
                     raise SparkJobError(f"the driver exited ({self._exit()}):\n{self.log_tail()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -776,7 +830,7 @@ class SparkCopyJob:
         with Consumer({"bootstrap.servers": self.bootstrap,
                        "isolation.level": "read_uncommitted"}) as c:
             while True:
-                if not self.running:
+                if self._down():
                     raise SparkJobError(f"the driver exited ({self._exit()}):\n"
                                         f"{self.log_tail()}")
                 if time.monotonic() >= deadline:
@@ -792,6 +846,10 @@ class SparkCopyJob:
                     elif high > base[1]:
                         return
                 time.sleep(0.01)
+
+    def _down(self) -> bool:
+        """The driver does not run and nothing will start it again."""
+        return not self.running and not (self.supervise and self._wanted)
 
     def _exit(self) -> str:
         rc = self.proc.poll() if self.proc is not None else None
@@ -827,7 +885,7 @@ class SparkCopyJob:
             for tp in tps:
                 c.seek(tp, 0)
             while any(missing.values()):
-                if not self.running:
+                if self._down():
                     raise SparkJobError(f"the driver exited ({self._exit()}) with "
                                         f"{sum(map(len, missing.values()))} input values not "
                                         f"copied:\n{self.log_tail()}")
@@ -881,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--input", required=True)
     j.add_argument("--output", required=True)
     j.add_argument("--checkpoint", required=True)
-    j.add_argument("--max-offsets-per-trigger", type=int, default=500)
+    j.add_argument("--max-offsets-per-trigger", type=int, default=2000)
     j.add_argument("--trigger-ms", type=int, default=300)
     j.add_argument("--master", default="local[2,4]", help="local[threads,maxFailures]")
     j.add_argument("--driver-memory", default=DRIVER_MEMORY)
