@@ -60,7 +60,7 @@ public class QueueClient {
     String role, process, bootstrap, historyPath, transactionalId, group, pollMode = "assign";
     Integer index;
     long seed = 0;
-    double duration = 10, timeout = 30, txnRatio = 0.5, abortRatio = 0.1, opTimeout = 10;
+    double duration = 10, timeout = 30, idleStopS = 2, txnRatio = 0.5, abortRatio = 0.1, opTimeout = 10;
     int maxTxnOps = 4, reassignEvery = 25, pollMs = 100, requestTimeoutMs = 2000;
     int transactionTimeoutMs = 10000, sessionTimeoutMs = 6000, txnHoldMs = 0;
     List<String> keys = new ArrayList<>(), input = new ArrayList<>(), output = new ArrayList<>();
@@ -661,6 +661,10 @@ public class QueueClient {
         if (txnRatio > 0) initTxn(false);
         else clientMeta(Map.of());
         startConsuming(subset(keys));
+        if (pollMode.equals("subscribe")) {  // ready once the group assigned partitions
+            long joined = System.nanoTime() + (long) (opTimeout * 1e9);
+            while (consumer.assignment().isEmpty() && System.nanoTime() < Math.min(joined, deadline)) pollOp();
+        }
         ready();
         for (long n = 1; System.nanoTime() < deadline; n++) {
             if (pollMode.equals("assign") && n % reassignEvery == 0) {
@@ -692,7 +696,9 @@ public class QueueClient {
         initTxn(false);
         startConsuming(input);
         ready();
-        while (System.nanoTime() < deadline) {
+        long lastRead = System.nanoTime();
+        // after --duration, on until nothing came for --idle-stop-s (caught up)
+        while (System.nanoTime() < deadline || (!stopped && System.nanoTime() - lastRead < (long) (idleStopS * 1e9))) {
             long started = System.nanoTime();
             List<Rec> records;
             try {
@@ -701,6 +707,7 @@ public class QueueClient {
                 continue;
             }
             if (records.isEmpty()) continue;
+            lastRead = System.nanoTime();
             List<List<Object>> micro = new ArrayList<>();
             micro.add(list("poll"));
             for (Rec r : records) micro.add(list("send", copies.get(r.key), r.value));
@@ -793,6 +800,7 @@ public class QueueClient {
                 case "--seed" -> seed = Long.parseLong(v);
                 case "--duration" -> duration = Double.parseDouble(v);
                 case "--timeout" -> timeout = Double.parseDouble(v);
+                case "--idle-stop-s" -> idleStopS = Double.parseDouble(v);
                 case "--keys" -> keys = keyList(v);
                 case "--input" -> input = keyList(v);
                 case "--output" -> output = keyList(v);

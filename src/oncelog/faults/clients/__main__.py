@@ -38,7 +38,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=10.0,
                    help="seconds of operations (queue, copier), from when the client is "
-                        "ready (its transactional producer initialized)")
+                        "ready (its transactional producer initialized; with subscribe, a "
+                        "queue client's first partitions assigned)")
+    p.add_argument("--idle-stop-s", type=float, default=2.0,
+                   help="copier: after --duration, stop once nothing was read this long")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="drain: give up after this many seconds (a stuck read)")
     p.add_argument("--keys", type=_keys, default=[], help="topic:partition,... (queue, drain)")
