@@ -375,15 +375,12 @@ public class QueueClient {
         return txn;
     }
 
-    boolean hasTxn;
-
     void initTxn(boolean reset) {
         while (true) {
             try {
                 if (reset) txnReset();
                 Map<String, Object> fields = txnInit();
                 fields.put("init", reset ? "reset" : "first");
-                hasTxn = true;
                 clientMeta(fields);
                 return;
             } catch (OpError e) {

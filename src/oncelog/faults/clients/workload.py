@@ -60,7 +60,6 @@ class Role:
         self.values = itertools.count(args.index * 10**9)
         self.safe: dict[Key, int] = {}  # per key: the next offset after the last ok op's reads
         self.rebalances: list[list[Any]] = []
-        self.has_txn = False
         self.stopped = False
 
     def run(self) -> None:
@@ -95,7 +94,6 @@ class Role:
                 reset = True
                 time.sleep(0.2)
                 continue
-            self.has_txn = True
             self.client_meta({**fields, "init": "reset" if reset else "first"})
             return
 
