@@ -839,10 +839,18 @@ public class QueueClient {
         // until the client is ready (initTransactions retried that long); then ready() moves
         // it to --duration seconds from then
         c.deadline = System.nanoTime() + (long) (Math.max(30, c.duration) * 1e9);
-        // SIGTERM: no new operation; the one under way finishes (its completion is written)
+        // SIGTERM: no new operation; the one under way finishes (its completion is written).
+        // Still there --op-timeout + 10 s later: halted, its operation left open as a crash
+        // leaves it.
         sun.misc.Signal.handle(new sun.misc.Signal("TERM"), sig -> {
             c.stopped = true;
             c.deadline = Long.MIN_VALUE;
+            Thread halt = new Thread(() -> {
+                sleep((long) (c.opTimeout * 1000) + 10_000);
+                Runtime.getRuntime().halt(143);
+            });
+            halt.setDaemon(true);
+            halt.start();
         });
         c.history = new OutputStreamWriter(new FileOutputStream(c.historyPath, true), StandardCharsets.UTF_8);
         try {
