@@ -238,13 +238,13 @@ def test_python_clients_queue_copier_drain(cluster: LocalCluster, tmp_path: Path
                                       ("confluent", "assign"), ("confluent", "subscribe")], 1):
         name = f"{kind}-{i}"
         clients[name] = (python_client(kind, "queue", name, bs, tmp_path, keys=keys,
-                                       duration=4, txn_ratio=0.5, abort_ratio=0.2,
+                                       duration=3, txn_ratio=0.5, abort_ratio=0.2,
                                        poll_mode=mode, group=f"q-{mode}" if mode == "subscribe"
                                        else None, reassign_every=8, **common), "queue")
     for i, kind in enumerate(["oncelog", "confluent"], 11):
         name = f"copier-{i}"
         clients[name] = (python_client(kind, "copier", name, bs, tmp_path, input=keys,
-                                       output=outs, duration=7, abort_ratio=0.3,
+                                       output=outs, duration=4, abort_ratio=0.3,
                                        poll_mode="subscribe", group="copiers", **common),
                          "copier")
     drains = {f"drain-{i}": python_client(kind, "drain", f"drain-{i}", bs, tmp_path,
@@ -279,11 +279,11 @@ def test_java_client_queue_copier_drain(cluster: LocalCluster, tmp_path: Path,
                             request_timeout_ms=3000, op_timeout=15, seed=3, **options)
 
     clients = {
-        "java-1": (java("queue", "java-1", keys=keys, duration=4, abort_ratio=0.2,
+        "java-1": (java("queue", "java-1", keys=keys, duration=3, abort_ratio=0.2,
                         poll_mode="assign", reassign_every=8), "queue"),
-        "java-2": (java("queue", "java-2", keys=keys, duration=4, abort_ratio=0.2,
+        "java-2": (java("queue", "java-2", keys=keys, duration=3, abort_ratio=0.2,
                         poll_mode="subscribe", group="jq"), "queue"),
-        "java-11": (java("copier", "java-11", input=keys, output=outs, duration=6,
+        "java-11": (java("copier", "java-11", input=keys, output=outs, duration=4,
                          abort_ratio=0.3, poll_mode="subscribe", group="jcopiers"), "copier"),
     }
     run_mix(cluster, tmp_path, clients, keys, dict(zip(keys, outs, strict=True)),
@@ -327,6 +327,12 @@ def _crash(cluster: LocalCluster, tmp_path: Path, client: Any, drain: Any) -> No
     assert dead[-1]["type"] == "invoke" and dead[-1]["f"] == "txn", dead[-1]
     open_values = {m[2] for m in dead[-1]["value"] if m[0] == "send"}
     assert open_values
+    # the dead client's transaction holds the last stable offset back: a drain now is stuck
+    finish({"drain-0": start(drain("drain", "drain-0", tmp_path, keys=keys, timeout=2),
+                             tmp_path, "drain-0")}, tmp_path)
+    stuck = [op for op in lines(tmp_path / "history-drain-0.jsonl")
+             if op.get("f") == "drain_end"][0]["value"][keys[0]]
+    assert stuck["reached"] < stuck["end"], stuck
 
     second = start(client("queue", "crash-2", tmp_path, duration=60, **common), tmp_path,
                    "crash-2")

@@ -28,7 +28,7 @@ from oncelog.records import build_batch, split_batches
 from oncelog.server.embedded import EmbeddedBroker
 
 TOPIC, GROUP = "kip890", "kip890-group"
-INVALID_TXN_STATE, OUT_OF_ORDER, UNKNOWN_PRODUCER_ID = 48, 45, 59
+INVALID_TXN_STATE, OUT_OF_ORDER = 48, 45
 INVALID_PRODUCER_EPOCH, PRODUCER_FENCED = 47, 90
 
 
@@ -274,15 +274,21 @@ def test_produce_v12_adds_the_partition_and_end_txn_v5_bumps_the_epoch(setup):
     assert (r.error_code, r.producer_epoch) == (0, 2)
 
 
-def test_a_nonzero_first_sequence_is_out_of_order_for_new_clients(setup):
+def test_a_nonzero_first_sequence_of_an_idempotent_producer_is_accepted(setup):
+    """Kafka (ProducerAppendInfo.checkSequence): a producer the partition does not know is
+    taken at any sequence; only a transaction version 2 producer's transactional batch, whose
+    partition was verified, must start at 0. Not refused with UNKNOWN_PRODUCER_ID either: that
+    is fatal to librdkafka's idempotent producer, whose first batch may have died with a
+    leader."""
     b, conn = setup
     w = Wire(conn, "seq")
     w.pid, w.epoch = conn.request(req(ApiKey.INIT_PRODUCER_ID, 4, "InitProducerIdRequest",
                                       transactional_id=None, transaction_timeout=60_000,
                                       producer_id=-1, producer_epoch=-1)).producer_id, 0
-    batch = idempotent_batch(w.pid, 0, 5, [b"x"])
-    assert w.produce(batch, version=12, transactional_id=None).error_code == OUT_OF_ORDER
-    assert w.produce(batch, version=11, transactional_id=None).error_code == UNKNOWN_PRODUCER_ID
+    assert w.produce(idempotent_batch(w.pid, 0, 5, [b"x"]), version=12,
+                     transactional_id=None).error_code == 0
+    assert w.produce(idempotent_batch(w.pid, 0, 7, [b"x"]), version=11,
+                     transactional_id=None).error_code == OUT_OF_ORDER  # known now: a gap
 
 
 def test_txn_offset_commit_v5_adds_the_offsets_partition(setup):

@@ -25,12 +25,25 @@ def append(mgr, h):
     return dup
 
 
-def test_new_producer_must_start_at_sequence_zero():
+def test_an_unknown_producer_may_start_at_any_sequence_as_in_kafka():
+    """Kafka since KIP-360: a producer the partition does not know (its state expired, or its
+    first batches died with a leader) is accepted at any sequence; only a KIP-890 producer's
+    transactional batch must start at 0 (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
     mgr = ProducerStateManager()
-    with pytest.raises(ProducerStateError) as e:
-        mgr.check_batch(batch(seq=5))
-    assert e.value.error_name == "unknown_producer_id"
+    assert mgr.check_batch(batch(seq=5)) is None
+    assert mgr.check_batch(batch(seq=5), new_client=True) is None
     assert mgr.check_batch(batch(seq=0)) is None
+    transactional = parse_header(build_batch([(None, b"x", [], 1000)], producer_id=1,
+                                             producer_epoch=0, base_sequence=5,
+                                             is_transactional=True))
+    assert mgr.check_batch(transactional) is None
+    with pytest.raises(ProducerStateError) as e:
+        mgr.check_batch(transactional, new_client=True)
+    assert e.value.error_name == "out_of_order_sequence_number"
+    append(mgr, batch(seq=5))
+    with pytest.raises(ProducerStateError) as e:  # known from then on: in sequence
+        mgr.check_batch(batch(seq=7, offset=1))
+    assert e.value.error_name == "out_of_order_sequence_number"
 
 
 def test_gap_is_out_of_order():
@@ -124,8 +137,8 @@ def test_expiration_forgets_idle_producers():
     append(mgr, batch(pid=2, ts=5000, offset=1))
     assert mgr.expire(now_ms=7000, expiration_ms=3000) == [1]
     assert set(mgr.producers) == {2}
-    with pytest.raises(ProducerStateError):  # expired: a non-zero sequence is refused
-        mgr.check_batch(batch(pid=1, seq=1))
+    # expired: unknown again, its next batch is taken at any sequence (as Kafka's)
+    assert mgr.check_batch(batch(pid=1, seq=1)) is None
 
 
 @settings(max_examples=60, deadline=None)

@@ -237,11 +237,14 @@ class ProducerStateManager:
                     f"{entry.producer_epoch}")
             return None
         if entry is None:
-            # Unknown producer: its first batch must start at 0; otherwise its state may have
-            # expired and we can no longer tell a retry from new data (spec, "PID Expiration").
-            if first_seq != 0:
+            # Unknown producer: any sequence is accepted, as Kafka does since KIP-360 (its
+            # state expired, or its first batches were lost with a leader that died before
+            # they were replicated: refusing it with UNKNOWN_PRODUCER_ID is fatal to
+            # librdkafka's idempotent producer), except a transactional batch of a KIP-890
+            # (Produce v12+) producer, which must start at 0.
+            if first_seq != 0 and new_client and header.is_transactional:
                 raise ProducerStateError(
-                    "out_of_order_sequence_number" if new_client else "unknown_producer_id",
+                    "out_of_order_sequence_number",
                     f"producer {pid} is unknown to this partition and sent sequence {first_seq}",
                 )
             return None

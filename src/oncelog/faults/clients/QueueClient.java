@@ -60,7 +60,7 @@ public class QueueClient {
     String role, process, bootstrap, historyPath, transactionalId, group, pollMode = "assign";
     Integer index;
     long seed = 0;
-    double duration = 10, timeout = 30, txnRatio = 0.5, abortRatio = 0.1, opTimeout = 10;
+    double duration = 10, timeout = 30, idleStopS = 2, txnRatio = 0.5, abortRatio = 0.1, opTimeout = 10;
     int maxTxnOps = 4, reassignEvery = 25, pollMs = 100, requestTimeoutMs = 2000;
     int transactionTimeoutMs = 10000, sessionTimeoutMs = 6000, txnHoldMs = 0;
     List<String> keys = new ArrayList<>(), input = new ArrayList<>(), output = new ArrayList<>();
@@ -375,15 +375,12 @@ public class QueueClient {
         return txn;
     }
 
-    boolean hasTxn;
-
     void initTxn(boolean reset) {
         while (true) {
             try {
                 if (reset) txnReset();
                 Map<String, Object> fields = txnInit();
                 fields.put("init", reset ? "reset" : "first");
-                hasTxn = true;
                 clientMeta(fields);
                 return;
             } catch (OpError e) {
@@ -661,6 +658,10 @@ public class QueueClient {
         if (txnRatio > 0) initTxn(false);
         else clientMeta(Map.of());
         startConsuming(subset(keys));
+        if (pollMode.equals("subscribe")) {  // ready once the group assigned partitions
+            long joined = System.nanoTime() + (long) (opTimeout * 1e9);
+            while (consumer.assignment().isEmpty() && System.nanoTime() < Math.min(joined, deadline)) pollOp();
+        }
         ready();
         for (long n = 1; System.nanoTime() < deadline; n++) {
             if (pollMode.equals("assign") && n % reassignEvery == 0) {
@@ -692,7 +693,9 @@ public class QueueClient {
         initTxn(false);
         startConsuming(input);
         ready();
-        while (System.nanoTime() < deadline) {
+        long lastRead = System.nanoTime();
+        // after --duration, on until nothing came for --idle-stop-s (caught up)
+        while (System.nanoTime() < deadline || (!stopped && System.nanoTime() - lastRead < (long) (idleStopS * 1e9))) {
             long started = System.nanoTime();
             List<Rec> records;
             try {
@@ -701,6 +704,7 @@ public class QueueClient {
                 continue;
             }
             if (records.isEmpty()) continue;
+            lastRead = System.nanoTime();
             List<List<Object>> micro = new ArrayList<>();
             micro.add(list("poll"));
             for (Rec r : records) micro.add(list("send", copies.get(r.key), r.value));
@@ -793,6 +797,7 @@ public class QueueClient {
                 case "--seed" -> seed = Long.parseLong(v);
                 case "--duration" -> duration = Double.parseDouble(v);
                 case "--timeout" -> timeout = Double.parseDouble(v);
+                case "--idle-stop-s" -> idleStopS = Double.parseDouble(v);
                 case "--keys" -> keys = keyList(v);
                 case "--input" -> input = keyList(v);
                 case "--output" -> output = keyList(v);
@@ -834,10 +839,18 @@ public class QueueClient {
         // until the client is ready (initTransactions retried that long); then ready() moves
         // it to --duration seconds from then
         c.deadline = System.nanoTime() + (long) (Math.max(30, c.duration) * 1e9);
-        // SIGTERM: no new operation; the one under way finishes (its completion is written)
+        // SIGTERM: no new operation; the one under way finishes (its completion is written).
+        // Still there --op-timeout + 10 s later: halted, its operation left open as a crash
+        // leaves it.
         sun.misc.Signal.handle(new sun.misc.Signal("TERM"), sig -> {
             c.stopped = true;
             c.deadline = Long.MIN_VALUE;
+            Thread halt = new Thread(() -> {
+                sleep((long) (c.opTimeout * 1000) + 10_000);
+                Runtime.getRuntime().halt(143);
+            });
+            halt.setDaemon(true);
+            halt.start();
         });
         c.history = new OutputStreamWriter(new FileOutputStream(c.historyPath, true), StandardCharsets.UTF_8);
         try {

@@ -86,10 +86,13 @@ def compile_java(classes: str | Path, classpath: str) -> Path:
 
 def java_command(role: str, *, classes: str | Path, process: str, bootstrap: str,
                  history: str | Path, classpath: str | None = None,
-                 jvm_options: Iterable[str] = JVM_OPTIONS, **options: Any) -> list[str]:
+                 jvm_options: Iterable[str] = JVM_OPTIONS, die_with_parent: bool = False,
+                 **options: Any) -> list[str]:
     """The argv of a client process of Kafka's Java client (QueueClient.java, compiled into
     ``classes`` on first use against ``classpath``: Kafka's jars, ``bash scripts/kafka.sh
-    classpath`` when not given). The same roles and options as ``command``."""
+    classpath`` when not given). The same roles and options as ``command``.
+    ``die_with_parent``: prefixed with util-linux's ``setpriv --pdeathsig KILL`` (the JVM gets
+    SIGKILL when the thread that started it ends)."""
     if role not in ROLES:
         raise ValueError(f"role is one of {ROLES}, not {role!r}")
     if classpath is None:
@@ -100,7 +103,7 @@ def java_command(role: str, *, classes: str | Path, process: str, bootstrap: str
     argv = ["java", *jvm_options, "-cp", f"{compiled}:{classpath}", "QueueClient",
             "--kind", "java", "--role", role, "--process", process, "--bootstrap", bootstrap,
             "--history", str(history), *_flags(options)]
-    if shutil.which("setpriv"):  # SIGKILL when the starting process dies
+    if die_with_parent and shutil.which("setpriv"):
         argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
     return argv
 

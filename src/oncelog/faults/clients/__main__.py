@@ -8,6 +8,8 @@ import os
 import re
 import signal
 import sys
+import threading
+import time
 
 from .base import ClientAdapter, Settings
 from .history import HistoryFile
@@ -38,7 +40,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=10.0,
                    help="seconds of operations (queue, copier), from when the client is "
-                        "ready (its transactional producer initialized)")
+                        "ready (its transactional producer initialized; with subscribe, a "
+                        "queue client's first partitions assigned)")
+    p.add_argument("--idle-stop-s", type=float, default=2.0,
+                   help="copier: after --duration, stop once nothing was read this long")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="drain: give up after this many seconds (a stuck read)")
     p.add_argument("--keys", type=_keys, default=[], help="topic:partition,... (queue, drain)")
@@ -120,8 +125,20 @@ def main(argv: list[str] | None = None) -> int:
         adapter = ConfluentAdapter(settings)
     history = HistoryFile(args.history, args.process)
     role = ROLES[args.role](adapter, args, history)
-    # SIGTERM: no new operation; the one under way finishes (its completion is written)
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: role.stop())
+    # SIGTERM: no new operation; the one under way finishes (its completion is written). A
+    # process still there --op-timeout + 10 s later (a library call that does not return)
+    # ends anyway, its operation left open as a crash leaves it. Taken by a thread of its own
+    # (sigwait; blocked in every other thread, which inherit the mask), so that a main thread
+    # stuck in a library's C code does not keep it from being seen.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def terminate() -> None:
+        signal.sigwait({signal.SIGTERM})
+        role.stop()
+        time.sleep(args.op_timeout + 10)
+        os._exit(143)
+
+    threading.Thread(target=terminate, name="sigterm", daemon=True).start()
     try:
         role.run()
     finally:

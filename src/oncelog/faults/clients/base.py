@@ -60,8 +60,9 @@ class Settings:
 
 class ClientAdapter:
     """One process's clients of one library. Consumer methods raise OpError for a failed
-    request; producer methods raise OpError classified as above (and re-create the producer
-    themselves when the library needs a new one: fenced, fatal)."""
+    request; producer methods raise OpError classified as above. An idempotent producer that
+    failed fatally is replaced by the adapter itself; a transactional one when the workload
+    asks (``txn_reset``, after an OpError with ``reset``)."""
 
     kind = ""
 
@@ -71,24 +72,34 @@ class ClientAdapter:
     # consumer (read_committed; in the group ``settings.group`` when there is one)
     def open_consumer(self, read_committed: bool = True) -> None:
         raise NotImplementedError
+
     def assign(self, keys: list[Key]) -> None:
         raise NotImplementedError
+
     def subscribe(self, topics: list[str], log: RebalanceLog) -> None:
         raise NotImplementedError
+
     def poll(self, timeout: float) -> list[Record]:
         raise NotImplementedError
+
     def assignment(self) -> list[Key]:
         raise NotImplementedError
+
     def position(self, k: Key) -> int:
         raise NotImplementedError
+
     def seek(self, k: Key, offset: int) -> None:
         raise NotImplementedError
+
     def seek_to_beginning(self, keys: list[Key]) -> None:
         raise NotImplementedError
+
     def committed(self, keys: list[Key]) -> dict[Key, int | None]:
         raise NotImplementedError
+
     def commit(self, offsets: dict[Key, int]) -> None:
         raise NotImplementedError
+
     def end_offsets(self, keys: list[Key]) -> dict[Key, int]:
         raise NotImplementedError
 
@@ -103,16 +114,22 @@ class ClientAdapter:
 
     def txn_begin(self) -> None:
         raise NotImplementedError
+
     def txn_send(self, k: Key, value: int) -> Any:
         raise NotImplementedError
+
     def txn_send_offsets(self, offsets: dict[Key, int]) -> None:
         raise NotImplementedError
+
     def txn_flush(self, timeout: float) -> None:
         raise NotImplementedError
+
     def txn_commit(self) -> None:
         raise NotImplementedError
+
     def txn_abort(self) -> None:
         raise NotImplementedError
+
     def txn_offset(self, handle: Any) -> int:
         """The offset of a send of the committed transaction (-1 if the library does not
         tell)."""

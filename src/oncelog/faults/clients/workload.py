@@ -7,7 +7,8 @@
   aborted transaction is a ``fail``), with ``assign`` (a random subset of the keys, now and
   then another) or ``subscribe`` consumers.
 - ``copier``: consume-transform-produce exactly once: poll the input keys, send each value to
-  its output key, send the offsets to the transaction, commit: one ``txn`` op per transaction.
+  its output key, send the offsets to the transaction, commit: one ``txn`` op per transaction;
+  after --duration it goes on until its input has been quiet for --idle-stop-s (caught up).
 - ``drain``: every key from the beginning, read_committed, up to the high watermark asked
   before (read_uncommitted); its polls, then the ``drain_end`` meta line.
 
@@ -59,7 +60,6 @@ class Role:
         self.values = itertools.count(args.index * 10**9)
         self.safe: dict[Key, int] = {}  # per key: the next offset after the last ok op's reads
         self.rebalances: list[list[Any]] = []
-        self.has_txn = False
         self.stopped = False
 
     def run(self) -> None:
@@ -94,7 +94,6 @@ class Role:
                 reset = True
                 time.sleep(0.2)
                 continue
-            self.has_txn = True
             self.client_meta({**fields, "init": "reset" if reset else "first"})
             return
 
@@ -254,6 +253,12 @@ class Queue(Role):
         else:
             self.client_meta()
         self.start_consuming(self._subset(keys))
+        if self.args.poll_mode == "subscribe":
+            # ready once the group gave this member its partitions (its polls until then
+            # are operations too), or after --op-timeout
+            joined = time.monotonic() + self.args.op_timeout
+            while not self.a.assignment() and time.monotonic() < min(joined, self.deadline):
+                self.poll_op()
         self.ready()
         for n in itertools.count(1):
             if time.monotonic() >= self.deadline:
@@ -293,7 +298,10 @@ class Copier(Role):
         self.init_txn()
         self.start_consuming(inputs)
         self.ready()
-        while time.monotonic() < self.deadline:
+        last_read = time.monotonic()
+        # after --duration, on until nothing came for --idle-stop-s (caught up)
+        while time.monotonic() < self.deadline \
+                or (not self.stopped and time.monotonic() - last_read < self.args.idle_stop_s):
             started = time.monotonic_ns()
             try:
                 records = self.a.poll(self.args.poll_ms / 1000)
@@ -301,6 +309,7 @@ class Copier(Role):
                 continue  # nothing read, nothing to copy
             if not records:
                 continue
+            last_read = time.monotonic()
             micro: list[list[Any]] = [["poll"]]
             micro += [["send", copies[k], value] for k, _offset, value in records]
             abort = self.rng.random() < self.args.abort_ratio
