@@ -37,6 +37,7 @@ from support.raw_wire import (
 from support.zookeeper import require_zookeeper
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from oncelog.client.metadata import Cluster
 from oncelog.harness.local_cluster import LocalCluster
 from oncelog.records import build_batch
 from oncelog.server.topics import TRANSACTION_STATE, coordinator_partition
@@ -401,6 +402,14 @@ def test_old_leader_cut_from_zookeeper_acknowledges_nothing_and_reads_no_further
             assert int(pd.error_code) == UNKNOWN_LEADER_EPOCH
         # the new leader takes writes meanwhile
         assert raw_produce(direct(cluster, leader), topic, 0, ["b0", "b1"]) == NONE
+        # a client that asks the old leader for metadata after the new one keeps the newer
+        # leader epoch (KIP-320): it does not go back to the old leader
+        tp = TopicPartition(topic, 0)
+        view = Cluster()
+        for n in (leader, old):
+            with RawConnection(direct(cluster, n)) as conn:
+                view = view.with_response(conn.request(metadata_request([topic])), [topic])
+        assert (view.leader_for(tp), view.leader_epoch(tp)) == (leader, epoch)
     finally:
         cluster.heal_zookeeper(old)
     healed(cluster, topic, [0])

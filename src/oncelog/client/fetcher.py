@@ -253,7 +253,10 @@ class Fetcher:
             topics: dict[str, list[dict[str, Any]]] = {}
             for tp, offset in positions.items():
                 topics.setdefault(tp.topic, []).append({
-                    "partition": tp.partition, "current_leader_epoch": -1,
+                    # KIP-320: a broker that is not (or no longer) the leader at this epoch
+                    # refuses (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH: metadata again)
+                    "partition": tp.partition,
+                    "current_leader_epoch": cluster.leader_epoch(tp),
                     "fetch_offset": offset, "last_fetched_epoch": -1, "log_start_offset": -1,
                     "partition_max_bytes": self.config.max_partition_fetch_bytes})
             # Fetch v13+ names topics by id (KIP-516), as the Java client does when the

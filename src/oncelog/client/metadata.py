@@ -30,6 +30,8 @@ class Cluster:
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     controller_id: int = -1
     cluster_id: str | None = None
+    # KIP-320: each partition's leader epoch as the metadata gave it (Metadata v7+)
+    leader_epochs: dict[TopicPartition, int] = field(default_factory=dict)
 
     def partitions_for(self, topic: str) -> list[int] | None:
         """Partition ids of a known topic, None while the topic is unknown."""
@@ -47,6 +49,10 @@ class Cluster:
             return None
         return info.leader
 
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """The partition's leader epoch as last seen (-1: not known)."""
+        return self.leader_epochs.get(tp, -1)
+
     def topic_id(self, topic: str) -> uuid.UUID | None:
         meta = self.topics.get(topic)
         return meta.topic_id if meta is not None else None
@@ -59,6 +65,12 @@ class Cluster:
         """A new snapshot: brokers replaced, topics in the response replaced, others kept.
 
         Topics we asked for that the response does not mention are dropped (deleted).
+
+        KIP-320, as Kafka's clients: a partition whose leader epoch in the response is older
+        than the one already known keeps what is known. The answer comes from a broker that
+        has not heard of the newer leader yet -- a deposed leader cut off from ZooKeeper still
+        names itself -- and following it would send reads and writes back to that broker
+        (a consumer there finds its position out of range and resets: a read that goes back).
         """
         brokers = {int(b.node_id): BrokerNode(int(b.node_id), b.host, int(b.port),
                                               getattr(b, "rack", None))
@@ -67,23 +79,38 @@ class Cluster:
         if requested is not None:
             for name in requested:
                 topics.pop(name, None)
+        epochs = {tp: e for tp, e in self.leader_epochs.items() if tp.topic in topics}
         for t in response.topics:
             if t.name is None:
                 continue
-            partitions = {
-                int(p.partition_index): PartitionInfo(
-                    int(p.partition_index), int(p.leader_id),
-                    tuple(int(r) for r in getattr(p, "replica_nodes", ())),
-                    tuple(int(r) for r in getattr(p, "isr_nodes", ())),
-                )
-                for p in t.partitions
-            }
             topic_id = getattr(t, "topic_id", None)
+            topic_id = topic_id if topic_id and topic_id.int else None
+            known = self.topics.get(t.name)
+            # (by topic id: a topic deleted and created again starts its epochs over)
+            same_topic = known is not None and topic_id is not None \
+                and known.topic_id == topic_id
+            partitions = {}
+            for p in t.partitions:
+                index = int(p.partition_index)
+                tp = TopicPartition(t.name, index)
+                epoch = int(getattr(p, "leader_epoch", -1))
+                known_epoch = self.leader_epochs.get(tp, -1) if same_topic else -1
+                if known is not None and same_topic and 0 <= epoch < known_epoch \
+                        and index in known.partitions:
+                    partitions[index] = known.partitions[index]  # stale: keep what we know
+                    epochs[tp] = known_epoch
+                    continue
+                partitions[index] = PartitionInfo(
+                    index, int(p.leader_id),
+                    tuple(int(r) for r in getattr(p, "replica_nodes", ())),
+                    tuple(int(r) for r in getattr(p, "isr_nodes", ())))
+                epochs[tp] = epoch
             topics[t.name] = TopicMetadata(t.name, int(t.error_code),
                                            bool(getattr(t, "is_internal", False)), partitions,
-                                           topic_id if topic_id and topic_id.int else None)
+                                           topic_id)
         return Cluster(brokers, topics, int(getattr(response, "controller_id", -1)),
-                       getattr(response, "cluster_id", None))
+                       getattr(response, "cluster_id", None),
+                       {tp: e for tp, e in epochs.items() if tp.topic in topics})
 
 
 def metadata_request(topics: list[str] | None, allow_auto_topic_creation: bool = True
