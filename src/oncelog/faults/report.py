@@ -32,7 +32,8 @@ def _seconds(ns: int | None, t0: int) -> str:
 
 def write_report(out_dir: str | os.PathLike[str], *, verdict: Any, ops: Sequence[Any],
                  windows: Sequence[Mapping[str, Any]], run: Mapping[str, Any], excerpt: Any,
-                 summary: str, unrecovered: Sequence[str] = ()) -> Path:
+                 summary: str, unrecovered: Sequence[str] = (),
+                 notes: Sequence[str] = ()) -> Path:
     """Write report.md, plot.png and verdict.json into ``out_dir``; return report.md's path.
     ``ops`` are the merged history's ops (verify/queue_history.py), ``excerpt(verdict, ops,
     anomaly)`` gives the ops that show one anomaly; ``summary`` is the last line."""
@@ -51,6 +52,10 @@ def write_report(out_dir: str | os.PathLike[str], *, verdict: Any, ops: Sequence
     for key, value in run.items():
         lines.append(f"| {key} | `{value}` |")
     lines += ["", "## Verdict", "", "```", verdict.table(), "```", ""]
+    if notes:
+        lines += ["## Notes", ""]
+        lines += [f"- {n}" for n in notes]
+        lines.append("")
     if unrecovered:
         lines += ["## Clients that did not recover", ""]
         lines += [f"- {u}" for u in unrecovered]

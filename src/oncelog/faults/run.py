@@ -359,9 +359,14 @@ class FaultRun:
         result = RunResult(self.out, verdict, dicts, windows, unrecovered, self.out / "report.md")
         from .report import write_report
 
+        notes = []
+        if self.spark_job is not None:
+            notes += [f"the Spark job's driver ended by itself and was started again from its "
+                      f"checkpoint, as a supervisor would (Spark's --supervise): {f}"
+                      for f in self.spark_job.failures]
         write_report(self.out, verdict=verdict, ops=ops, windows=windows,
                      run=self.config.describe(), excerpt=excerpt, summary=result.summary(),
-                     unrecovered=unrecovered)
+                     unrecovered=unrecovered, notes=notes)
         return result
 
     def _crash_clients(self, started: float, stop: threading.Event) -> None:
