@@ -264,7 +264,8 @@ class Nemesis:
     """Runs ``events`` on ``cluster`` (times from when ``run`` is called), writes each fault's
     window to ``windows_path`` (JSON lines, appended) and heals everything at the end.
     ``observer(window)`` is called once each fault is in place (tests check it there);
-    ``log(line)`` hears what happens."""
+    ``log(line)`` hears what happens. ``skipped``: the events that did not start, each with
+    why (no leader to isolate, their lane ran late, ...)."""
 
     def __init__(self, cluster: NetCluster, events: Sequence[FaultEvent],
                  windows_path: str | Path, *, observer: Callable[[Window], None] | None = None,
