@@ -82,6 +82,7 @@ class _Proxy:
         """Copy ``reader`` to ``writer``, each chunk held as the rules say (in order)."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         loop = asyncio.get_running_loop()
+        held = [0]  # chunks queued and not written yet
 
         async def send() -> None:
             while True:
@@ -92,6 +93,7 @@ class _Proxy:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 writer.write(chunk)
+                held[0] -= 1
                 await writer.drain()
             with contextlib.suppress(OSError):
                 if writer.can_write_eof():
@@ -103,7 +105,13 @@ class _Proxy:
             while True:
                 chunk = await reader.read(65536)
                 hold = self.hold_s(source) if chunk else 0.0
+                if chunk and hold == 0.0 and held[0] == 0:
+                    writer.write(chunk)  # nothing held before it: straight on
+                    await writer.drain()
+                    continue
                 last_due = max(last_due, loop.time() + hold)
+                if chunk:
+                    held[0] += 1
                 queue.put_nowait((last_due, chunk))
                 if not chunk:
                     break

@@ -264,7 +264,8 @@ class Nemesis:
     """Runs ``events`` on ``cluster`` (times from when ``run`` is called), writes each fault's
     window to ``windows_path`` (JSON lines, appended) and heals everything at the end.
     ``observer(window)`` is called once each fault is in place (tests check it there);
-    ``log(line)`` hears what happens."""
+    ``log(line)`` hears what happens. ``skipped``: the events that did not start, each with
+    why (no leader to isolate, their lane ran late, ...)."""
 
     def __init__(self, cluster: NetCluster, events: Sequence[FaultEvent],
                  windows_path: str | Path, *, observer: Callable[[Window], None] | None = None,
@@ -427,6 +428,11 @@ class Nemesis:
             for e in events:
                 if stop.wait(max(0.0, t0 + e.start_s - time.monotonic())):
                     break
+                if time.monotonic() > t0 + e.start_s + e.duration_s:
+                    # its lane ran late (a slow heal): it would have ended already
+                    self.skipped.append((e, "late"))
+                    self.log(f"{e.fault}: not started: its lane ran past its window")
+                    continue
                 self._run_one(e, stop)
                 if stop.is_set():
                     break

@@ -150,12 +150,13 @@ class Network:
     def _take(self, n: int | None) -> int:
         LOCK_DIR.mkdir(parents=True, exist_ok=True)
         for candidate in ([n] if n is not None else range(1, 251)):
-            f = open(LOCK_DIR / f"{candidate}.lock", "wb")  # noqa: SIM115 (held for the run)
+            f = open(LOCK_DIR / f"{candidate}.lock", "ab")  # noqa: SIM115 (held for the run)
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 f.close()
                 continue
+            f.truncate(0)  # ours now: say whose
             f.write(f"{os.getpid()}\n".encode())
             f.flush()
             self._lock = f
