@@ -11,7 +11,7 @@
 #   --with-kafka      Apache Kafka's broker, tools, Java client and Kafka Streams, from Maven
 #                     Central into .cache/kafka (scripts/kafka.sh), and Spark's own Kafka
 #                     connector (scripts/kafka.sh spark-jars): the tests beside a real Kafka
-#   --with-netns      iproute2, iptables and faketime (the fault-injection tests and
+#   --with-netns      iproute2 and iptables (the fault-injection tests and
 #                     scripts/faults.sh put each node in a network namespace of its own)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -70,7 +70,6 @@ fi
 if [ -n "$want_netns" ]; then
   command -v ip >/dev/null 2>&1 || packages+=(iproute2)
   command -v iptables-restore >/dev/null 2>&1 || packages+=(iptables)
-  command -v faketime >/dev/null 2>&1 || packages+=(faketime)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   sudo=""

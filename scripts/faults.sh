@@ -10,7 +10,7 @@
 #   bash scripts/faults.sh --cleanup       remove the namespaces of runs that died
 #
 # Needs root (network namespaces, iptables, tmpfs); installs what it needs on first use
-# (Debian's iproute2, iptables, faketime and ZooKeeper; Apache Kafka's Java client for the Java
+# (Debian's iproute2, iptables and ZooKeeper; Apache Kafka's Java client for the Java
 # clients).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
