@@ -621,15 +621,28 @@ class KafkaZkClient(ZkConfigStore):
 
     # -- watches ------------------------------------------------------------------------------
 
-    def watch_brokers(self, callback: Callable[[dict[int, BrokerInfo]], Any]) -> ChildrenWatch:
+    def watch_brokers(self, callback: Callable[[dict[int, BrokerInfo]], Any]) -> None:
         """``callback(live_brokers)`` now, on every registration change, and after each
-        reconnection (a broker may have registered again with the same id meanwhile: kazoo's
-        children watch would not tell). Calls are serialized, each with data read after the
-        previous call."""
+        reconnection (a broker may have registered again with the same id meanwhile). Calls are
+        serialized, each with data read after the previous call.
+
+        Every read comes after a watch on ``/brokers/ids`` is armed (a one-shot children watch,
+        armed again on each event and each reconnection, then the registrations read), so no
+        change after a read can go unseen. (kazoo's ChildrenWatch re-arms on a thread of its
+        own after a reconnection and calls back only when the ids differ from those it saw
+        before the connection went: a broker whose session expired and that registered again
+        between a read and that re-arming, under the same id, stayed out of the view for good,
+        and a controller deciding from it kept its partitions offline.)"""
         lock = threading.Lock()
         stopped = False
+        path = self._p(BrokerIdsZNode.path())
 
-        def refresh() -> Any:
+        def on_event(event: Any) -> None:
+            # kazoo's callback thread. NONE: the connection went; on_session arms again.
+            if not stopped and event is not None and event.type != "NONE":
+                arm_and_read()
+
+        def arm_and_read() -> None:
             nonlocal stopped
             with lock:
                 while not stopped:  # as kazoo's own watches: until ZooKeeper answers
@@ -637,6 +650,7 @@ class KafkaZkClient(ZkConfigStore):
                         stopped = True
                         break
                     try:
+                        self._r("get_children", path, watch=on_event)
                         brokers = self.live_brokers()
                     except KazooException as exc:
                         log.warning("reading the live brokers failed: %r; retrying", exc)
@@ -645,20 +659,16 @@ class KafkaZkClient(ZkConfigStore):
                     if _call_quietly(callback, brokers) is False:
                         stopped = True
                     break
-                return False if stopped else None
-
-        def on_children(children: list[str]) -> Any:
-            return refresh()
 
         def on_session(state: str) -> None:
             if stopped:
                 self.remove_session_listener(on_session)
             elif state == KazooState.CONNECTED:
-                threading.Thread(target=refresh, daemon=True,
+                threading.Thread(target=arm_and_read, daemon=True,
                                  name="oncelog-zk-brokers-refresh").start()
 
         self.add_session_listener(on_session)
-        return ChildrenWatch(self._client, self._p(BrokerIdsZNode.path()), on_children)
+        arm_and_read()
 
     def _watch_children(self, path: str, callback: Callable[[list[str]], Any]) -> ChildrenWatch:
         """``callback(sorted children of path)`` now and on every change, until closed."""
