@@ -55,6 +55,14 @@ class SparkJobError(RuntimeError):
     """The job's driver died on its own, or did not get where it was asked to in time."""
 
 
+# Spark's PythonWorkerFactory gives a Python worker it starts without its daemon (the driver's
+# streaming source and sink runners, PySpark's planners) a fixed 10 s to connect back, not a
+# setting; on a host loaded enough, a worker's interpreter and its imports of pyspark take
+# longer, and the query fails where it plans (MicroBatchExecution.logicalPlan) with this
+# java.net.SocketTimeoutException. Nothing in the data source runs yet: Spark ends the query.
+WORKER_START_TIMEOUT = "Timed out while waiting for the Python worker to connect back"
+
+
 # -- history -----------------------------------------------------------------------------------
 
 
@@ -556,6 +564,12 @@ class SparkCopyJob:
     ``work_dir/driver.log``; each kill is a ``crash`` line (process ``spark-<run>``) in
     ``history_dir/history-spark.jsonl``. ``batches`` counts the micro-batches with input rows
     the driver reported, over all runs; ``run`` is the number of the current (last) start.
+
+    ``supervise``: a driver that exits on its own because Spark could not start a Python worker
+    in time (``WORKER_START_TIMEOUT``: the host's load, not the job nor the cluster) is started
+    again from its checkpoint, as ``spark-submit --supervise`` restarts a failed driver, at most
+    ``max_restarts`` times; ``restarts`` lists them (``time``: monotonic ns, ``run``,
+    ``reason``) and ``on_restart`` is told each. Any other exit of its own stays an exit.
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], bootstrap: str, input_topic: str,
@@ -565,7 +579,9 @@ class SparkCopyJob:
                  max_offsets_per_trigger: int = 500, trigger_ms: int = 300,
                  master: str = "local[2,4]", driver_memory: str = DRIVER_MEMORY,
                  sink: str = "exactly-once", python: str = sys.executable,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, supervise: bool = False,
+                 max_restarts: int = 5,
+                 on_restart: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.bootstrap = bootstrap
         self.input_topic = input_topic
@@ -600,6 +616,15 @@ class SparkCopyJob:
         self._reader: threading.Thread | None = None
         self.killed_groups: set[int] = set()  # the process groups of the last kill or stop
         self._cond = threading.Condition()
+        self.supervise = supervise
+        self.max_restarts = max_restarts
+        self.on_restart = on_restart
+        self.restarts: list[dict[str, Any]] = []
+        # start, kill and stop, and a supervised restart, one at a time; ``_ours``: the current
+        # driver is being ended by kill or stop (its exit is no failure to restart from).
+        self._life = threading.RLock()
+        self._ours = False
+        self._settled: set[int] = set()  # pids of drivers whose exit is dealt with
 
     # -- the command --------------------------------------------------------------------------
 
@@ -628,8 +653,13 @@ class SparkCopyJob:
 
     def start(self) -> None:
         """Start the driver (from the checkpoint, if there is one)."""
+        with self._life:
+            self._start()
+
+    def _start(self) -> None:
         if self.running:
             raise SparkJobError("the job's driver runs already")
+        self._ours = False
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.history_dir.mkdir(parents=True, exist_ok=True)
         self.run += 1
@@ -661,24 +691,82 @@ class SparkCopyJob:
                             self.batches += 1
                             self.run_batches += 1
                     self._cond.notify_all()
+        proc.wait()
+        with contextlib.suppress(Exception):
+            self._supervised(proc)
         with self._cond:
+            self._settled.add(proc.pid)
             self._cond.notify_all()
+
+    def _supervised(self, proc: subprocess.Popen[bytes]) -> None:
+        """The driver ``proc`` ended: start it again if it ended on its own for a reason a
+        supervisor restarts (``supervise``)."""
+        if not self.supervise or self._ours:
+            return
+        with self._life:
+            if proc is not self.proc or self._ours or len(self.restarts) >= self.max_restarts:
+                return
+            reason = self.restartable_exit()
+            if reason is None:
+                return
+            restart = {"time": time.monotonic_ns(), "run": self.run, "reason": reason}
+            self.restarts.append(restart)
+            history = HistoryFile(self.history_dir / "history-spark.jsonl", self.process)
+            try:
+                history.op("info", "crash", None)
+            finally:
+                history.close()
+            self._start()
+        if self.on_restart is not None:
+            self.on_restart(restart)
+
+    def run_log(self) -> str:
+        """The driver log of the current run."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text[text.rfind(f"--- run {self.run}: "):]
+
+    def restartable_exit(self) -> str | None:
+        """Why the current run's driver exited, if a supervisor restarts it for that: Spark
+        gave up on starting a Python worker (``WORKER_START_TIMEOUT``). None otherwise."""
+        if self.proc is None or self.proc.poll() in (None, 0):
+            return None
+        text = self.run_log()
+        if WORKER_START_TIMEOUT not in text:
+            return None
+        failed = next((line for line in text.splitlines() if line.startswith("query failed:")),
+                      "the driver exited")
+        where = " while planning (MicroBatchExecution.logicalPlan)" \
+            if "MicroBatchExecution.logicalPlan" in text else ""
+        return (f"run {self.run}: {failed.strip()} (exit status {self.proc.poll()}): Spark "
+                f"timed out starting a Python worker{where}: {WORKER_START_TIMEOUT}")
+
+    def _gone(self) -> bool:
+        """The driver is not running, and no supervised restart is coming."""
+        proc = self.proc
+        return proc is None or (proc.poll() is not None and proc.pid in self._settled
+                                and proc is self.proc)
 
     def kill(self) -> None:
         """SIGKILL the driver, Spark's JVM and every Python process they started (the
         ``pyspark.daemon``s and their workers, in process groups of their own: ``kill_tree``),
         mid-whatever they do: a client crash. Recorded as a ``crash`` of the run's process.
         Returns when all of them are gone."""
-        if self.proc is None:
-            return
-        pgid = self.proc.pid
-        if self.proc.poll() is None:
-            history = HistoryFile(self.history_dir / "history-spark.jsonl", self.process)
-            try:
-                history.op("info", "crash", None)
-            finally:
-                history.close()
-        self._reap(kill_tree(pgid))
+        with self._life:
+            if self.proc is None:
+                return
+            self._ours = True
+            pgid = self.proc.pid
+            if self.proc.poll() is None:
+                history = HistoryFile(self.history_dir / "history-spark.jsonl", self.process)
+                try:
+                    history.op("info", "crash", None)
+                finally:
+                    history.close()
+            groups = kill_tree(pgid)
+        self._reap(groups)
 
     def kill_task(self) -> list[int]:
         """SIGKILL the Python workers that run the job's tasks (the children of the
@@ -702,15 +790,18 @@ class SparkCopyJob:
 
     def restart(self) -> None:
         """Start the driver again from the checkpoint (killing it first if it runs)."""
-        if self.running:
-            self.kill()
-        self.start()
+        with self._life:
+            if self.running:
+                self.kill()
+            self._start()
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the job: SIGTERM (the query stops, Spark shuts down), SIGKILL to whatever of
         the group is left after ``timeout``."""
-        if self.proc is None:
-            return
+        with self._life:
+            if self.proc is None:
+                return
+            self._ours = True
         pgid = self.proc.pid
         before: set[int] = set()
         if self.proc.poll() is None:
@@ -754,7 +845,7 @@ class SparkCopyJob:
         deadline = time.monotonic() + timeout
         with self._cond:
             while self.run_batches < n:
-                if not self.running and self.run_batches < n:
+                if self._gone() and self.run_batches < n:
                     raise SparkJobError(f"the driver exited ({self._exit()}):\n{self.log_tail()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -776,7 +867,7 @@ class SparkCopyJob:
         with Consumer({"bootstrap.servers": self.bootstrap,
                        "isolation.level": "read_uncommitted"}) as c:
             while True:
-                if not self.running:
+                if self._gone():
                     raise SparkJobError(f"the driver exited ({self._exit()}):\n"
                                         f"{self.log_tail()}")
                 if time.monotonic() >= deadline:
@@ -827,7 +918,7 @@ class SparkCopyJob:
             for tp in tps:
                 c.seek(tp, 0)
             while any(missing.values()):
-                if not self.running:
+                if self._gone():
                     raise SparkJobError(f"the driver exited ({self._exit()}) with "
                                         f"{sum(map(len, missing.values()))} input values not "
                                         f"copied:\n{self.log_tail()}")
