@@ -22,6 +22,7 @@ from support.zookeeper import require_zookeeper
 pytest.importorskip("pyspark")
 
 from oncelog import Producer
+from oncelog.faults.report import write_report
 from oncelog.faults.spark_job import (
     WORKER_START_TIMEOUT,
     SparkCopyJob,
@@ -29,6 +30,7 @@ from oncelog.faults.spark_job import (
     create_topics,
 )
 from oncelog.harness.local_cluster import LocalCluster
+from oncelog.verify.jepsen import check_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.cluster]
 
@@ -80,6 +82,13 @@ def test_a_driver_whose_python_worker_starts_too_late_is_restarted_and_copies(
     assert "MicroBatchExecution.logicalPlan" in reason
     first = (tmp_path / "job" / "driver.log").read_text().split("--- run 2: ")[0]
     assert "Caused by: java.net.SocketTimeoutException" in first
+    # The fault runner's report lists the restart with its reason.
+    (tmp_path / "report").mkdir()
+    report = write_report(tmp_path / "report", verdict=check_queue([]), ops=[], windows=[],
+                          run={"workload": "spark"}, excerpt=None, summary="anomalies: 0",
+                          supervised=job.restarts).read_text()
+    assert "## Spark driver restarted by its supervisor" in report
+    assert f": {reason}\n" in report
 
 
 def test_a_driver_that_fails_for_another_reason_is_not_restarted(tmp_path: Path) -> None:
