@@ -24,6 +24,7 @@ from support.waiting import wait_until
 from support.zookeeper import require_zookeeper
 
 from oncelog.faults.spark_job import (
+    WORKER_START_TIMEOUT,
     SparkCopyJob,
     create_topics,
     drain_argv,
@@ -166,13 +167,15 @@ def test_spark_copy_job_exactly_once_through_driver_and_broker_kills(
 
 
 def test_a_driver_that_ends_by_itself_is_started_again_until_stopped(tmp_path: Path) -> None:
-    """Supervision: a driver whose query fails (here a stand-in for the job's Python that
-    announces its start and exits with status 3 at once) is started again from the checkpoint
+    """Supervision: a driver whose query fails because Spark could not start a Python worker
+    in time (here a stand-in for the job's Python that announces its start, says so and exits
+    with status 3 at once) is started again from the checkpoint
     after the restart delay, each end recorded as a ``crash`` with its exit status; after
     ``stop`` nothing starts it again. (A driver killed by ``kill`` is the fault injector's
     doing: not restarted, recorded without a status.)"""
     python = tmp_path / "python"
-    python.write_text("#!/bin/sh\necho started\nexit 3\n")
+    python.write_text("#!/bin/sh\necho started\n"
+                      f"echo 'query failed: ... {WORKER_START_TIMEOUT}' >&2\nexit 3\n")
     python.chmod(0o755)
     job = SparkCopyJob(tmp_path / "job", "127.0.0.1:9", "in", "out", 2, python=str(python),
                        restart_delay=0.05)

@@ -33,10 +33,12 @@ def _seconds(ns: int | None, t0: int) -> str:
 def write_report(out_dir: str | os.PathLike[str], *, verdict: Any, ops: Sequence[Any],
                  windows: Sequence[Mapping[str, Any]], run: Mapping[str, Any], excerpt: Any,
                  summary: str, unrecovered: Sequence[str] = (),
-                 notes: Sequence[str] = ()) -> Path:
+                 supervised: Sequence[Mapping[str, Any]] = ()) -> Path:
     """Write report.md, plot.png and verdict.json into ``out_dir``; return report.md's path.
     ``ops`` are the merged history's ops (verify/queue_history.py), ``excerpt(verdict, ops,
-    anomaly)`` gives the ops that show one anomaly; ``summary`` is the last line."""
+    anomaly)`` gives the ops that show one anomaly; ``summary`` is the last line;
+    ``supervised``: the Spark driver's restarts by its supervisor (``time``, monotonic ns as
+    the history's, and ``reason``)."""
     out = Path(out_dir)
     dicts = [op.to_dict() for op in ops]
     times = [int(d["time"]) for d in dicts if d.get("time") is not None]
@@ -52,13 +54,16 @@ def write_report(out_dir: str | os.PathLike[str], *, verdict: Any, ops: Sequence
     for key, value in run.items():
         lines.append(f"| {key} | `{value}` |")
     lines += ["", "## Verdict", "", "```", verdict.table(), "```", ""]
-    if notes:
-        lines += ["## Notes", ""]
-        lines += [f"- {n}" for n in notes]
-        lines.append("")
     if unrecovered:
         lines += ["## Clients that did not recover", ""]
         lines += [f"- {u}" for u in unrecovered]
+        lines.append("")
+    if supervised:
+        lines += ["## Spark driver restarted by its supervisor", "",
+                  ("The driver exited on its own for a reason a supervisor restarts it for "
+                   "(as `spark-submit --supervise` does): Spark could not start a Python worker "
+                   "within its fixed 10 s. It went on from its checkpoint."), ""]
+        lines += [f"- at {_seconds(int(r['time']), t0)} s: {r['reason']}" for r in supervised]
         lines.append("")
     if not verdict.ok:
         lines += ["## Anomalies", "",

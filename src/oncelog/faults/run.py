@@ -359,14 +359,9 @@ class FaultRun:
         result = RunResult(self.out, verdict, dicts, windows, unrecovered, self.out / "report.md")
         from .report import write_report
 
-        notes = []
-        if self.spark_job is not None:
-            notes += [f"the Spark job's driver ended by itself and was started again from its "
-                      f"checkpoint, as a supervisor would (Spark's --supervise): {f}"
-                      for f in self.spark_job.failures]
         write_report(self.out, verdict=verdict, ops=ops, windows=windows,
                      run=self.config.describe(), excerpt=excerpt, summary=result.summary(),
-                     unrecovered=unrecovered, notes=notes)
+                     unrecovered=unrecovered, supervised=self._supervised())
         return result
 
     def _crash_clients(self, started: float, stop: threading.Event) -> None:
@@ -385,11 +380,19 @@ class FaultRun:
         self.spark_job = SparkCopyJob(self.out / "spark", self.cluster.bootstrap_servers,
                                       INPUT_TOPIC, OUTPUT_TOPIC, self.config.partitions,
                                       wrap=host.wrap, history_dir=self.out / "histories",
-                                      env=self._env())
+                                      env=self._env(), supervise=True,
+                                      on_restart=lambda r: _log(
+                                          f"supervisor: restarted the Spark driver: "
+                                          f"{r['reason']}"))
         self.spark_job.start()
         if not self.spark_job.started.wait(180):
             raise RuntimeError("the Spark job did not start in 180 s:\n"
                                + self.spark_job.log_tail())
+
+    def _supervised(self) -> list[dict[str, Any]]:
+        """The Spark driver's restarts by its supervisor (SparkCopyJob(supervise=True)), for
+        the report: when (monotonic ns), which run, why."""
+        return list(self.spark_job.restarts) if self.spark_job is not None else []
 
     def _finish_spark(self) -> list[str]:
         """Wait until the job copied every committed input, then stop it; a job that does not

@@ -41,13 +41,17 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["SparkCopyJob", "SparkJobError", "create_topics", "drain_argv", "meta",
+__all__ = ["WORKER_START_TIMEOUT", "SparkCopyJob", "SparkJobError", "create_topics", "drain_argv", "meta",
            "produce_argv", "read_history"]
 
 # Spark's JVM: a small fixed heap, the C1 compiler only and the serial collector (the job's
 # data is small; C2 and parallel GC threads would take CPU from the brokers under test).
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 DRIVER_MEMORY = "512m"
+# What Spark says when its driver-side Python worker (a Python data source's planner) did not
+# connect back within its fixed 10 s (PythonWorkerFactory; not configurable in Spark 4.3): the
+# host's load, before any of the data source's code ran.
+WORKER_START_TIMEOUT = "Timed out while waiting for the Python worker to connect back"
 VALUE_RANGE = 10**9  # a producer's values: index * VALUE_RANGE + counter
 
 
@@ -565,8 +569,13 @@ class SparkCopyJob:
     tasks' Python workers: Spark retries the tasks); ``wait_batches(n)``, ``wait_writing()``
     (a micro-batch in flight: the moment to kill), ``wait_caught_up(timeout)`` (the output
     holds every committed input); ``stop()``. With ``supervise`` (the default) a driver that
-    ends by itself (its query failed) is started again after ``restart_delay`` seconds; its
-    ends are in ``failures``. Each kill and each end is a ``crash`` line (process
+    ends by itself because Spark could not start a Python worker in time
+    (``WORKER_START_TIMEOUT``: the host's load, not the job nor the cluster) is started again
+    from its checkpoint after ``restart_delay`` seconds, as ``spark-submit --supervise``
+    restarts a failed driver, at most ``max_restarts`` times: ``restarts`` lists them
+    (``time``: monotonic ns, ``run``, ``reason``) and ``on_restart`` is told each. Any other
+    end of its own stays an end (a failure of the job under faults, which the run must
+    show). Every own end is in ``failures``. Each kill and each end is a ``crash`` line (process
     ``spark-<run>``) in ``history_dir/history-spark.jsonl``. ``batches`` counts the
     micro-batches with input rows the driver reported, over all runs; ``run`` is the number of
     the current (last) start.
@@ -580,7 +589,8 @@ class SparkCopyJob:
                  master: str = "local[2,4]", driver_memory: str = DRIVER_MEMORY,
                  sink: str = "exactly-once", supervise: bool = True,
                  restart_delay: float = 2.0, python: str = sys.executable,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, max_restarts: int = 5,
+                 on_restart: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.bootstrap = bootstrap
         self.input_topic = input_topic
@@ -616,7 +626,10 @@ class SparkCopyJob:
         self.started = threading.Event()
         self._reader: threading.Thread | None = None
         self.killed_groups: set[int] = set()  # the process groups of the last kill or stop
-        self.failures: list[str] = []  # the driver's own exits (started again when supervised)
+        self.failures: list[str] = []  # the driver's own exits
+        self.max_restarts = max_restarts
+        self.on_restart = on_restart
+        self.restarts: list[dict[str, Any]] = []  # the supervised restarts
         self._cond = threading.Condition()
         self._lock = threading.Lock()
         self._wanted = False  # the driver should run (between start and kill / stop)
@@ -693,23 +706,55 @@ class SparkCopyJob:
             self._supervise(proc)
 
     def _supervise(self, proc: subprocess.Popen[bytes]) -> None:
-        """The driver ended by itself (the query failed: a task failed on every attempt, the
-        brokers were out of reach past its clients' timeouts ...): start it again from its
-        checkpoint after ``restart_delay``, as a supervisor (spark-submit --supervise, a
-        container's restart policy) would. Recorded as a ``crash`` with the exit status."""
+        """The driver ended by itself: recorded as a ``crash`` with its exit status; started
+        again from its checkpoint after ``restart_delay`` if it ended for a reason a supervisor
+        restarts (``restartable_exit``), as spark-submit --supervise would."""
         with self._lock:
             if not self._wanted or proc is not self.proc:
                 return  # killed or stopped: not its own end
             failure = f"exit status {proc.returncode}"
             self.failures.append(f"{self.process}: {failure}")
             self._record_crash(failure)
+            reason = self.restartable_exit(proc)
+            if reason is None or len(self.restarts) >= self.max_restarts:
+                self._wanted = False  # an end: nothing starts it again
+                return
+            restart = {"time": time.monotonic_ns(), "run": self.run, "reason": reason}
+            self.restarts.append(restart)
         time.sleep(self.restart_delay)
         with self._lock:
-            if self._wanted and proc is self.proc:
-                with open(self.log_path, "ab") as log:
-                    log.write(f"--- the driver ended by itself ({failure}): started again\n"
-                              .encode())
-                self._launch()
+            if not (self._wanted and proc is self.proc):
+                return
+            with open(self.log_path, "ab") as log:
+                log.write(f"--- the driver ended by itself ({failure}): started again\n"
+                          .encode())
+            self._launch()
+        if self.on_restart is not None:
+            self.on_restart(restart)
+
+    def run_log(self) -> str:
+        """The driver log of the current run."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text[text.rfind(f"--- run {self.run}: "):]
+
+    def restartable_exit(self, proc: subprocess.Popen[bytes] | None = None) -> str | None:
+        """Why the current run's driver exited, if a supervisor restarts it for that: Spark
+        gave up on starting a Python worker (``WORKER_START_TIMEOUT``). None otherwise."""
+        proc = proc or self.proc
+        if proc is None or proc.poll() in (None, 0):
+            return None
+        text = self.run_log()
+        if WORKER_START_TIMEOUT not in text:
+            return None
+        failed = next((line for line in text.splitlines() if line.startswith("query failed:")),
+                      "the driver exited")
+        where = " while planning (MicroBatchExecution.logicalPlan)" \
+            if "MicroBatchExecution.logicalPlan" in text else ""
+        return (f"run {self.run}: {failed.strip()} (exit status {proc.poll()}): Spark "
+                f"timed out starting a Python worker{where}: {WORKER_START_TIMEOUT}")
 
     def _record_crash(self, detail: str | None) -> None:
         history = HistoryFile(self.history_dir / "history-spark.jsonl", self.process)
