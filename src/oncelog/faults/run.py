@@ -334,12 +334,9 @@ class FaultRun:
             crasher = threading.Thread(target=self._crash_clients, args=(started, stop),
                                        name="client-crash", daemon=True)
             crasher.start()
-            timer = threading.Timer(c.time, stop.set)
-            timer.start()
-            try:
+            try:  # every scheduled fault runs, if late (a slow heal) then late
                 nemesis.run(stop)
             finally:
-                timer.cancel()
                 stop.set()
                 crasher.join(timeout=120)
             _log("every fault healed (the nemesis healed all and waited until the cluster was "
@@ -411,13 +408,53 @@ class FaultRun:
 
     def _end_clients(self) -> None:
         """SIGTERM every client (it stops after its current operation); one still running a
-        minute later is killed (its open operation stays indeterminate)."""
-        for slot in self.slots:
+        minute later is killed (its open operation stays indeterminate). The copiers go last,
+        once they have copied what the producers wrote (or stopped making progress)."""
+        producers = [s for s in self.slots if s.role != "copier"]
+        copiers = [s for s in self.slots if s.role == "copier"]
+        self._terminate(producers)
+        if copiers:
+            self._wait_copied()
+            self._terminate(copiers)
+
+    def _wait_copied(self, quiet_s: float = 10.0, limit_s: float = 120.0) -> None:
+        """Until the copiers' group has committed every input partition up to its last stable
+        offset (the last record's offset + 1, or its transaction marker's), or its committed
+        offsets stopped moving for ``quiet_s``."""
+        from ..client import Admin, TopicPartition
+
+        tps = [TopicPartition(INPUT_TOPIC, p) for p in range(self.config.partitions)]
+        last: dict[Any, Any] = {}
+        moved = time.monotonic()
+        deadline = moved + limit_s
+        with Admin(bootstrap_servers=self.cluster.bootstrap_servers,
+                   request_timeout_ms=5000) as admin:
+            while time.monotonic() < deadline:
+                try:
+                    ends = admin.list_offsets(dict.fromkeys(tps, -1), "read_committed")
+                    committed = admin.list_consumer_group_offsets("copier-group", tps)
+                except Exception as exc:  # noqa: BLE001 (a broker still settling: ask again)
+                    _log(f"copiers: {exc!r}")
+                    time.sleep(1)
+                    continue
+                if all((committed.get(tp) or 0) >= ends[tp].offset - 1 for tp in tps):
+                    _log("copiers: every input partition copied")
+                    return
+                if committed != last:
+                    last, moved = committed, time.monotonic()
+                elif time.monotonic() - moved > quiet_s:
+                    _log(f"copiers: no progress for {quiet_s:g} s (committed {committed}, "
+                         f"input ends {ends})")
+                    return
+                time.sleep(0.5)
+
+    def _terminate(self, slots: list[Slot]) -> None:
+        for slot in slots:
             if slot.proc is not None and slot.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     slot.proc.terminate()
         limit = time.monotonic() + 60
-        for slot in self.slots:
+        for slot in slots:
             assert slot.proc is not None
             try:
                 slot.proc.wait(timeout=max(1.0, limit - time.monotonic()))
