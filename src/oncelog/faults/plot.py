@@ -25,6 +25,16 @@ FAULT_COLOURS = ("#4dabf7", "#f783ac", "#ffd43b", "#b197fc", "#63e6be", "#ffa94d
                  "#ff8787", "#74c0fc", "#e599f7", "#8ce99a", "#ffc078", "#adb5bd")
 
 
+def _fault_colour(i: int) -> Any:
+    """A colour per fault family: the list above, then matplotlib's tab20b (15 families and
+    client crashes: no two alike)."""
+    if i < len(FAULT_COLOURS):
+        return FAULT_COLOURS[i]
+    import matplotlib
+
+    return matplotlib.colormaps["tab20b"]((i - len(FAULT_COLOURS)) % 20)
+
+
 def latencies(ops: Iterable[Mapping[str, Any]]) -> list[tuple[int, float, str, str]]:
     """(invoke time ns, latency ms, outcome, f) of every completed operation: a process runs one
     operation at a time, so its next completion ends its open invoke."""
@@ -100,7 +110,7 @@ def plot(ops: Sequence[Mapping[str, Any]], windows: Sequence[Mapping[str, Any]],
     colours: dict[str, str] = {}
     for w in windows:
         name = str(w["fault"])
-        colour = colours.setdefault(name, FAULT_COLOURS[len(colours) % len(FAULT_COLOURS)])
+        colour = colours.setdefault(name, _fault_colour(len(colours)))
         end = w.get("end")
         x0 = sec(int(w["start"]))
         x1 = max(sec(int(end)) if end is not None else x0, x0 + MIN_WINDOW_S)

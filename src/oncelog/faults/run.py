@@ -132,7 +132,6 @@ class FaultRun:
         self.slots: list[Slot] = []
         self.cluster: Any = None
         self.windows_path = self.out / "faults.jsonl"
-        self.client_windows: list[dict[str, Any]] = []
         self.spark_job: Any = None
         self.java_classes = Path(os.environ.get(
             "ONCELOG_FAULTS_JAVA_CLASSES",
@@ -368,7 +367,8 @@ class FaultRun:
             window = self.crash_client()
             if window is not None:
                 _log(f"client-crash: {window['detail']}")
-                self.client_windows.append(window)
+                with open(self.windows_path, "a") as f:  # beside the nemesis's windows
+                    f.write(json.dumps(window) + "\n")
 
     def _start_spark(self) -> None:
         from .spark_job import SparkCopyJob
@@ -497,7 +497,7 @@ class FaultRun:
         proc.wait(timeout=self.config.drain_timeout + 60)
 
     def _windows(self) -> list[dict[str, Any]]:
-        windows: list[dict[str, Any]] = list(self.client_windows)
+        windows: list[dict[str, Any]] = []
         with contextlib.suppress(OSError), open(self.windows_path) as f:
             windows += [json.loads(line) for line in f if line.strip()]
         return sorted(windows, key=lambda w: int(w["start"]))
