@@ -366,7 +366,10 @@ class Consumer:
                     self._net.sleep(min(remaining, 0.1))
                     continue
             fetcher.raise_errors()
-            if fetcher.metadata_stale:
+            # metadata.max.age.ms: asked again now and then even without an error (as Kafka's
+            # consumer): a deposed leader that still answers as leader is left that way
+            if fetcher.metadata_stale or time.monotonic() - self._net.last_metadata_at \
+                    >= self.config.metadata_max_age_ms / 1000:
                 try:
                     fetcher.update_metadata({tp.topic for tp in self._subs.assigned()},
                                             max(deadline, time.monotonic() + 0.001))
