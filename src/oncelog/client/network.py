@@ -9,6 +9,7 @@ only call ``wakeup()`` to cut a ``poll`` short.
 from __future__ import annotations
 
 import logging
+import random
 import selectors
 import socket
 import ssl
@@ -201,6 +202,10 @@ class NetworkClient:
         others = [n for n in candidates if n not in avoid]
         if others:
             candidates = others
+        # from a random place in the list, as Kafka's: equally loaded nodes take turns (an
+        # idle connection to a deposed leader is not the one always asked)
+        start = random.randrange(len(candidates)) if candidates else 0
+        candidates = candidates[start:] + candidates[:start]
         now = time.monotonic()
         best, best_load = None, None
         for node_id in candidates:
