@@ -14,6 +14,7 @@ cluster) behind the Kafka-protocol fault proxy:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import struct
@@ -28,6 +29,7 @@ from support.raw_wire import RawConnection, fetch_request, metadata_request
 from support.zookeeper import require_zookeeper
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from oncelog.aio import AsyncConsumer
 from oncelog.harness.local_cluster import LocalCluster
 from oncelog.protocol import ApiKey, make, request_module
 from oncelog.records import build_batch, decode_batch, iter_batches
@@ -472,6 +474,22 @@ def test_seek_to_committed_without_a_commit_uses_auto_offset_reset(cluster):
         assert c.seek_to_committed(tp) == {tp: 1}
         assert c.position(tp) == 1
 
+    async def in_asyncio() -> None:
+        async with AsyncConsumer(bootstrap_servers=cluster.bootstrap_servers,
+                                 group_id=f"g-{topic}", enable_auto_commit=False,
+                                 auto_offset_reset="earliest") as ac:
+            ac.assign([tp])
+            assert await ac.position(tp) == 1  # the committed offset
+            await ac.seek(tp, 0)
+            assert [r.value for r in await ac.poll(10)] == [b"x"]
+            assert await ac.seek_to_committed() == {tp: 1}
+            assert await ac.position(tp) == 1
+            await ac.seek(tp, 0)
+            assert await ac.seek_to_committed(tp) == {tp: 1}
+            assert await ac.position(tp) == 1
+
+    asyncio.run(in_asyncio())
+
 
 # -- the transaction version the markers carry ---------------------------------------------------
 
@@ -521,3 +539,32 @@ def test_markers_say_transaction_version_2_only_when_their_epoch_is_bumped(tmp_p
         log.append_marker(pid, marker.producer_epoch, marker.commit, 0, 0,
                           transaction_version=marker.transaction_version)
     assert log.last_stable_offset == log.high_watermark  # nothing left open
+
+
+def test_assigned_consumer_starts_at_the_committed_offsets(cluster):
+    """A consumer with a group_id and assign() starts where the group committed (Kafka's
+    consumer fetches the committed offsets for assigned partitions too); auto.offset.reset
+    only where nothing is committed; an explicit seek_to_beginning still wins. Without it a
+    copier restarted with assign() copied everything again."""
+    topic = f"s{next(_names)}"
+    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        admin.create_topics([NewTopic(topic, 1, replication_factor=1)])
+    with Producer(bootstrap_servers=cluster.bootstrap_servers) as p:
+        for v in (b"a", b"b", b"c"):
+            p.send(topic, v, partition=0)
+        p.flush(30)
+    tp = TopicPartition(topic, 0)
+    config = {"bootstrap_servers": cluster.bootstrap_servers, "group_id": f"g-{topic}",
+              "enable_auto_commit": False, "auto_offset_reset": "earliest"}
+    with Consumer(**config) as c:
+        c.assign([tp])
+        assert c.position(tp) == 0  # nothing committed: auto.offset.reset
+        c.commit({tp: 2})
+    with Consumer(**config) as c:
+        c.assign([tp])
+        assert [r.value for r in c.poll(10)] == [b"c"]
+    with Consumer(**config) as c:
+        c.assign([tp])
+        assert c.position(tp) == 2
+        c.seek_to_beginning()
+        assert c.position(tp) == 0

@@ -419,3 +419,39 @@ def test_old_leader_cut_from_zookeeper_acknowledges_nothing_and_reads_no_further
         assert int(pd.error_code) == NOT_LEADER_OR_FOLLOWER
     # everything acknowledged, and the old leader's unacknowledged write gone (truncated)
     assert read(cluster.bootstrap_servers, topic, 0) == ["a0", "a1", "a2", "b0", "b1"]
+
+
+def test_consumer_leaves_a_deposed_leader_and_never_reads_back(cluster):
+    """Our consumer reads a partition whose leader is then cut off ZooKeeper and deposed, while
+    it still serves (and names itself leader in its metadata). Within metadata.max.age.ms the
+    consumer asks another broker (Kafka's leastLoadedNode prefers a broker not yet connected to
+    a busy connection), takes the newer leader epoch and never goes back to the old leader
+    (KIP-320): it reads what the new leader took, and no offset twice or out of order."""
+    topic = create(cluster)
+    old = cluster.leader_of(topic, 0)
+    assert raw_produce(direct(cluster, old), topic, 0, ["a0", "a1", "a2"]) == NONE
+    tp = TopicPartition(topic, 0)
+    got: list[tuple[int, str]] = []
+
+    def poll_until(count: int, what: str) -> None:
+        def enough() -> bool:
+            got.extend((r.offset, (r.value or b"").decode()) for r in consumer.poll(0.2))
+            return len(got) >= count
+        wait_until(enough, what)
+
+    with Consumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                  metadata_max_age_ms=500, fetch_max_wait_ms=100) as consumer:
+        consumer.assign([tp])
+        consumer.seek_to_beginning()
+        poll_until(3, "the first records read")
+        cluster.cut_zookeeper(old)
+        try:
+            leader, _epoch = new_leader(cluster, topic, 0, old)
+            assert raw_produce(direct(cluster, leader), topic, 0, ["b0", "b1"]) == NONE
+            poll_until(5, "the new leader's records read while the old one is cut off")
+        finally:
+            cluster.heal_zookeeper(old)
+        healed(cluster, topic, [0])
+        assert raw_produce(direct(cluster, leader), topic, 0, ["c0"]) == NONE
+        poll_until(6, "the records written after the heal read")
+    assert got == list(enumerate(["a0", "a1", "a2", "b0", "b1", "c0"]))

@@ -242,6 +242,16 @@ class AsyncConsumer(_AsyncClient):
         self._drop_buffered(partition)
         await self._thread.call(self.consumer.seek, partition, offset)
 
+    async def seek_to_committed(self, *partitions: TopicPartition,
+                                timeout: float | None = None) -> dict[TopicPartition, int | None]:
+        """``Consumer.seek_to_committed``: back to the group's committed offsets (all assigned
+        partitions if none given), as a copier does after an abort (KAFKA-17582); records
+        buffered here for them are dropped."""
+        for tp in partitions or tuple(self.consumer.assignment()):
+            self._drop_buffered(tp)
+        return await self._thread.call(
+            lambda: self.consumer.seek_to_committed(*partitions, timeout=timeout))
+
     def _drop_buffered(self, partition: TopicPartition) -> None:
         self._buffered = deque(r for r in self._buffered
                                if (r.topic, r.partition) != tuple(partition))

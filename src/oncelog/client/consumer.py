@@ -164,6 +164,23 @@ class Consumer:
         """
         self._seek_to(LATEST, partitions)
 
+    def _init_from_committed(self, deadline: float) -> None:
+        """Assigned partitions without a position (none given, no seek_to_* asked) start at
+        the group's committed offsets when there is a group_id, as Kafka's consumer does for
+        assign() too; auto.offset.reset only where nothing is committed. (A copier restarted
+        with assign() goes on where its transactions left off instead of copying again.)"""
+        if self._group is None:
+            return
+        fresh = [tp for tp in self._subs.needing_position()
+                 if self._subs.state(tp).reset_strategy is None]
+        if not fresh:
+            return
+        for tp, offset in self._group.committed(fresh, deadline).items():
+            state = self._subs.state(tp)
+            if offset is not None and state.position is None and state.reset_strategy is None:
+                self._subs.seek(tp, offset)
+                self._fetcher.discard(tp)
+
     def seek_to_committed(self, *partitions: TopicPartition, timeout: float | None = None
                           ) -> dict[TopicPartition, int | None]:
         """Go back to the group's committed offsets of ``partitions`` (all assigned ones if none
@@ -239,7 +256,9 @@ class Consumer:
         self._check_open()
         tp = TopicPartition(*partition)
         if self._subs.position(tp) is None:
-            self._fetcher.reset_positions(self._deadline(timeout))
+            deadline = self._deadline(timeout)
+            self._init_from_committed(deadline)
+            self._fetcher.reset_positions(deadline)
         position = self._subs.position(tp)
         assert position is not None
         return position
@@ -366,7 +385,10 @@ class Consumer:
                     self._net.sleep(min(remaining, 0.1))
                     continue
             fetcher.raise_errors()
-            if fetcher.metadata_stale:
+            # metadata.max.age.ms: asked again now and then even without an error (as Kafka's
+            # consumer): a deposed leader that still answers as leader is left that way
+            if fetcher.metadata_stale or time.monotonic() - self._net.last_metadata_at \
+                    >= self.config.metadata_max_age_ms / 1000:
                 try:
                     fetcher.update_metadata({tp.topic for tp in self._subs.assigned()},
                                             max(deadline, time.monotonic() + 0.001))
@@ -374,6 +396,7 @@ class Consumer:
                     pass  # retried at the next turn; poll itself never times out
             if self._subs.needing_position():
                 try:
+                    self._init_from_committed(max(deadline, time.monotonic() + 0.001))
                     fetcher.reset_positions(max(deadline, time.monotonic() + 0.001))
                 except TimeoutError:
                     pass

@@ -9,6 +9,7 @@ only call ``wakeup()`` to cut a ``poll`` short.
 from __future__ import annotations
 
 import logging
+import random
 import selectors
 import socket
 import ssl
@@ -192,20 +193,28 @@ class NetworkClient:
         return sum(c.in_flight_count for c in self._conns.values())
 
     def least_loaded_node(self, avoid: set[int] | frozenset[int] = frozenset()) -> int | None:
-        """The node to ask cluster-wide questions: connected and idle first, then any
-        (``avoid``: nodes that just failed, unless there is no other)."""
+        """The node to ask cluster-wide questions: connected and idle first, then one not
+        connected yet (allowed to try), then the connected one with the fewest requests in
+        flight, as Kafka's leastLoadedNode (``avoid``: nodes that just failed, unless there is
+        no other). A busy connection is not preferred over another broker: a consumer's only
+        connection may be to a deposed leader that still names itself in its metadata."""
         candidates = list(self.cluster.brokers) or list(self.bootstrap)
         others = [n for n in candidates if n not in avoid]
         if others:
             candidates = others
+        # from a random place in the list, as Kafka's: equally loaded nodes take turns (an
+        # idle connection to a deposed leader is not the one always asked)
+        start = random.randrange(len(candidates)) if candidates else 0
+        candidates = candidates[start:] + candidates[:start]
         now = time.monotonic()
         best, best_load = None, None
         for node_id in candidates:
             conn = self._conns.get(node_id)
+            load: tuple[int, int]
             if conn is not None and conn.connected:
-                load = conn.in_flight_count
+                load = (conn.in_flight_count, 0)
             elif now >= self._reconnect_at.get(node_id, 0.0):
-                load = 1_000_000  # unconnected but allowed to try
+                load = (0, 1)  # unconnected but allowed to try
             else:
                 continue
             if best_load is None or load < best_load:
