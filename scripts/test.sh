@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run the tests, installing what they need on first use.
 #   bash scripts/test.sh          the whole suite (slow, Spark, cluster and Kafka tests included),
-#                                 on three workers (pytest-xdist): CI; about 15 minutes here
-#                                 (1,427 tests)
+#                                 on three workers (pytest-xdist): CI; about 20 minutes here
+#                                 (1,568 tests)
 #   bash scripts/test.sh --fast   the fast tier: everything not marked slow, spark, cluster or
 #                                 kafka, on three workers, in about two minutes
 # Three workers on two cores: a third worker took a full run from 11 minutes to 8 here; the
