@@ -45,6 +45,30 @@ INPUT_TOPIC = "in"
 OUTPUT_TOPIC = "out"
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 CLIENT_BOUND_S = 1200.0
+# How long one client operation may take at most: the clients' --op-timeout (10 s by default)
+# and the grace after which a library call that never returns is abandoned and its producer
+# replaced (librdkafka's transactional calls, confluentinc/librdkafka#5456).
+OP_BOUND_S = 10.0 + 5.0
+
+
+def _crossed_heal(history: Path | None, healed_ns: int) -> bool:
+    """True when a client had an operation in flight when the faults were healed (invoked before
+    ``healed_ns``, ended after it or not yet) and no operation has ended ok after ``healed_ns``."""
+    invoked: int | None = None
+    crossed = False
+    with contextlib.suppress(OSError), open(history or os.devnull) as f:
+        for line in f:
+            with contextlib.suppress(ValueError):
+                op = json.loads(line)
+                kind, at = op.get("type"), int(op.get("time", 0))
+                if kind == "ok" and at > healed_ns:
+                    return False
+                if kind == "invoke":
+                    invoked = at
+                elif kind in ("ok", "fail", "info") and invoked is not None:
+                    crossed = crossed or (invoked <= healed_ns < at)
+                    invoked = None
+    return crossed or (invoked is not None and invoked <= healed_ns)
 
 
 @dataclass
@@ -342,6 +366,7 @@ class FaultRun:
                  "healthy)")
             healed = time.monotonic_ns()
             time.sleep(c.recover)
+            self._await_calls_across_heal(healed)
             self._end_clients()
             unrecovered = self._unrecovered(healed)
             if self.spark_job is not None:
@@ -462,6 +487,16 @@ class FaultRun:
                 _log(f"{slot.process} did not end in time: killed")
                 slot.proc.kill()
                 slot.proc.wait(timeout=30)
+
+    def _await_calls_across_heal(self, healed_ns: int) -> None:
+        """A client that was inside an operation when the faults were healed gets that
+        operation's own bound, then --recover seconds, before it counts as not recovered: a call
+        stuck behind a fault ends by its own timeout, not by the heal."""
+        deadline = healed_ns + int((OP_BOUND_S + self.config.recover) * 1e9)
+        while time.monotonic_ns() < deadline:
+            if not any(_crossed_heal(slot.history, healed_ns) for slot in self.slots):
+                return
+            time.sleep(0.5)
 
     def _unrecovered(self, healed_ns: int) -> list[str]:
         """The client slots that completed no operation after every fault was healed: the
