@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 from support.replica_views import TOPIC, HeldStore, append, view
 
-from oncelog.records import build_batch, split_batches
+from oncelog.records import build_batch
 from oncelog.server.clock import now_ms
 from oncelog.server.config import BrokerConfig
-from oncelog.server.replication import AppendError, ReplicaManager
+from oncelog.server.replication import AppendEntry, AppendError, AppendOrigin, ReplicaManager
 from oncelog.server.topics import TopicManager
 
 
@@ -82,11 +82,8 @@ def test_a_single_replica_log_wakes_its_consumers_on_every_append(tmp_path):
     asyncio.run(main())
 
 
-def write(data: bytes):
-    def _write(log, epoch):
-        buf = bytearray(data)
-        return log.append(buf, split_batches(buf), now_ms(), leader_epoch=epoch)
-    return _write
+def write(data: bytes) -> AppendEntry:
+    return AppendEntry(bytearray(data))
 
 
 def test_acks_all_is_answered_when_the_isr_has_the_batch_and_times_out_otherwise(tmp_path):
@@ -94,6 +91,7 @@ def test_acks_all_is_answered_when_the_isr_has_the_batch_and_times_out_otherwise
         rm, r = leader(tmp_path)
         batch = build_batch([(None, b"v", [], 0)] * 4)
         pending = asyncio.ensure_future(rm.append_records({(TOPIC, 0): write(batch)},
+                                                          origin=AppendOrigin.CLIENT,
                                                           required_acks=-1, timeout_ms=5000))
         await asyncio.sleep(0.05)
         assert not pending.done()
@@ -106,7 +104,8 @@ def test_acks_all_is_answered_when_the_isr_has_the_batch_and_times_out_otherwise
         assert result.last_offset + 1 == end
         assert not r.waiters
         # Never replicated: answered REQUEST_TIMED_OUT after the timeout, its waiter gone.
-        result = (await rm.append_records({(TOPIC, 0): write(batch)}, required_acks=-1,
+        result = (await rm.append_records({(TOPIC, 0): write(batch)}, origin=AppendOrigin.CLIENT,
+                                          required_acks=-1,
                                           timeout_ms=100))[(TOPIC, 0)]
         assert isinstance(result, AppendError) and result.error_name == "request_timed_out"
         assert not r.waiters

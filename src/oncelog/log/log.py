@@ -47,6 +47,7 @@ from ..records.batch import (
 )
 from ..records.region import FileRegion
 from . import log_start
+from .append_origin import AppendOrigin
 from .loader import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_FILE,
@@ -289,14 +290,20 @@ class PartitionLog:
 
     # -- appending ----------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray, batches: list[tuple[int, BatchHeader]],
-               now_ms: int, *, verification: VerificationGuard | None = None,
+    def append(self, data: bytes | bytearray | memoryview,
+               batches: list[tuple[int, BatchHeader]],
+               now_ms: int, *, origin: AppendOrigin = AppendOrigin.CLIENT,
+               verification: VerificationGuard | None = None,
                require_verification: bool = False, new_client: bool = False,
                leader_epoch: int | None = None,
-               checked: dict[int, tuple[int, int]] | None = None) -> AppendResult:
-        """Append validated batches (``batches``: ``split_batches(data)``, which cover it end
-        to end; ``data`` is the request's record set: a bytearray is rewritten in place, bytes
-        are written as they came with each batch's header rewritten in a copy of its own).
+               checked: dict[int, tuple[int, int]] | None = None,
+               transaction_version: int = 0) -> AppendResult:
+        """The leader's append (Kafka's appendAsLeader) of validated batches (``batches``:
+        ``split_batches(data)``, which cover it end to end; ``data`` is the record set: a
+        bytearray is rewritten in place, bytes are written as they came with each batch's
+        header rewritten in a copy of its own). ``origin`` (log/append_origin.py): CLIENT and
+        COORDINATOR records are data batches; a MARKER is one COMMIT/ABORT control batch
+        (``transaction_version``: its WriteTxnMarkers v2 field).
 
         Producer state is checked first: a retried batch that duplicates one of the producer's
         last five is answered with its original offsets and nothing is written.
@@ -307,6 +314,9 @@ class PartitionLog:
         partitionLeaderEpoch and recorded in the leader-epoch cache.
         ``checked``: log/validator.py ``check_compressed``'s findings, not read again.
         """
+        if origin is AppendOrigin.MARKER:
+            return self._append_marker(data, batches, now_ms, leader_epoch,
+                                       transaction_version)
         if require_verification:
             for _pos, h in batches:
                 try:
@@ -314,6 +324,9 @@ class PartitionLog:
                 except ProducerStateError as exc:
                     raise LogAppendError(exc.error_name, str(exc)) from None
         for _pos, h in batches:
+            if h.is_control:  # Kafka's LogValidator: only markers are control batches
+                raise LogAppendError("invalid_record",
+                                     f"a {origin.value} append may not write control batches")
             if h.size > self.config.max_message_bytes:
                 raise LogAppendError(
                     "message_too_large",
@@ -357,22 +370,44 @@ class PartitionLog:
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, now_ms: int, *, leader_epoch: int | None = None,
                       transaction_version: int = 0) -> AppendResult:
-        """Write a COMMIT or ABORT control batch for the producer's transaction (the partition
-        leader's half of WriteTxnMarkers, spec 000 step 5.2): its transaction closes, the LSO
-        moves on, and an abort is added to the aborted-transaction index. ``leader_epoch``: as
-        for ``append``; ``transaction_version``: the marker's (WriteTxnMarkers v2)."""
-        try:
-            self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch,
-                                             transaction_version)
-        except ProducerStateError as exc:
-            raise LogAppendError(exc.error_name, str(exc)) from None
+        """Build a COMMIT or ABORT control batch for the producer's transaction and append it
+        as a MARKER (``append``)."""
         data = bytearray(build_control_batch(
             CONTROL_COMMIT if commit else CONTROL_ABORT, producer_id=producer_id,
             producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
             timestamp=now_ms))
-        assigned, log_append_time = self._write(data, split_batches(data), now_ms, leader_epoch)
+        return self.append(data, split_batches(data), now_ms, origin=AppendOrigin.MARKER,
+                           leader_epoch=leader_epoch, transaction_version=transaction_version)
+
+    def _append_marker(self, data: bytes | bytearray | memoryview,
+                       batches: list[tuple[int, BatchHeader]], now_ms: int,
+                       leader_epoch: int | None, transaction_version: int) -> AppendResult:
+        """A COMMIT or ABORT control batch the caller built (the partition leader's half of
+        WriteTxnMarkers, spec 000 step 5.2): its producer's transaction closes, the LSO moves
+        on, and an abort is added to the aborted-transaction index."""
+        if len(batches) != 1 or not batches[0][1].is_control \
+                or not batches[0][1].is_transactional:
+            raise LogAppendError("invalid_record",
+                                 "a marker is one transactional control batch")
+        pos, h = batches[0]
+        if type(data) is not bytearray:
+            data = bytearray(data)  # (a few bytes) rewritten in place
+        try:
+            _, records = decode_batch(data, pos, verify_crc=False)
+            ctype, coordinator_epoch = parse_control_record(records[0])
+        except (CorruptRecordError, IndexError) as exc:
+            raise LogAppendError("corrupt_message", f"a marker that cannot be read: {exc}") \
+                from None
+        if ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
+            raise LogAppendError("invalid_record", f"control type {ctype} is no marker")
+        try:
+            self.producer_state.check_marker(h.producer_id, h.producer_epoch, coordinator_epoch,
+                                             transaction_version)
+        except ProducerStateError as exc:
+            raise LogAppendError(exc.error_name, str(exc)) from None
+        assigned, log_append_time = self._write(data, batches, now_ms, leader_epoch)
         _pos, h = assigned[0]
-        done = self.producer_state.complete_txn(h, commit, coordinator_epoch)
+        done = self.producer_state.complete_txn(h, ctype == CONTROL_COMMIT, coordinator_epoch)
         if done.is_aborted:
             self._index_aborted(self.active_segment, done)
         return AppendResult(h.base_offset, h.last_offset, log_append_time, self.log_start_offset)

@@ -4,8 +4,9 @@ A coordinator owns the keys (transactional ids, group ids) that hash to the part
 internal topic that this broker leads. The runtime follows the replica manager's leadership news
 for that topic: on becoming leader of a partition it loads it (the coordinator replays the
 partition into a *shard* of its state), on losing it it cancels the partition's tasks and
-unloads the shard. It finds the shard of a key, appends to a partition through the replica
-manager's one append path, and runs the coordinator's timers. What the coordinators decide stays
+unloads the shard. It finds the shard of a key and runs the coordinator's timers. Both
+coordinators append through its ``writer``, a ``PartitionWriter`` (the replica manager's one
+append path, origin COORDINATOR, acks=all). What the coordinators decide stays
 in their sans-IO cores (txn/coordinator.py, group/coordinator.py); what they do with the
 decisions stays in server/txn_service.py and server/group_service.py.
 """
@@ -15,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
-from ..records import split_batches
-from .clock import now_ms
-from .replication import AppendError
+from ..log import AppendResult
+from ..log.producer_state import VerificationGuard
+from .replication import AppendEntry, AppendError, AppendOrigin, ReplicaManager
 from .topics import Partition, TopicError, coordinator_partition
 
 log = logging.getLogger("oncelog.coordinator")
@@ -27,12 +28,76 @@ log = logging.getLogger("oncelog.coordinator")
 APPEND_TIMEOUT_MS = 30_000
 
 
+class PartitionWriter(Protocol):
+    """The one port both coordinators append through (Kafka's coordinator PartitionWriter):
+    their records on a partition of their topic, origin COORDINATOR, acks=all (min.insync.replicas
+    checked first). Raises AppendError."""
+
+    async def append(self, index: int, records: bytearray, *,
+                     verification_guard: VerificationGuard | None = None,
+                     require_verification: bool = False) -> AppendResult:
+        """Append, and wait until the partition's ISR has the records."""
+        ...
+
+    def append_unreplicated(self, index: int, records: bytearray, *,
+                            verification_guard: VerificationGuard | None = None,
+                            require_verification: bool = False) -> AppendResult:
+        """The same append's leader half only, in this turn of the event loop (the group
+        coordinator answers a rebalance from what it wrote); ``replicated`` waits for the
+        rest."""
+        ...
+
+    async def replicated(self, index: int, end_offset: int) -> str | None:
+        """Wait until the partition's ISR has everything below ``end_offset``: None, or the
+        error that stopped it."""
+        ...
+
+
+class ReplicaPartitionWriter:
+    """``PartitionWriter`` on the replica manager's ``append_records``."""
+
+    def __init__(self, replication: ReplicaManager, topic: str,
+                 timeout_ms: int = APPEND_TIMEOUT_MS) -> None:
+        self.replication = replication
+        self.topic = topic
+        self.timeout_ms = timeout_ms
+
+    async def append(self, index: int, records: bytearray, *,
+                     verification_guard: VerificationGuard | None = None,
+                     require_verification: bool = False) -> AppendResult:
+        tp = (self.topic, index)
+        entry = AppendEntry(records, verification=verification_guard,
+                            require_verification=require_verification)
+        result = (await self.replication.append_records(
+            {tp: entry}, origin=AppendOrigin.COORDINATOR, required_acks=-1,
+            timeout_ms=self.timeout_ms))[tp]
+        if isinstance(result, AppendError):
+            raise result
+        return result
+
+    def append_unreplicated(self, index: int, records: bytearray, *,
+                            verification_guard: VerificationGuard | None = None,
+                            require_verification: bool = False) -> AppendResult:
+        entry = AppendEntry(records, verification=verification_guard,
+                            require_verification=require_verification)
+        return self.replication.append_to_leader((self.topic, index), entry,
+                                                 origin=AppendOrigin.COORDINATOR,
+                                                 required_acks=-1)
+
+    async def replicated(self, index: int, end_offset: int) -> str | None:
+        return await self.replication.replicated((self.topic, index), end_offset,
+                                                 self.timeout_ms)
+
+
 class CoordinatorRuntime:
     def __init__(self, broker, topic: str, *,
                  load: Callable[[int, Partition, int], Any],
-                 unload: Callable[[int, Any], None]) -> None:
+                 unload: Callable[[int, Any], None],
+                 writer: PartitionWriter | None = None) -> None:
         self.broker = broker
         self.topic = topic
+        self.writer: PartitionWriter = writer if writer is not None \
+            else ReplicaPartitionWriter(broker.replication, topic)
         self._load = load
         self._unload = unload
         # Partition index -> what the coordinator loaded from it (its shard).
@@ -87,46 +152,6 @@ class CoordinatorRuntime:
             return None, None
         return self.shards.get(index), index
 
-    # -- appends ------------------------------------------------------------------------------
-
-    async def append(self, index: int, data: bytearray, *, verification=None,
-                     require_verification: bool = False) -> Any:
-        """Append a batch to the partition through the one append path with acks=all (Kafka's
-        coordinators write with acks=-1): the AppendResult; raises AppendError."""
-        now = now_ms()
-
-        def write(plog, leader_epoch: int):
-            return plog.append(data, split_batches(data), now, verification=verification,
-                               require_verification=require_verification,
-                               leader_epoch=leader_epoch)
-
-        return await self.broker.replication.append(self.topic, index, write, required_acks=-1,
-                                                    timeout_ms=APPEND_TIMEOUT_MS)
-
-    def append_now(self, index: int, data: bytearray, *, verification=None,
-                   require_verification: bool = False) -> tuple[Any, Any]:
-        """The append's first half only, in this turn of the event loop (the group
-        coordinator answers a rebalance from what it wrote): (replica, AppendResult); the
-        caller may wait for the ISR with ``replicated``. Raises AppendError."""
-        now = now_ms()
-
-        def write(plog, leader_epoch: int):
-            return plog.append(data, split_batches(data), now, verification=verification,
-                               require_verification=require_verification,
-                               leader_epoch=leader_epoch)
-
-        return self.broker.replication.append_local(self.topic, index, write, required_acks=1)
-
-    async def replicated(self, index: int, end_offset: int) -> str | None:
-        """Wait until the partition's ISR has everything below ``end_offset``: None, or the
-        error that stopped it."""
-        replication = self.broker.replication
-        try:
-            r = replication.leader_replica(self.topic, index)
-        except Exception as exc:  # noqa: BLE001 - ReplicationError: leadership moved
-            return getattr(exc, "error_name", "not_leader_or_follower")
-        return await replication.wait_replicated(r, end_offset, APPEND_TIMEOUT_MS)
-
     # -- tasks and timers ---------------------------------------------------------------------
 
     def spawn(self, index: int | None, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
@@ -161,4 +186,4 @@ class CoordinatorRuntime:
                 t.cancel()
 
 
-__all__ = ["AppendError", "CoordinatorRuntime"]
+__all__ = ["AppendError", "CoordinatorRuntime", "PartitionWriter", "ReplicaPartitionWriter"]

@@ -134,7 +134,7 @@ class GroupService:
         end = self._appended_end.get(index) if index is not None else None
         if index is None or end is None:
             return None
-        err = await self.runtime.replicated(index, end)
+        err = await self.runtime.writer.replicated(index, end)
         if err == "not_leader_or_follower":
             return "not_coordinator"
         return "coordinator_not_available" if err else None
@@ -210,9 +210,9 @@ class GroupService:
         if index is None:
             return "not_coordinator"
         try:
-            # The one append path's local half; commits then wait for the ISR (replicated).
-            _replica, result = self.runtime.append_now(
-                index, data, verification=verification,
+            # The append's leader half; commits then wait for the ISR (replicated).
+            result = self.runtime.writer.append_unreplicated(
+                index, data, verification_guard=verification,
                 require_verification=require_verification)
         except AppendError as exc:
             if exc.error_name in ("not_leader_or_follower", "unknown_topic_or_partition"):

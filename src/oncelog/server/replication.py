@@ -19,11 +19,14 @@ Leadership changes arrive as new views; a replica that stops being leader fails 
 acks=all requests with NOT_LEADER_OR_FOLLOWER. ``listeners`` hear of leadership gained and lost
 (the coordinators follow their partitions).
 
-``append_records`` is Kafka's ``ReplicaManager.appendRecords``: produce, the transaction markers,
-the transaction log and the offsets topic all append through it. It appends on the leader (the
-partition's leader epoch stamped into the batches), moves the high watermark, and with
-``required_acks=-1`` completes when the ISR has the records -- at once when the ISR is the
-leader alone.
+``append_records`` is Kafka's ``ReplicaManager.appendRecords``, the one append entry, by data:
+records per partition (``AppendEntry``) and who appends them (``AppendOrigin``: produce's CLIENT
+records, the coordinators' COORDINATOR records, the transaction markers' MARKER control
+batches, built by the caller). It appends on the leader (the partition's leader epoch stamped
+into the batches; min.insync.replicas checked first for acks=all, except for markers), moves
+the high watermark, and with ``required_acks=-1`` completes when the ISR has the records -- at
+once when the ISR is the leader alone. What follows from an append (pending transactional
+offsets made visible by a marker) is the caller's, once it completed.
 """
 
 from __future__ import annotations
@@ -37,8 +40,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..log import LogAppendError, LogWriteError
+from ..log import AppendResult, LogAppendError, LogWriteError
+from ..log.append_origin import AppendOrigin
+from ..log.producer_state import VerificationGuard
 from ..protocol import ApiKey, ProtocolError, make, request_module
+from ..records import BatchHeader, CorruptRecordError, split_batches
 from ..security.tls import inter_broker_ssl_context
 from . import replica_fetcher
 from .clock import now_ms
@@ -114,9 +120,21 @@ class AppendError(Exception):
         self.record_errors = record_errors  # (batch index, message): KIP-467
 
 
-# What an append writes, given the partition's log and the leader epoch to stamp: a
-# PartitionLog.append or append_marker call (their AppendResult).
-Write = Callable[[Any, int], Any]
+@dataclass(frozen=True, slots=True)
+class AppendEntry:
+    """One partition's share of an ``append_records``: its record set (one or more batches;
+    a bytearray is rewritten in place) and the options its origin needs. Data, no callable."""
+
+    records: bytes | bytearray | memoryview
+    # split_batches(records), when the caller split them already (Produce validates them)
+    batches: list[tuple[int, BatchHeader]] | None = None
+    # KIP-890 (CLIENT, COORDINATOR): the guard of a successful check with the transaction
+    # coordinator, and whether a batch opening a transaction needs one
+    verification: VerificationGuard | None = None
+    require_verification: bool = False
+    new_client: bool = False  # Produce v12+ (transaction version 2)
+    checked: dict[int, tuple[int, int]] | None = None  # check_compressed's findings (CLIENT)
+    transaction_version: int = 0  # MARKER: the marker's WriteTxnMarkers v2 field
 
 
 class ReplicaManager:
@@ -336,49 +354,68 @@ class ReplicaManager:
                                    f"{len(r.isr)} in-sync replicas of {r.partition.topic}-"
                                    f"{r.partition.index}, min.insync.replicas is {need}")
 
-    def append_local(self, topic: str, index: int, write: Write, *, required_acks: int,
-                     check_min_isr: bool = True) -> tuple[Replica, Any]:
-        """Kafka's appendToLocalLog for one partition: this broker must lead it (and, for
-        acks=all, have min.insync.replicas in the ISR unless ``check_min_isr`` is off: the
-        transaction markers, which must land wherever the data did); ``write`` appends at
-        the leader epoch. (replica, AppendResult); raises AppendError."""
+    def append_to_leader(self, tp: TP, entry: AppendEntry, *, origin: AppendOrigin,
+                         required_acks: int, now: int | None = None) -> AppendResult:
+        """The leader's half of ``append_records`` for one partition (Kafka's
+        appendToLocalLog), in this turn of the event loop: this broker must lead it; for
+        acks=all a CLIENT or COORDINATOR append needs min.insync.replicas in the ISR (a MARKER
+        must land wherever the data did); the log appends at the leader epoch and the high
+        watermark moves. Raises AppendError. (The group coordinator answers from what it
+        wrote before waiting for the ISR: ``replicated``.)"""
+        r = self.replicas.get(tp)
         try:
-            r = self.leader_replica(topic, index)
-            if required_acks == -1 and check_min_isr:
+            if r is None or not r.is_leader:
+                r = self.leader_replica(*tp)
+            if required_acks == -1 and origin is not AppendOrigin.MARKER:
                 self.check_enough_replicas(r)
         except ReplicationError as exc:
             raise AppendError(exc.error_name, str(exc)) from None
+        records = entry.records  # a Produce request's record set: a view of its frame
+        batches = entry.batches
         try:
-            result = write(r.log, r.leader_epoch)
+            if batches is None:
+                batches = split_batches(records)
+            result = r.log.append(records, batches, now_ms() if now is None else now,
+                                  origin=origin, verification=entry.verification,
+                                  require_verification=entry.require_verification,
+                                  new_client=entry.new_client, leader_epoch=r.leader_epoch,
+                                  checked=entry.checked,
+                                  transaction_version=entry.transaction_version)
+        except CorruptRecordError as exc:
+            raise AppendError(exc.error_name, str(exc)) from None
         except LogAppendError as exc:
             raise AppendError(exc.error_name, str(exc), exc.record_errors) from None
         except LogWriteError as exc:
-            log.error("append to %s-%d failed: %s", topic, index, exc)
+            log.error("append to %s-%d failed: %s", *tp, exc)
             raise AppendError("kafka_storage_error",
                               f"the log could not be written: {exc}") from None
-        if not getattr(result, "duplicate", False):
+        if not result.duplicate:
             self.appended(r)
-        return r, result
+        return result
 
-    async def append_records(self, writes: dict[TP, Write], *, required_acks: int,
-                             timeout_ms: int, check_min_isr: bool = True) -> dict[TP, Any]:
-        """Kafka's appendRecords: every partition's write on the leader first (in one turn of
-        the event loop, nothing awaited in between), then, for acks=all, the wait until the
-        ISR has each (the high watermark passed it) or ``timeout_ms`` ran out. Per partition:
-        its AppendResult, or the AppendError that stopped it."""
-        out: dict[TP, Any] = {}
+    async def append_records(self, entries: dict[TP, AppendEntry], *, origin: AppendOrigin,
+                             required_acks: int, timeout_ms: int
+                             ) -> dict[TP, AppendResult | AppendError]:
+        """Kafka's appendRecords, the one append path of produce (CLIENT), the coordinators
+        (COORDINATOR) and the transaction markers (MARKER): every partition's append on the
+        leader first (``append_to_leader``, in one turn of the event loop, nothing awaited in
+        between), then, for acks=all, the wait until the ISR has each (the high watermark
+        passed it) or ``timeout_ms`` ran out. Per partition: its AppendResult, or the
+        AppendError that stopped it."""
+        out: dict[TP, AppendResult | AppendError] = {}
         waits: dict[TP, tuple[Replica, asyncio.Future]] = {}
         errors: dict[TP, str | None] = {}
-        for tp, write in writes.items():
+        now = now_ms()
+        for tp, entry in entries.items():
             try:
-                r, result = self.append_local(tp[0], tp[1], write,
-                                              required_acks=required_acks,
-                                              check_min_isr=check_min_isr)
+                result = self.append_to_leader(tp, entry, origin=origin,
+                                               required_acks=required_acks, now=now)
             except AppendError as exc:
                 out[tp] = exc
                 continue
             out[tp] = result
             if required_acks == -1:
+                r = self.replicas[tp]
                 end = result.last_offset + 1
                 if r.log.high_watermark < end:
                     fut = asyncio.get_running_loop().create_future()
@@ -393,15 +430,14 @@ class ReplicaManager:
                 out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err}")
         return out
 
-    async def append(self, topic: str, index: int, write: Write, *, required_acks: int = -1,
-                     timeout_ms: int = 30_000) -> Any:
-        """One partition's append_records: its AppendResult; raises AppendError."""
-        result = (await self.append_records({(topic, index): write},
-                                            required_acks=required_acks,
-                                            timeout_ms=timeout_ms))[(topic, index)]
-        if isinstance(result, AppendError):
-            raise result
-        return result
+    async def replicated(self, tp: TP, end_offset: int, timeout_ms: int) -> str | None:
+        """acks=all after ``append_to_leader``: wait until the partition's ISR has everything
+        below ``end_offset``; None, or the error to answer with."""
+        try:
+            r = self.leader_replica(*tp)
+        except ReplicationError as exc:
+            return exc.error_name
+        return await self.wait_replicated(r, end_offset, timeout_ms)
 
     def appended(self, r: Replica) -> None:
         """The leader appended: followers' long polls wake up (they read to the log end);

@@ -194,7 +194,7 @@ class TxnService:
         if index is None:
             return False
         try:
-            await self.runtime.append(index, data)
+            await self.runtime.writer.append(index, data)
         except AppendError as exc:
             log.warning("transaction log write for %r failed: %s", e.transactional_id, exc)
             return False

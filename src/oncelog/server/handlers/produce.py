@@ -19,9 +19,8 @@ from ...log.validator import RecordsError, check_compressed
 from ...protocol import millis
 from ...protocol.produce_response import ProduceResponseWriter
 from ...records import CorruptRecordError, split_batches
-from ..clock import now_ms
 from ..context import CloseConnection
-from ..replication import AppendError, ReplicationError
+from ..replication import AppendEntry, AppendError, AppendOrigin, ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from ..txn_verification import produce_error
 from . import acl
@@ -41,13 +40,11 @@ class _Reject(Exception):
         self.at_log = at_log
 
 
-def _prepare(broker, topic: str, index: int, records, acks: int):
+def _prepare(broker, topic: str, index: int, records):
     """Validate one partition's record set: (partition, batches), or raise _Reject. Only the
     partition's leader appends."""
-    try:
+    try:  # (min.insync.replicas for acks=all: the append's own check)
         replica = broker.replication.leader_replica(topic, index)
-        if acks == -1:
-            broker.replication.check_enough_replicas(replica)
     except ReplicationError as exc:
         if exc.error_name == "unknown_topic_or_partition":
             try:
@@ -118,16 +115,6 @@ def _log_start(broker, tp: tuple[str, int], error_name: str) -> int:
         return broker.replication.leader_replica(*tp).partition.log.log_start_offset
     except ReplicationError:
         return -1
-
-
-def _writer(records, batches, now: int, *, guard, verify: bool, new_client: bool, checked):
-    """The append of one partition's record set, as the replica manager runs it on the
-    leader (at its leader epoch)."""
-    def write(plog, leader_epoch: int):
-        return plog.append(records, batches, now, verification=guard,
-                           require_verification=verify, new_client=new_client,
-                           leader_epoch=leader_epoch, checked=checked)
-    return write
 
 
 async def _verify(broker, transactional_id: str | None, prepared: dict, new_client: bool):
@@ -206,7 +193,7 @@ async def handle_produce(broker, ctx, request):
                                          f"not authorized to write to {td.name}")
                 continue
             try:
-                prepared[tp] = _prepare(broker, td.name, pd.index, pd.records, acks)
+                prepared[tp] = _prepare(broker, td.name, pd.index, pd.records)
                 records_of[tp] = pd.records
             except _Reject as exc:
                 results[tp] = (exc.error_name, str(exc))
@@ -225,11 +212,11 @@ async def handle_produce(broker, ctx, request):
         except RecordsError as exc:
             results[tp] = (exc.error_name, str(exc), exc.record_errors)
             at_log.add(tp)
-    now = now_ms()
-    writes = {tp: _writer(records_of[tp], batches, now, guard=guards.get(tp), verify=verify,
-                          new_client=new_client, checked=checked[tp])
-              for tp, (_partition, batches) in prepared.items() if tp in checked}
-    appended = await broker.replication.append_records(writes, required_acks=acks,
+    entries = {tp: AppendEntry(records_of[tp], batches, guards.get(tp), verify, new_client,
+                               checked[tp])
+               for tp, (_partition, batches) in prepared.items() if tp in checked}
+    appended = await broker.replication.append_records(entries, origin=AppendOrigin.CLIENT,
+                                                       required_acks=acks,
                                                        timeout_ms=millis(request.timeout))
     broker.stats.produced(appended, records_of)
     for tp, result in appended.items():

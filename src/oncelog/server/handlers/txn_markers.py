@@ -4,13 +4,14 @@ step 5.2, "WriteTxnMarkerRequest").
 The transaction coordinator sends this request to every partition leader of a transaction, with
 its coordinator epoch; oncelog's coordinator does so in process through this same handler
 (server/txn_service.py), Kafka's admin tools over the wire to abort a hanging transaction. Each
-partition appends a COMMIT or ABORT control batch (log/log.py ``append_marker``): the producer's
-transaction closes there and the last stable offset moves on. A marker whose producer epoch is
+partition appends the COMMIT or ABORT control batch built here (origin MARKER, log/log.py): the
+producer's transaction closes there and the last stable offset moves on. A marker whose producer epoch is
 older than the partition's is INVALID_PRODUCER_EPOCH (at transaction version 2, v2's
 TransactionVersion field, KIP-1228: one not newer than the epoch of the producer's open
 transaction there, KAFKA-17754); one from an older coordinator epoch,
-TRANSACTION_COORDINATOR_FENCED. On a ``__consumer_offsets`` partition the group coordinator then
-makes that producer's pending transactional offsets visible (commit) or drops them (abort).
+TRANSACTION_COORDINATOR_FENCED. On a ``__consumer_offsets`` partition, once the append completed
+(the ISR has the marker), the group coordinator makes that producer's pending transactional
+offsets visible (commit) or drops them (abort).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from __future__ import annotations
 import logging
 
 from ...protocol import ApiKey, make, response_module
+from ...records import split_batches
+from ...records.batch import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
 from ..clock import now_ms
-from ..replication import AppendError
+from ..replication import AppendEntry, AppendError, AppendOrigin
 from ..topics import CONSUMER_OFFSETS
 from . import acl
 from .util import error_code
@@ -28,21 +31,15 @@ log = logging.getLogger("oncelog.broker.markers")
 MARKER_REPLICATION_TIMEOUT_MS = 30_000
 
 
-def _marker_writer(broker, topic: str, index: int, marker, now: int):
-    """One partition's marker, as the replica manager appends it on the leader. On
-    ``__consumer_offsets`` the group coordinator learns the transaction's outcome at once."""
-    commit = bool(marker.transaction_result)
-
-    def write(plog, leader_epoch: int):
-        result = plog.append_marker(marker.producer_id, marker.producer_epoch, commit,
-                                    marker.coordinator_epoch, now, leader_epoch=leader_epoch,
-                                    transaction_version=int(getattr(marker,
-                                                                    "transaction_version", 0)))
-        if topic == CONSUMER_OFFSETS:
-            broker.group_coordinator.complete_txn_offsets(index, marker.producer_id, commit)
-        return result
-
-    return write
+def _marker_entry(marker, now: int) -> AppendEntry:
+    """One partition's marker: the COMMIT or ABORT control batch (each partition its own
+    copy: the append rewrites it in place)."""
+    data = bytearray(build_control_batch(
+        CONTROL_COMMIT if marker.transaction_result else CONTROL_ABORT,
+        producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+        coordinator_epoch=marker.coordinator_epoch, timestamp=now))
+    return AppendEntry(data, split_batches(data),
+                       transaction_version=int(getattr(marker, "transaction_version", 0)))
 
 
 async def handle_write_txn_markers(broker, ctx, request):
@@ -53,17 +50,18 @@ async def handle_write_txn_markers(broker, ctx, request):
     allowed = acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION)
     for marker in request.markers:
         errors: dict[tuple[str, int], str | None] = {}
-        writes = {}
+        entries = {}
         for t in marker.topics:
             for index in t.partition_indexes:
                 if allowed:
-                    writes[(t.name, index)] = _marker_writer(broker, t.name, index, marker, now)
+                    entries[(t.name, index)] = _marker_entry(marker, now)
                 else:
                     errors[(t.name, index)] = "cluster_authorization_failed"
-        # Kafka writes markers with acks=all.
+        # Kafka writes markers with acks=all (min.insync.replicas not checked: they must land
+        # wherever the transaction's data did).
         appended = await broker.replication.append_records(
-            writes, required_acks=-1, timeout_ms=MARKER_REPLICATION_TIMEOUT_MS,
-            check_min_isr=False)
+            entries, origin=AppendOrigin.MARKER, required_acks=-1,
+            timeout_ms=MARKER_REPLICATION_TIMEOUT_MS)
         for tp, result in appended.items():
             if isinstance(result, AppendError):
                 log.info("marker for producer %d on %s-%d refused: %s", marker.producer_id,
@@ -71,6 +69,11 @@ async def handle_write_txn_markers(broker, ctx, request):
                 errors[tp] = result.error_name
             else:
                 errors[tp] = None
+                if tp[0] == CONSUMER_OFFSETS:
+                    # Kafka's onTransactionCompleted: once the ISR has the marker, the group
+                    # coordinator makes the producer's pending offsets visible (or drops them).
+                    broker.group_coordinator.complete_txn_offsets(
+                        tp[1], marker.producer_id, bool(marker.transaction_result))
         topics_out = []
         for t in marker.topics:
             parts = tuple(
