@@ -362,8 +362,6 @@ class PartitionLog:
                         "a multi-batch record set repeats an earlier batch",
                     )
         assigned, log_append_time = self._write(data, batches, now_ms, leader_epoch)
-        for _pos, h in assigned:
-            self.producer_state.update(h)
         return AppendResult(assigned[0][1].base_offset, assigned[-1][1].last_offset,
                             log_append_time, self.log_start_offset)
 
@@ -406,10 +404,7 @@ class PartitionLog:
         except ProducerStateError as exc:
             raise LogAppendError(exc.error_name, str(exc)) from None
         assigned, log_append_time = self._write(data, batches, now_ms, leader_epoch)
-        _pos, h = assigned[0]
-        done = self.producer_state.complete_txn(h, ctype == CONTROL_COMMIT, coordinator_epoch)
-        if done.is_aborted:
-            self._index_aborted(self.active_segment, done)
+        _pos, h = assigned[0]  # (its transaction closed by the writer, as a follower's)
         return AppendResult(h.base_offset, h.last_offset, log_append_time, self.log_start_offset)
 
     def append_as_follower(self, data: bytes | bytearray | memoryview,
@@ -465,7 +460,7 @@ class PartitionLog:
             if h.partition_leader_epoch >= 0:
                 self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
         # Runs of batches that fit in a segment: a fetch response can span a size roll.
-        runs: list[list[tuple[int, BatchHeader]]] = []
+        split: list[list[tuple[int, BatchHeader]]] = []
         run: list[tuple[int, BatchHeader]] = []
         size = self.active_segment.size
         run_base = self.active_segment.base_offset
@@ -473,34 +468,23 @@ class PartitionLog:
             if size and (size + h.size > self.config.segment_bytes
                          or h.last_offset - run_base > INT32_MAX):
                 if run:
-                    runs.append(run)
+                    split.append(run)
                     run = []
                 size = 0
                 run_base = h.base_offset
             run.append((pos, h))
             size += h.size
-        runs.append(run)
+        split.append(run)
+        runs = []
         total = 0
-        for i, run in enumerate(runs):
+        for run in split:
             start = run[0][0]
             end = run[-1][0] + run[-1][1].size
-            if i == 0:
-                self._maybe_roll(end - start, max(h.max_timestamp for _, h in run), now_ms,
-                                 run[-1][1].last_offset)
-            else:
-                self.roll(now_ms)
-            seg = self.active_segment
-            seg.append([memoryview(buf)[start:end]], [(pos - start, h) for pos, h in run])
-            self._maybe_preallocate(seg, end - start)
+            runs.append((start, [memoryview(buf)[start:end]], run, end - start,
+                         max(h.max_timestamp for _, h in run),
+                         sum(h.records_count for _, h in run)))
             total += end - start
-            for pos, h in run:
-                if h.is_control:
-                    self._replay_marker(seg, h, buf, pos)
-                else:
-                    self.producer_state.update(h)
-            self.unflushed_messages += sum(h.records_count for _, h in run)
-        if self.unflushed_messages >= self.config.flush_messages:
-            self.flush()
+        self._write_runs(buf, runs, now_ms)
         return FollowerAppendResult(batches[0][1].base_offset, batches[-1][1].last_offset,
                                     len(batches), total, self.log_end_offset)
 
@@ -599,14 +583,36 @@ class PartitionLog:
             # Before the data, as Kafka: a crash in between leaves an entry past the log end,
             # which opening the log drops, never data whose epoch the cache misses.
             self.leader_epoch_cache.assign(leader_epoch, assigned[0][1].base_offset)
-        self._maybe_roll(len(data), max_timestamp, now_ms, assigned[-1][1].last_offset)
-        seg = self.active_segment
-        seg.append(pieces, assigned)
-        self._maybe_preallocate(seg, len(data))
-        self.unflushed_messages += records
+        self._write_runs(data, [(0, pieces, assigned, len(data), max_timestamp, records)],
+                         now_ms)
+        return assigned, log_append_time
+
+    def _write_runs(self, buf, runs: list[tuple[int, list, list[tuple[int, BatchHeader]], int,
+                                               int, int]], now_ms: int) -> None:
+        """The one writer behind every append (a leader's records and markers, a follower's
+        copy of the leader's batches): each run of offset-assigned batches -- (its start in
+        ``buf``, the pieces to write, (position in ``buf``, header) of each batch, bytes, max
+        timestamp, records) -- into the active segment, the first after a roll if due, the
+        others each in a new segment; then the producer state from each batch (a COMMIT or
+        ABORT marker closes its transaction, an abort goes into the index); a flush when
+        flush.messages are unflushed."""
+        for i, (start, pieces, headers, size, max_timestamp, records) in enumerate(runs):
+            if i == 0:
+                self._maybe_roll(size, max_timestamp, now_ms, headers[-1][1].last_offset)
+            else:
+                self.roll(now_ms)
+            seg = self.active_segment
+            seg.append(pieces, headers if start == 0
+                       else [(pos - start, h) for pos, h in headers])
+            self._maybe_preallocate(seg, size)
+            for pos, h in headers:
+                if h.is_control:
+                    self._replay_marker(seg, h, buf, pos)
+                else:
+                    self.producer_state.update(h)
+            self.unflushed_messages += records
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
-        return assigned, log_append_time
 
     def _maybe_preallocate(self, seg: LogSegment, append_size: int) -> None:
         ahead = min(self.config.preallocate_ahead_bytes, 16 * append_size)
