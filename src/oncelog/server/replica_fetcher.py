@@ -1,5 +1,7 @@
-"""The follower's Fetch on the wire: its requests encoded here, its responses read straight into
-a buffer and parsed in place.
+"""The follower's side of replication: ``ReplicaFetcherManager``, a fetcher per leader broker
+(truncation by leader epoch, then fetches appended to the followed partitions' logs), and its
+Fetch on the wire: its requests encoded here, its responses read straight into a buffer and
+parsed in place.
 
 A follower fetches the same few partitions from its leader over and over (Kafka's
 ReplicaFetcherThread), and every byte it fetches goes to its log unchanged. So the fetcher's
@@ -23,14 +25,26 @@ its next request, as the fetcher loop is.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import struct
+import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from kio.schema.errors import ErrorCode
+
 from ..primitives import encode_uvarint
-from ..protocol import ProtocolError, decode_response, encode_request
+from ..protocol import ApiKey, ProtocolError, decode_response, encode_request, make, request_module
 from ..protocol.fetch_reader import decode_fetch_response
-from .interbroker import MAX_RESPONSE_BYTES, ChannelError
+from .clock import now_ms
+from .interbroker import MAX_RESPONSE_BYTES, ChannelError, InterBrokerClient
+from .partition import TP, Partition
+
+log = logging.getLogger("oncelog.replication")
+
+EPOCH_VERSION = 4  # OffsetForLeaderEpoch
+BACKOFF_S = 0.2
 
 FETCH_KEY = 1
 FETCH_VERSION = 12
@@ -240,3 +254,236 @@ async def connect(host: str, port: int, timeout_s: float = 5.0,
             protocol.close()
             raise
     return protocol
+
+
+class ReplicaFetcherManager:
+    """The follower's side (Kafka's ReplicaFetcherManager and its fetcher threads): a fetcher
+    task per leader broker that first truncates each followed partition's log where it
+    diverges from the leader's (OffsetForLeaderEpoch), then fetches from its log end offset,
+    appends the leader's batches unchanged (log/log.py rebuilds producer state, transactions
+    and the aborted-transaction index from them) and takes min(leader's high watermark, its
+    own log end) as high watermark."""
+
+    def __init__(self, node_id: int, partitions: dict[TP, Partition], *,
+                 address_of: Callable[[int], tuple[str, int] | None],
+                 client: InterBrokerClient, ssl_context: ssl.SSLContext | None, login: Any,
+                 fetch_wait_ms: int, fetch_max_bytes: int) -> None:
+        self.node_id = node_id
+        self.partitions = partitions  # the replica manager's map, read as it changes
+        self._address_of = address_of
+        self.client = client
+        self.ssl_context = ssl_context
+        self.login = login
+        self.fetch_wait_ms = fetch_wait_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self._fetchers: dict[int, asyncio.Task] = {}
+        # leader -> the fetcher's connection to it and the address it was opened to
+        self._fetch_connections: dict[int, tuple[FetcherConnection, tuple[str, int]]] = {}
+        self._correlation_id = 0
+        self._wake_fetchers: dict[int, asyncio.Event] = {}
+
+    def close(self) -> None:
+        for t in self._fetchers.values():
+            t.cancel()
+        for leader in list(self._fetch_connections):
+            self._close_fetch_connection(leader)
+
+    def sync(self) -> None:
+        """One fetcher per leader of the partitions this broker follows (after a new view)."""
+        leaders = {r.leader for r in self.partitions.values()
+                   if not r.is_leader and r.leader >= 0 and r.leader != self.node_id}
+        for leader in list(self._fetchers):
+            if leader not in leaders:
+                self._fetchers.pop(leader).cancel()
+                self._wake_fetchers.pop(leader, None)
+                self._close_fetch_connection(leader)
+        for leader in leaders:
+            task = self._fetchers.get(leader)
+            if task is None or task.done():
+                self._wake_fetchers[leader] = asyncio.Event()
+                self._fetchers[leader] = asyncio.get_running_loop().create_task(
+                    self._fetch_from(leader))
+            else:
+                self._wake_fetchers[leader].set()
+
+    def _following(self, leader: int) -> list[Partition]:
+        return [r for r in self.partitions.values()
+                if not r.is_leader and r.leader == leader]
+
+    async def _fetch_from(self, leader: int) -> None:
+        while True:
+            try:
+                replicas = self._following(leader)
+                if not replicas:
+                    return
+                todo = [r for r in replicas if r.needs_truncation]
+                if todo:
+                    await self._truncate(leader, todo)
+                ready = [r for r in replicas if not r.needs_truncation]
+                if ready:
+                    await self._fetch(leader, ready)
+                else:
+                    await asyncio.sleep(BACKOFF_S)
+            except asyncio.CancelledError:
+                raise
+            except ChannelError as exc:
+                log.debug("fetching from broker %d: %s", leader, exc)
+                await self._backoff(leader)
+            except Exception:
+                log.exception("replica fetcher for broker %d failed; retrying", leader)
+                await self._backoff(leader)
+
+    async def _backoff(self, leader: int) -> None:
+        event = self._wake_fetchers.get(leader)
+        if event is None:
+            await asyncio.sleep(BACKOFF_S)
+            return
+        event.clear()
+        try:
+            await asyncio.wait_for(event.wait(), BACKOFF_S)
+        except TimeoutError:
+            pass
+
+    async def _truncate(self, leader: int, replicas: list[Partition]) -> None:
+        """Kafka's truncation by leader epoch: ask the leader for the end offset of our latest
+        epoch, cut our log there (or at our own end of the epoch the leader answers with)."""
+        mod = request_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION)
+        by_topic: dict[str, list] = {}
+        asked: dict[TP, tuple[Partition, int]] = {}
+        for r in replicas:
+            latest = r.log.leader_epoch_cache.latest_epoch
+            epoch = -1 if latest is None else latest
+            asked[r.tp] = (r, r.leader_epoch)
+            by_topic.setdefault(r.partition.topic, []).append(make(
+                mod.OffsetForLeaderPartition, partition=r.partition.index,
+                current_leader_epoch=r.leader_epoch, leader_epoch=epoch))
+        request = make(mod.OffsetForLeaderEpochRequest, replica_id=self.node_id,
+                       topics=tuple(make(mod.OffsetForLeaderTopic, topic=t, partitions=tuple(ps))
+                                    for t, ps in by_topic.items()))
+        response = await self.client.request(leader, request, purpose="replication")
+        for t in response.topics:
+            for p in t.partitions:
+                found = asked.get((t.topic, p.partition))
+                if found is None:
+                    continue
+                r, epoch_asked = found
+                if r.is_leader or r.leader_epoch != epoch_asked:
+                    continue  # the view moved on meanwhile
+                if p.error_code:
+                    log.debug("%s-%d: OffsetForLeaderEpoch: %s", t.topic, p.partition,
+                              p.error_code.name)
+                    continue
+                plog = r.log
+                if p.end_offset < 0:
+                    # The leader knows no such epoch: keep what is known to be replicated.
+                    target = min(plog.high_watermark, plog.log_end_offset)
+                else:
+                    target = min(p.end_offset, plog.log_end_offset)
+                    latest = plog.leader_epoch_cache.latest_epoch
+                    if latest is not None and p.leader_epoch < latest:
+                        # Our later epochs are unknown to the leader: cut at our own end of
+                        # the epoch it answered with as well.
+                        _e, own_end = plog.end_offset_for_epoch(p.leader_epoch)
+                        if own_end >= 0:
+                            target = min(target, own_end)
+                if target < plog.log_end_offset:
+                    log.info("%s-%d: truncating %d -> %d (leader %d, epoch %d)", *r.tp,
+                             plog.log_end_offset, target, leader, r.leader_epoch)
+                    plog.truncate_to(target)
+                r.needs_truncation = False
+
+    async def _fetch_connection(self, leader: int) -> FetcherConnection:
+        """The fetcher's own connection to ``leader`` (replica_fetcher.py), opened on first use
+        and again after it broke or the leader moved."""
+        address = self._address_of(leader)
+        if address is None:
+            raise ChannelError(f"broker {leader} is not registered")
+        found = self._fetch_connections.get(leader)
+        if found is not None:
+            conn, where = found
+            if where == address and not conn.lost and conn.transport is not None \
+                    and not conn.transport.is_closing():
+                return conn
+            conn.close()
+            del self._fetch_connections[leader]
+        conn = await connect(*address, ssl_context=self.ssl_context,
+                                             login=self.login, node_id=leader,
+                                             client_id=f"broker-{self.node_id}-fetcher")
+        self._fetch_connections[leader] = (conn, address)
+        return conn
+
+    def _close_fetch_connection(self, leader: int) -> None:
+        found = self._fetch_connections.pop(leader, None)
+        if found is not None:
+            found[0].close()
+
+    async def _fetch(self, leader: int, replicas: list[Partition]) -> None:
+        by_topic: dict[str, list[FetchPartition]] = {}
+        asked: dict[TP, tuple[Partition, int]] = {}
+        for r in replicas:
+            plog = r.log
+            asked[r.tp] = (r, r.leader_epoch)
+            by_topic.setdefault(r.partition.topic, []).append(FetchPartition(
+                r.partition.index, r.leader_epoch, plog.log_end_offset, plog.log_start_offset,
+                self.fetch_max_bytes))
+        self._correlation_id = correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        request = encode_fetch_request(
+            correlation_id, f"broker-{self.node_id}-fetcher", self.node_id, self.fetch_wait_ms,
+            1, self.fetch_max_bytes * 4, list(by_topic.items()))
+        started = time.monotonic()
+        conn = await self._fetch_connection(leader)
+        try:
+            frame = await conn.request(request, self.fetch_wait_ms / 1000 + 30)
+            answered, error_code, partitions = parse_fetch_response(frame)
+            if answered != correlation_id:
+                raise ChannelError(f"broker {leader} answered correlation id {answered}, not "
+                                   f"{correlation_id}")
+        except ChannelError:
+            self._close_fetch_connection(leader)
+            raise
+        except ProtocolError as exc:
+            self._close_fetch_connection(leader)
+            raise ChannelError(f"broker {leader}: {exc}") from None
+        if error_code:
+            log.info("fetch from broker %d: %s", leader, ErrorCode(error_code).name)
+            await self._backoff(leader)
+            return
+        errors = 0
+        for p in partitions:
+            fr = self.partitions.get((p.topic, p.partition))
+            # Kafka's fetcher: only for a partition still fetched as the request did (same
+            # replica, still following this leader at the epoch asked, not to be truncated).
+            if fr is None or asked.get(fr.tp) != (fr, fr.leader_epoch) or fr.is_leader \
+                    or fr.leader != leader or fr.needs_truncation:
+                continue
+            r = fr
+            if p.error_code:
+                errors += 1
+                name = ErrorCode(p.error_code).name
+                if name == "offset_out_of_range":
+                    self._out_of_range(r, p.log_start_offset)
+                log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, name)
+                continue
+            plog = r.log
+            if p.records:
+                plog.append_as_follower(p.records)
+            plog.update_high_watermark(min(p.high_watermark, plog.log_end_offset))
+            # Kafka's follower: the leader's log start offset, as its answer says.
+            if p.log_start_offset > plog.log_start_offset:
+                plog.increment_log_start_offset(
+                    min(p.log_start_offset, plog.high_watermark), now_ms())
+        del frame, partitions  # the connection's buffer is reused for the next response
+        if errors and time.monotonic() - started < BACKOFF_S:
+            await self._backoff(leader)
+
+    def _out_of_range(self, r: Partition, leader_log_start: int) -> None:
+        """Kafka's handleOutOfRangeError: a follower whose log ends below the leader's log
+        start (the leader deleted records it had not fetched yet) starts again, empty, at
+        the leader's log start; otherwise its log ends past the leader's: truncate by epoch."""
+        plog = r.log
+        if 0 <= leader_log_start and plog.log_end_offset < leader_log_start:
+            log.info("%s-%d: log end %d below the leader's log start %d: starting there",
+                     *r.tp, plog.log_end_offset, leader_log_start)
+            plog.truncate_fully_and_start_at(leader_log_start, now_ms())
+        else:
+            r.needs_truncation = True
