@@ -47,20 +47,20 @@ def test_registration_during_reconnection_reaches_the_view(zookeeper_server: Any
             opened.append(watcher)
             broker = KafkaZkClient(direct, session_timeout_s=4.0)
             opened.append(broker)
-            first = broker.register_broker(2, "127.0.0.1", 9092)
-            watcher.watch_brokers(lambda brokers: seen.append(dict(brokers)))
+            first = broker.brokers.register(2, "127.0.0.1", 9092)
+            watcher.brokers.watch(lambda brokers: seen.append(dict(brokers)))
             wait_until(lambda: seen and seen[-1].get(2) == first, 10, "broker 2 seen")
 
             relay.cut()  # the watcher's connection goes; its session lives on
-            wait_until(lambda: not watcher.connected, 10, "the watcher disconnected")
+            wait_until(lambda: not watcher.zk.connected, 10, "the watcher disconnected")
             broker.close()  # broker 2's session ends meanwhile: its registration goes
             relay.heal()
-            wait_until(lambda: watcher.connected and seen[-1] == {}, 20,
+            wait_until(lambda: watcher.zk.connected and seen[-1] == {}, 20,
                        "the watcher back, broker 2 gone from its view")
 
             again = KafkaZkClient(direct, session_timeout_s=4.0)  # broker 2 back, same id
             opened.append(again)
-            second = again.register_broker(2, "127.0.0.1", 9092)
+            second = again.brokers.register(2, "127.0.0.1", 9092)
             gate.set()
             wait_until(lambda: seen[-1].get(2) == second, 10,
                        f"broker 2's new registration in the view (last: {seen[-1]})")
