@@ -66,9 +66,9 @@ class ZkMetadata(Metadata):
         # ZooKeeper expires it (up to its timeout): wait it out instead of failing.
         host, port = self.advertised()
         self.store.brokers.register(self.node_id, host, port,
-                                   timeout_s=2 * self.session_timeout_ms / 1000 + 1,
-                                   security_protocol=str(
-                                       self.broker.config.get("security.protocol")))
+                                    timeout_s=2 * self.session_timeout_ms / 1000 + 1,
+                                    security_protocol=str(
+                                        self.broker.config.get("security.protocol")))
         # The dynamic broker configs before the first view: the logs open with them.
         default, own = self._read_broker_configs()
         assert self.loop is not None
