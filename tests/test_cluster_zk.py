@@ -382,35 +382,35 @@ def test_chroot_is_created_with_kafkas_paths(stores: Callable[..., KafkaZkClient
                                              connect: str) -> None:
     store = stores()
     chroot = split_connect_string(connect)[1]
-    raw = store.client
+    raw = store.zk.client
     for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/admin/delete_topics",
                  "/latest_producer_id_block"):
         assert raw.exists(chroot + path) is not None, path
-    assert store.path("/controller") == chroot + "/controller"
+    assert store.zk.path("/controller") == chroot + "/controller"
 
 
 def test_registration_is_ephemeral_and_exclusive(stores: Callable[..., KafkaZkClient]) -> None:
     a, b = stores(), stores()
-    info = a.register_broker(1, "127.0.0.1", 9092, rack="r1")
+    info = a.brokers.register(1, "127.0.0.1", 9092, rack="r1")
     assert info.epoch > 0
-    data, stat = a.client.get(a.path("/brokers/ids/1"))
+    data, stat = a.zk.get("/brokers/ids/1")
     assert json.loads(data) == {"version": 5, "host": "127.0.0.1", "port": 9092,
                                 "endpoints": ["PLAINTEXT://127.0.0.1:9092"],
                                 "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
                                 "rack": "r1"}
-    assert stat.ephemeralOwner == a.session_id
-    assert b.live_brokers()[1].rack == "r1" and b.live_brokers()[1].port == 9092
+    assert stat.ephemeralOwner == a.zk.session_id
+    assert b.brokers.live()[1].rack == "r1" and b.brokers.live()[1].port == 9092
     with pytest.raises(BrokerIdInUseError, match="another live ZooKeeper session"):
-        b.register_broker(1, "127.0.0.1", 9093)
+        b.brokers.register(1, "127.0.0.1", 9093)
     # Registering again from the same session is fine (a retried create).
-    assert a.register_broker(1, "127.0.0.1", 9092, rack="r1").epoch == info.epoch
-    b.register_broker(2, "127.0.0.1", 9093)
-    assert sorted(b.live_brokers()) == [1, 2]
+    assert a.brokers.register(1, "127.0.0.1", 9092, rack="r1").epoch == info.epoch
+    b.brokers.register(2, "127.0.0.1", 9093)
+    assert sorted(b.brokers.live()) == [1, 2]
     a.close()  # the session ends: the znode goes at once
-    assert sorted(b.live_brokers()) == [2]
+    assert sorted(b.brokers.live()) == [2]
     # ...and the id is free again; waiting for a stale one works too.
     c = stores()
-    assert c.register_broker(1, "127.0.0.1", 9094, timeout_s=1.0).port == 9094
+    assert c.brokers.register(1, "127.0.0.1", 9094, timeout_s=1.0).port == 9094
 
 
 def test_unreachable_zookeeper() -> None:
@@ -423,28 +423,28 @@ def test_unreachable_zookeeper() -> None:
 
 def test_controller_election_and_failover(stores: Callable[..., KafkaZkClient]) -> None:
     a, b, c = stores(), stores(), stores()
-    assert a.controller_id() is None and a.controller_epoch() is None
-    assert a.elect_controller(1) == 1
-    data, _ = a.client.get(a.path("/controller"))
+    assert a.election.controller_id() is None and a.election.controller_epoch() is None
+    assert a.election.elect(1) == 1
+    data, _ = a.zk.get("/controller")
     parsed = json.loads(data)
     assert parsed["version"] == 1 and parsed["brokerid"] == 1 and parsed["timestamp"].isdigit()
-    assert a.client.get(a.path("/controller_epoch"))[0] == b"1"
-    assert b.elect_controller(2) is None and c.elect_controller(3) is None
-    assert a.elect_controller(1) == 1  # already ours: the same epoch
-    assert c.controller_id() == 1
+    assert a.zk.get("/controller_epoch")[0] == b"1"
+    assert b.election.elect(2) is None and c.election.elect(3) is None
+    assert a.election.elect(1) == 1  # already ours: the same epoch
+    assert c.election.controller_id() == 1
     a.close()
-    assert wait_until(lambda: b.controller_id() is None, 5)
+    assert wait_until(lambda: b.election.controller_id() is None, 5)
     # Two racing for it: exactly one wins, the epoch grows by one.
     results: dict[int, int | None] = {}
     threads = [threading.Thread(target=lambda s=s, i=i: results.__setitem__(
-        i, s.elect_controller(i))) for i, s in ((2, b), (3, c))]
+        i, s.election.elect(i))) for i, s in ((2, b), (3, c))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     winners = [i for i, e in results.items() if e is not None]
     assert len(winners) == 1 and results[winners[0]] == 2
-    assert b.controller_id() == winners[0]
+    assert b.election.controller_id() == winners[0]
 
 
 @pytest.mark.slow
@@ -457,15 +457,15 @@ def test_killed_broker_session_expires_controller_fails_over_and_it_registers_ag
         b = stores()  # (creates the chroot)
         a = stores(f"127.0.0.1:{proxy.port}{chroot}", session_timeout_s=2.0, op_timeout_s=1.0)
         lost: list[str] = []
-        a.add_session_listener(lost.append)
-        a.register_broker(1, "127.0.0.1", 9001)
-        b.register_broker(2, "127.0.0.1", 9002)
+        a.zk.add_session_listener(lost.append)
+        a.brokers.register(1, "127.0.0.1", 9001)
+        b.brokers.register(2, "127.0.0.1", 9002)
         view = MetadataView(a)
         assert sorted(view.start().brokers) == [1, 2]
         ca = controllers(a, 1)
         assert ca.wait_active(5)
         cb = controllers(b, 2)
-        b.create_topic("t", {0: [1, 2]}, uuid.uuid4(), {})
+        b.topics.create("t", {0: [1, 2]}, uuid.uuid4(), {})
         view.wait_for(lambda v: v.state("t", 0) == L(1, 0, (1, 2), 1), 5)
         old_epoch = view.view.brokers[1].epoch
 
@@ -473,23 +473,23 @@ def test_killed_broker_session_expires_controller_fails_over_and_it_registers_ag
         started = time.monotonic()
         # Calls give up after op_timeout_s (kazoo's would wait for the connection for ever).
         with pytest.raises(KazooException):
-            a.live_brokers()
+            a.brokers.live()
         wait_until(lambda: cb.active, 8, "broker 2 to take over as controller")
         assert time.monotonic() - started > 1.5  # the session timeout, not at once
         assert cb.epoch == 2
-        wait_until(lambda: b.partition_state("t", 0) == (L(2, 1, (2,), 2), 1), 5,
+        wait_until(lambda: b.partition_states.get("t", 0) == (L(2, 1, (2,), 2), 1), 5,
                    "broker 2 to lead t-0")
-        b.create_topic("meanwhile", {0: [2]}, uuid.uuid4(), {})
+        b.topics.create("meanwhile", {0: [2]}, uuid.uuid4(), {})
 
         proxy.restore()
         # Broker 1 comes back: its session expired, it registers again on a new one (a new
         # broker epoch), its controller knows it is not the controller any more, its watches
         # are set again and catch up.
-        wait_until(lambda: 1 in b.live_brokers(), 10, "broker 1 to register again")
+        wait_until(lambda: 1 in b.brokers.live(), 10, "broker 1 to register again")
         assert "LOST" in lost
-        assert b.live_brokers()[1].epoch > old_epoch
+        assert b.brokers.live()[1].epoch > old_epoch
         wait_until(lambda: not ca.active, 5, "broker 1 to know it is not the controller")
-        assert a.elect_controller(1) is None and a.controller_id() == 2
+        assert a.election.elect(1) is None and a.election.controller_id() == 2
         v = view.wait_for(lambda v: "meanwhile" in v.topics and v.controller_id == 2
                           and 1 in v.brokers and v.brokers[1].epoch > old_epoch, 5)
         assert v.states[("t", 0)] == (L(2, 1, (2,), 2), 1)  # no unclean election: 2 leads
@@ -505,7 +505,7 @@ def test_producer_id_blocks_are_unique_under_races(stores: Callable[..., KafkaZk
 
     def allocate(store: KafkaZkClient, node_id: int) -> None:
         for _ in range(8):
-            block = store.allocate_producer_id_block(node_id, size=100)
+            block = store.producer_ids.allocate(node_id, size=100)
             with lock:
                 got.append(block)
 
@@ -517,82 +517,82 @@ def test_producer_id_blocks_are_unique_under_races(stores: Callable[..., KafkaZk
         t.join()
     assert len(got) == 72
     assert sorted(got) == [(i * 100, i * 100 + 99) for i in range(72)]
-    data, _ = members[0].client.get(members[0].path("/latest_producer_id_block"))
+    data, _ = members[0].zk.get("/latest_producer_id_block")
     last = json.loads(data)
     assert last["version"] == 1 and (last["block_start"], last["block_end"]) == (7100, 7199)
-    assert members[0].allocate_producer_id_block(9) == (7200, 8199)
+    assert members[0].producer_ids.allocate(9) == (7200, 8199)
 
 
 def test_partition_state_writes_are_conditional(stores: Callable[..., KafkaZkClient]) -> None:
     a, b = stores(), stores()
-    a.create_topic("t", {0: [1, 2]}, uuid.uuid4(), {})
-    assert a.partition_state("t", 0) is None
-    assert a.create_partition_state("t", 0, L(1, 0, (1, 2), 1)) == 0
-    assert a.create_partition_state("t", 0, L(2, 0, (2,), 1)) is None  # exists
-    raw, _ = a.client.get(a.path("/brokers/topics/t/partitions/0/state"))
+    a.topics.create("t", {0: [1, 2]}, uuid.uuid4(), {})
+    assert a.partition_states.get("t", 0) is None
+    assert a.partition_states.create("t", 0, L(1, 0, (1, 2), 1)) == 0
+    assert a.partition_states.create("t", 0, L(2, 0, (2,), 1)) is None  # exists
+    raw, _ = a.zk.get("/brokers/topics/t/partitions/0/state")
     assert json.loads(raw) == {"version": 1, "leader": 1, "leader_epoch": 0, "isr": [1, 2],
                                "controller_epoch": 1}
     # The leader shrinks the ISR; the controller, still at version 0, loses.
-    assert a.update_partition_state("t", 0, L(1, 0, (1,), 1), 0) == 1
-    assert b.update_partition_state("t", 0, L(2, 1, (2,), 1), 0) is None
-    assert b.partition_state("t", 0) == (L(1, 0, (1,), 1), 1)
-    assert b.update_partition_state("t", 0, L(2, 1, (2,), 1), 1) == 2
-    assert a.update_partition_state("t", 9, L(1, 0, (1,), 1), 0) is None  # no such znode
-    assert a.partition_states([("t", 0), ("t", 1)]) == {("t", 0): (L(2, 1, (2,), 1), 2)}
+    assert a.partition_states.update("t", 0, L(1, 0, (1,), 1), 0) == 1
+    assert b.partition_states.update("t", 0, L(2, 1, (2,), 1), 0) is None
+    assert b.partition_states.get("t", 0) == (L(1, 0, (1,), 1), 1)
+    assert b.partition_states.update("t", 0, L(2, 1, (2,), 1), 1) == 2
+    assert a.partition_states.update("t", 9, L(1, 0, (1,), 1), 0) is None  # no such znode
+    assert a.partition_states.get_many([("t", 0), ("t", 1)]) == {("t", 0): (L(2, 1, (2,), 1), 2)}
     # Fenced controller writes: a deposed controller's lease no longer works.
-    lease_a = a.campaign(1)
+    lease_a = a.election.campaign(1)
     assert lease_a is not None and lease_a.epoch == 1
-    assert a.update_partition_state("t", 0, L(1, 2, (1,), 1), 2, fence=lease_a) == 3
-    a.resign_controller(lease_a)
-    lease_b = b.campaign(2)
+    assert a.partition_states.update("t", 0, L(1, 2, (1,), 1), 2, fence=lease_a) == 3
+    a.election.resign(lease_a)
+    lease_b = b.election.campaign(2)
     assert lease_b is not None and lease_b.epoch == 2
-    assert not a.is_controller(lease_a) and b.is_controller(lease_b)
+    assert not a.election.holds(lease_a) and b.election.holds(lease_b)
     with pytest.raises(ControllerMovedError):
-        a.update_partition_state("t", 0, L(1, 3, (1,), 1), 3, fence=lease_a)
+        a.partition_states.update("t", 0, L(1, 3, (1,), 1), 3, fence=lease_a)
     with pytest.raises(ControllerMovedError):
-        a.delete_topic_znodes("t", fence=lease_a)
-    assert b.update_partition_state("t", 0, L(2, 3, (2,), 2), 3, fence=lease_b) == 4
+        a.topics.delete_znodes("t", fence=lease_a)
+    assert b.partition_states.update("t", 0, L(2, 3, (2,), 2), 3, fence=lease_b) == 4
 
 
 def test_topics_creation_and_deletion_znodes(stores: Callable[..., KafkaZkClient]) -> None:
     store = stores()
     tid = uuid.uuid4()
-    created = store.create_topic("orders", {0: [1, 2], 1: [2, 1]}, tid,
+    created = store.topics.create("orders", {0: [1, 2], 1: [2, 1]}, tid,
                                  {"cleanup.policy": "compact"})
     assert created.partitions == {0: (1, 2), 1: (2, 1)} and created.topic_id == tid
-    raw, _ = store.client.get(store.path("/brokers/topics/orders"))
+    raw, _ = store.zk.get("/brokers/topics/orders")
     assert json.loads(raw) == {"version": 2, "topic_id": str(tid),
                                "partitions": {"0": [1, 2], "1": [2, 1]}}
-    raw, _ = store.client.get(store.path("/config/topics/orders"))
+    raw, _ = store.zk.get("/config/topics/orders")
     assert json.loads(raw) == {"version": 1, "config": {"cleanup.policy": "compact"}}
     with pytest.raises(TopicExistsError):
-        store.create_topic("orders", {0: [1]}, uuid.uuid4(), {})
+        store.topics.create("orders", {0: [1]}, uuid.uuid4(), {})
     with pytest.raises(ValueError):
-        store.create_topic("bad", {1: [1]}, uuid.uuid4(), {})
-    got = store.topic_assignments()
+        store.topics.create("bad", {1: [1]}, uuid.uuid4(), {})
+    got = store.topics.assignments()
     assert list(got) == ["orders"] and got["orders"] == created
     assert got["orders"].configs == {"cleanup.policy": "compact"}
-    store.create_partition_state("orders", 1, L(2, 0, (2, 1), 1))
+    store.partition_states.create("orders", 1, L(2, 0, (2, 1), 1))
     with pytest.raises(UnknownTopicError):
-        store.request_topic_deletion("nope")
-    store.request_topic_deletion("orders")
-    store.request_topic_deletion("orders")  # twice is fine
-    assert store.pending_deletions() == ["orders"]
+        store.topics.request_deletion("nope")
+    store.topics.request_deletion("orders")
+    store.topics.request_deletion("orders")  # twice is fine
+    assert store.topics.pending_deletions() == ["orders"]
     with pytest.raises(TopicExistsError, match="marked for deletion"):
-        store.create_topic("orders", {0: [1]}, uuid.uuid4(), {})
-    assert store.delete_topic_znodes("orders")
-    assert store.topic_assignments() == {} and store.pending_deletions() == []
-    assert store.client.exists(store.path("/config/topics/orders")) is None
-    assert not store.delete_topic_znodes("orders")
+        store.topics.create("orders", {0: [1]}, uuid.uuid4(), {})
+    assert store.topics.delete_znodes("orders")
+    assert store.topics.assignments() == {} and store.topics.pending_deletions() == []
+    assert store.zk.exists("/config/topics/orders") is None
+    assert not store.topics.delete_znodes("orders")
     # The name is free again.
-    assert store.create_topic("orders", {0: [1]}, uuid.uuid4(), {}).partitions == {0: (1,)}
+    assert store.topics.create("orders", {0: [1]}, uuid.uuid4(), {}).partitions == {0: (1,)}
 
 
 def test_metadata_view_follows_the_cluster(stores: Callable[..., KafkaZkClient]) -> None:
     a, b = stores(), stores()
-    a.register_broker(1, "h1", 1)
-    a.create_topic("early", {0: [1]}, uuid.uuid4(), {"k": "v"})
-    a.create_partition_state("early", 0, L(1, 0, (1,), 1))
+    a.brokers.register(1, "h1", 1)
+    a.topics.create("early", {0: [1]}, uuid.uuid4(), {"k": "v"})
+    a.partition_states.create("early", 0, L(1, 0, (1,), 1))
     seen: list[ClusterView] = []
     view = MetadataView(b, on_change=seen.append)
     first = view.start()
@@ -605,28 +605,28 @@ def test_metadata_view_follows_the_cluster(stores: Callable[..., KafkaZkClient])
     assert isinstance(first.states, MappingProxyType)
 
     b2 = stores()
-    b2.register_broker(2, "h2", 2)
+    b2.brokers.register(2, "h2", 2)
     view.wait_for(lambda v: sorted(v.brokers) == [1, 2], 5)
     tid = uuid.uuid4()
-    a.create_topic("later", {0: [1, 2], 1: [2, 1]}, tid, {})
+    a.topics.create("later", {0: [1, 2], 1: [2, 1]}, tid, {})
     v = view.wait_for(lambda v: "later" in v.topics, 5)
     assert v.topics["later"].topic_id == tid and v.state("later", 0) is None
-    a.create_partition_state("later", 1, L(2, 0, (2, 1), 1))
+    a.partition_states.create("later", 1, L(2, 0, (2, 1), 1))
     view.wait_for(lambda v: v.state("later", 1) == L(2, 0, (2, 1), 1), 5)
-    a.update_partition_state("later", 1, L(2, 0, (2,), 1), 0)
+    a.partition_states.update("later", 1, L(2, 0, (2,), 1), 0)
     v = view.wait_for(lambda v: v.states.get(("later", 1)) == (L(2, 0, (2,), 1), 1), 5)
-    assert a.elect_controller(1) == 1
+    assert a.election.elect(1) == 1
     view.wait_for(lambda v: v.controller_id == 1, 5)
-    a.set_topic_configs("later", {"retention.ms": "1000"})
+    a.configs.change_topic_configs("later", {"retention.ms": "1000"})
     view.wait_for(lambda v: v.topics["later"].configs == {"retention.ms": "1000"}, 5)
     b2.close()
     view.wait_for(lambda v: sorted(v.brokers) == [1], 5)
-    a.request_topic_deletion("later")
-    a.delete_topic_znodes("later")
+    a.topics.request_deletion("later")
+    a.topics.delete_znodes("later")
     v = view.wait_for(lambda v: "later" not in v.topics, 5)
     assert not any(tp[0] == "later" for tp in v.states)
     # Same name again, new id: no state of the old topic leaks into it.
-    a.create_topic("later", {0: [1]}, uuid.uuid4(), {})
+    a.topics.create("later", {0: [1]}, uuid.uuid4(), {})
     v = view.wait_for(lambda v: "later" in v.topics, 5)
     assert v.topics["later"].topic_id != tid and v.state("later", 1) is None
     seqs = [s.seq for s in seen]
@@ -640,7 +640,7 @@ def _cluster(stores: Callable[..., KafkaZkClient], n: int, **kwargs: Any
     members = {}
     for i in range(1, n + 1):
         members[i] = stores(**kwargs)
-        members[i].register_broker(i, "127.0.0.1", 9000 + i)
+        members[i].brokers.register(i, "127.0.0.1", 9000 + i)
     return members
 
 
@@ -704,7 +704,7 @@ def test_no_unclean_election(stores: Callable[..., KafkaZkClient],
     controller_store = members[1]
     view = MetadataView(controller_store)  # started at once; the controller shares it
     controllers(controller_store, 1, view=view)
-    controller_store.create_topic("solo", {0: [2, 3]}, uuid.uuid4(), {})
+    controller_store.topics.create("solo", {0: [2, 3]}, uuid.uuid4(), {})
     view.wait_for(lambda v: v.state("solo", 0) is not None, 5)
     assert view.view.state("solo", 0) == L(2, 0, (2, 3), 1)
     members[3].close()
@@ -713,14 +713,14 @@ def test_no_unclean_election(stores: Callable[..., KafkaZkClient],
     view.wait_for(lambda v: v.state("solo", 0) == L(-1, 2, (2,), 1), 5)
     # 3 returns: it is not in the ISR, it may have missed records: still offline.
     back3 = stores()
-    back3.register_broker(3, "127.0.0.1", 9003)
+    back3.brokers.register(3, "127.0.0.1", 9003)
     view.wait_for(lambda v: 3 in v.brokers, 5)
     time.sleep(0.3)  # the controller had its chance to (wrongly) elect 3
     assert view.view.state("solo", 0) == L(-1, 2, (2,), 1)
     assert view.view.leader("solo", 0) is None
     # 2 returns: it leads again.
     back2 = stores()
-    back2.register_broker(2, "127.0.0.1", 9002)
+    back2.brokers.register(2, "127.0.0.1", 9002)
     view.wait_for(lambda v: v.state("solo", 0) == L(2, 3, (2,), 1), 5)
     view.close()
 
@@ -731,13 +731,13 @@ def test_controller_handles_a_bounced_broker(stores: Callable[..., KafkaZkClient
     controllers(members[1], 1)
     view = MetadataView(members[1])
     view.start()
-    members[1].create_topic("b", {0: [2, 1], 1: [1, 2]}, uuid.uuid4(), {})
+    members[1].topics.create("b", {0: [2, 1], 1: [1, 2]}, uuid.uuid4(), {})
     view.wait_for(lambda v: v.state("b", 0) == L(2, 0, (2, 1), 1)
                   and v.state("b", 1) == L(1, 0, (1, 2), 1), 5)
     # Broker 2 restarts at once (whether or not the controller saw it gone).
     members[2].close()
     again = stores()
-    again.register_broker(2, "127.0.0.1", 9002)
+    again.brokers.register(2, "127.0.0.1", 9002)
     v = view.wait_for(lambda v: 2 in v.brokers and all(
         2 not in v.state("b", p).isr for p in (0, 1)), 5)  # type: ignore[union-attr]
     assert v.state("b", 0) == L(1, 1, (1,), 1) and v.state("b", 1) == L(1, 1, (1,), 1)
@@ -752,22 +752,22 @@ def test_controller_deletes_topics_and_waits_for_live_replicas(
     view = MetadataView(members[2])
     view.start()
     create_topic(members[2], "doomed", 2, 2)
-    members[2].create_topic("later", {0: [5, 1]}, uuid.uuid4(), {})  # 5 is not there yet
+    members[2].topics.create("later", {0: [5, 1]}, uuid.uuid4(), {})  # 5 is not there yet
     view.wait_for(lambda v: v.state("doomed", 0) is not None and v.state("doomed", 1)
                   is not None and v.state("later", 0) is not None, 5)
-    members[1].request_topic_deletion("doomed")
+    members[1].topics.request_deletion("doomed")
     view.wait_for(lambda v: "doomed" not in v.topics, 5)
-    assert members[1].pending_deletions() == []
-    assert members[1].client.exists(members[1].path("/brokers/topics/doomed")) is None
-    assert members[1].client.exists(members[1].path("/config/topics/doomed")) is None
+    assert members[1].topics.pending_deletions() == []
+    assert members[1].zk.exists("/brokers/topics/doomed") is None
+    assert members[1].zk.exists("/config/topics/doomed") is None
     # A partition with no live replica at creation gets its state once one registers.
     assert view.view.state("later", 0) == L(1, 0, (1,), view.view.state("later", 0).
                                             controller_epoch)  # type: ignore[union-attr]
-    members[1].create_topic("waiting", {0: [5]}, uuid.uuid4(), {})
+    members[1].topics.create("waiting", {0: [5]}, uuid.uuid4(), {})
     view.wait_for(lambda v: "waiting" in v.topics, 5)
     assert view.view.state("waiting", 0) is None
     five = stores()
-    five.register_broker(5, "127.0.0.1", 9005)
+    five.brokers.register(5, "127.0.0.1", 9005)
     view.wait_for(lambda v: v.state("waiting", 0) is not None, 5)
     assert view.view.state("waiting", 0).isr == (5,)  # type: ignore[union-attr]
     view.close()
@@ -781,4 +781,4 @@ def test_controller_stop_resigns(stores: Callable[..., KafkaZkClient],
     second = controllers(b, 2)
     first.stop()
     assert second.wait_active(5)  # at once: no session timeout to wait out
-    assert a.controller_id() == 2 and not first.active
+    assert a.election.controller_id() == 2 and not first.active

@@ -308,13 +308,13 @@ def test_a_user_added_through_one_broker_logs_in_on_another(zookeeper_server, tm
         wait_until(lambda: logs_in(two, "ivy@ops", "ivy-pw"), 20, "ivy logging in on broker 2")
         # Kafka's layout: the user's config entity, then a change notification naming it.
         with KafkaZkClient(connect) as zk:
-            data, _ = zk.client.get(zk.path("/config/users/ivy%40ops"))
+            data, _ = zk.zk.get("/config/users/ivy%40ops")
             config = json.loads(data)
             assert config["version"] == 1 and list(config["config"]) == ["SCRAM-SHA-512"]
             assert config["config"]["SCRAM-SHA-512"].endswith(",iterations=8192")
-            changes = sorted(zk.client.get_children(zk.path("/config/changes")))
+            changes = sorted(zk.zk.get_children("/config/changes"))
             assert changes and all(c.startswith("config_change_") for c in changes)
-            last, _ = zk.client.get(zk.path(f"/config/changes/{changes[-1]}"))
+            last, _ = zk.zk.get(f"/config/changes/{changes[-1]}")
             assert json.loads(last) == {"version": 2, "entity_path": "users/ivy%40ops"}
         with Admin(bootstrap_servers=two, **creds("admin")) as admin:
             assert [(i.mechanism, i.iterations) for i in

@@ -16,7 +16,7 @@ from oncelog.cluster.zk_user_configs import ZkScramStore
 def test_two_brokers_stores(zookeeper_server):
     connect = f"{zookeeper_server.connect_string}/scram-store-{uuid.uuid4().hex[:8]}"
     with KafkaZkClient(connect) as zk1, KafkaZkClient(connect) as zk2:
-        one, two = ZkScramStore(zk1), ZkScramStore(zk2)
+        one, two = ZkScramStore(zk1.zk), ZkScramStore(zk2.zk)
         seen: list[tuple[str, dict]] = []
         lock = threading.Lock()
 
@@ -33,7 +33,7 @@ def test_two_brokers_stores(zookeeper_server):
         assert two.change("a/b c", {"SCRAM-SHA-512": "z"}, 0)
         assert not one.change("a/b c", {}, 0)  # stale: the other broker wrote first
         assert one.load_all() == {"a/b c": {"SCRAM-SHA-512": "z"}}
-        assert zk1.client.exists(zk1.path("/config/users/a%2Fb%20c")) is not None
+        assert zk1.zk.exists("/config/users/a%2Fb%20c") is not None
         # The users file's seed: only for a user ZooKeeper never held.
         one.seed({"seeded": {"SCRAM-SHA-256": "s"}, "a/b c": {"SCRAM-SHA-256": "seed"}})
         two.seed({"seeded": {"SCRAM-SHA-256": "t"}})

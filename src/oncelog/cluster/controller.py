@@ -28,7 +28,8 @@ from .election import (
 from .errors import ControllerMovedError
 from .metadata_view import MetadataView
 from .model import ClusterView, LeaderAndIsr, TopicAssignment
-from .zk_client import ControllerLease, KafkaZkClient
+from .zk_client import KafkaZkClient
+from .zk_election import ControllerLease
 
 __all__ = ["Controller", "create_topic"]
 
@@ -43,9 +44,9 @@ def create_topic(store: KafkaZkClient, name: str, num_partitions: int, replicati
     """Kafka's AdminZkClient.createTopic: assign the replicas over the live brokers (or
     ``brokers``) and write the topic; the controller elects the leaders. Blocking (ZooKeeper).
     InvalidReplicationFactorError, TopicExistsError."""
-    ids = sorted(brokers) if brokers is not None else sorted(store.live_brokers())
+    ids = sorted(brokers) if brokers is not None else sorted(store.brokers.live())
     assignment = assign_replicas(num_partitions, replication_factor, ids)
-    return store.create_topic(name, assignment, topic_id or uuid.uuid4(), dict(configs or {}))
+    return store.topics.create(name, assignment, topic_id or uuid.uuid4(), dict(configs or {}))
 
 
 # -- the controller thread ---------------------------------------------------------------------
@@ -138,7 +139,7 @@ class Controller:
             self._active.notify_all()
 
     def _run(self) -> None:
-        self.store.add_session_listener(self._on_session)
+        self.store.zk.add_session_listener(self._on_session)
         watches_set = False
         try:
             while not self._stopping:
@@ -168,7 +169,7 @@ class Controller:
                     self._wake.wait(timeout)
                 self._wake.clear()
         finally:
-            self.store.remove_session_listener(self._on_session)
+            self.store.zk.remove_session_listener(self._on_session)
             if self._view is not None:
                 self._view.remove_listener(self._on_view)
                 if self._own_view:
@@ -176,7 +177,7 @@ class Controller:
             lease, self._lease = self._lease, None
             if lease is not None and not self.store.closed:
                 try:
-                    self.store.resign_controller(lease)
+                    self.store.election.resign(lease)
                     log.info("broker %d resigned as controller", self.node_id)
                 except KazooException as exc:
                     log.warning("controller %d: resigning failed: %r", self.node_id, exc)
@@ -188,7 +189,7 @@ class Controller:
             self._view = MetadataView(self.store, autostart=False)
         self._view.add_listener(self._on_view)
         self._view.start()  # (a no-op if the broker's view runs already)
-        self.store.watch_deletions(self._on_deletions)
+        self.store.topics.watch_deletions(self._on_deletions)
 
     def _step(self) -> None:
         if self._session_lost:
@@ -200,14 +201,14 @@ class Controller:
         view = self._view.view
         lease = self._lease
         if lease is not None and view.controller_id != self.node_id \
-                and not self.store.is_controller(lease):
+                and not self.store.election.holds(lease):
             log.info("broker %d: no longer the controller", self.node_id)
             self._set_lease(None)
             lease = None
         if lease is None:
             if view.controller_id is not None and view.controller_id != self.node_id:
                 return  # somebody else: wait for /controller to change
-            lease = self.store.campaign(self.node_id)
+            lease = self.store.election.campaign(self.node_id)
             if lease is None:
                 return
             self._broker_epochs = {}
@@ -218,9 +219,9 @@ class Controller:
     def _reconcile(self, lease: ControllerLease, view: ClusterView) -> None:
         """One pass: deletions, initial states, elections and ISR shrinks."""
         store = self.store
-        deleting = set(store.pending_deletions())
+        deleting = set(store.topics.pending_deletions())
         for name in sorted(deleting):
-            store.delete_topic_znodes(name, fence=lease)
+            store.topics.delete_znodes(name, fence=lease)
         live = set(view.brokers)
         bounced = {b for b, info in view.brokers.items()
                    if b in self._broker_epochs and self._broker_epochs[b] != info.epoch}
@@ -228,7 +229,7 @@ class Controller:
         states = {tp: s for tp, (s, _v) in view.states.items() if tp[0] in assignments}
         for tp, state in new_partition_states(assignments, states.keys(), live,
                                               lease.epoch).items():
-            if store.create_partition_state(*tp, state, fence=lease) is not None:
+            if store.partition_states.create(*tp, state, fence=lease) is not None:
                 log.info("%s-%d: leader %d, ISR [%s] (new)", *tp, state.leader,
                          ",".join(map(str, state.isr)))
             # else: it exists (the view is behind); the next pass sees it
@@ -241,12 +242,12 @@ class Controller:
     def _write(self, lease: ControllerLease, tp: TP, replicas: Sequence[int], new: LeaderAndIsr,
                version: int, live: Collection[int], bounced: Collection[int]) -> None:
         for _ in range(20):
-            got = self.store.update_partition_state(*tp, new, version, fence=lease)
+            got = self.store.partition_states.update(*tp, new, version, fence=lease)
             if got is not None:
                 log.info("%s-%d: leader %d, leader epoch %d, ISR [%s]", *tp, new.leader,
                          new.leader_epoch, ",".join(map(str, new.isr)))
                 return
-            found = self.store.partition_state(*tp)  # conflict: decide again on what is there
+            found = self.store.partition_states.get(*tp)  # conflict: decide again on what is there
             if found is None:
                 return
             state, version = found

@@ -1,9 +1,9 @@
 """A broker's picture of a ZooKeeper cluster, kept current by watches (``MetadataView``).
 
-It follows the znodes through ``KafkaZkClient``'s watches (cluster/zk_client.py) and hands out
-immutable ``ClusterView`` snapshots (cluster/model.py), the same values a single node's
-metadata builds without ZooKeeper. It imports no kazoo itself: it only calls the client's
-``watch_*`` methods.
+It follows the znodes through the watches of ``KafkaZkClient``'s parts (cluster/zk_client.py:
+brokers, election, topics, configs, partition states) and hands out immutable ``ClusterView``
+snapshots (cluster/model.py), the same values a single node's metadata builds without
+ZooKeeper. It imports no kazoo itself: it only calls the parts' ``watch*`` methods.
 """
 
 from __future__ import annotations
@@ -105,9 +105,9 @@ class MetadataView:
             self._started = True
             self._holding = True
         try:
-            self.store.watch_controller(self._on_controller)
-            self.store.watch_brokers(self._on_brokers)
-            self.store.watch_topics(self._on_topics)
+            self.store.election.watch(self._on_controller)
+            self.store.brokers.watch(self._on_brokers)
+            self.store.topics.watch_names(self._on_topics)
         finally:
             with self._lock:
                 self._holding = False
@@ -232,8 +232,8 @@ class MetadataView:
                         self._changed()
             return None
 
-        self.store.watch_topic_configs(record.name, on_configs)
-        self.store.watch_topic(record.name, on_topic)
+        self.store.configs.watch_topic(record.name, on_configs)
+        self.store.topics.watch(record.name, on_topic)
 
     def _watch_partition(self, record: _TopicRecord, partition: int) -> None:
         def on_state(state: LeaderAndIsr | None, version: int | None) -> Any:
@@ -248,4 +248,4 @@ class MetadataView:
                     self._changed()
             return None
 
-        self.store.watch_partition_state(record.name, partition, on_state)
+        self.store.partition_states.watch(record.name, partition, on_state)

@@ -4,8 +4,9 @@ and every change adds a sequential ``/config/changes/config_change_<n>`` naming 
 every broker watches. Notifications older than ``NOTIFICATION_EXPIRY_S`` are removed by the
 brokers that see them (Kafka: 15 minutes).
 
-``ZkConfigStore`` is the half of ``KafkaZkClient`` (cluster/zk_client.py) that does this;
-synchronous, for worker threads, as the rest of it.
+``ConfigStore`` is given the broker's ZooKeeper connection (cluster/zookeeper_client.py); its
+methods block (ZooKeeper): call them from worker threads. The users' SCRAM credentials, config
+entities too, are cluster/zk_user_configs.py's.
 """
 
 from __future__ import annotations
@@ -17,22 +18,29 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.protocol.states import ZnodeStat
 
 from .errors import UnknownTopicError
 from .zk_data import ConfigChangesZNode, ConfigEntityZNode, ConfigType, TopicZNode
 from .zookeeper_client import ZooKeeperClient
+
+__all__ = ["NOTIFICATION_EXPIRY_S", "ConfigStore"]
 
 log = logging.getLogger("oncelog.cluster.zk")
 
 NOTIFICATION_EXPIRY_S = 15 * 60
 
 
-class ZkConfigStore(ZooKeeperClient):
+class ConfigStore:
+    """Entities' configs (topics, brokers) and the change notifications."""
+
+    def __init__(self, zk: ZooKeeperClient) -> None:
+        self.zk = zk
+
     def entity_configs(self, entity_type: str, name: str) -> dict[str, str]:
         """The configs of ``/config/<entity_type>/<name>`` ({} when there are none)."""
         try:
-            data, _stat = self._r("get", self._p(ConfigEntityZNode.path(entity_type, name)))
+            data, _stat = self.zk.get(ConfigEntityZNode.path(entity_type, name))
         except NoNodeError:
             return {}
         return ConfigEntityZNode.decode(data)
@@ -40,26 +48,26 @@ class ZkConfigStore(ZooKeeperClient):
     def change_entity_configs(self, entity_type: str, name: str,
                               configs: Mapping[str, str]) -> None:
         """Replace an entity's configs, then announce it under ``/config/changes``."""
-        path = self._p(ConfigEntityZNode.path(entity_type, name))
+        path = ConfigEntityZNode.path(entity_type, name)
         data = ConfigEntityZNode.encode(configs)
         try:
-            self._r("set", path, data)
+            self.zk.set(path, data)
         except NoNodeError:
             try:
-                self._r("create", path, data, makepath=True)
+                self.zk.create(path, data, makepath=True)
             except NodeExistsError:
-                self._r("set", path, data)
-        self._r("create", self._p(ConfigChangesZNode.sequence_path()),
-                ConfigChangesZNode.encode(entity_type, name), sequence=True, makepath=True)
+                self.zk.set(path, data)
+        self.zk.create(ConfigChangesZNode.sequence_path(),
+                       ConfigChangesZNode.encode(entity_type, name), sequence=True,
+                       makepath=True)
 
     def change_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         """A topic's new overrides (UnknownTopicError if there is no such topic)."""
-        if self._r("exists", self._p(TopicZNode.path(name))) is None:
+        if self.zk.exists(TopicZNode.path(name)) is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         self.change_entity_configs(ConfigType.TOPIC, name, configs)
 
-    def watch_config_changes(self, callback: Callable[[list[tuple[str, str]]], Any]
-                             ) -> ChildrenWatch:
+    def watch_changes(self, callback: Callable[[list[tuple[str, str]]], Any]) -> None:
         """``callback([(entity type, name), ...])`` with the entities named by notifications
         not seen before (all of them at the first call, which comes now), on a kazoo thread;
         expired notifications are removed on the way."""
@@ -67,8 +75,6 @@ class ZkConfigStore(ZooKeeperClient):
         lock = threading.Lock()
 
         def on_children(children: list[str]) -> Any:
-            if self._closed:
-                return False
             with lock:
                 fresh = sorted(c for c in children if c not in seen)
                 seen.intersection_update(children)
@@ -76,11 +82,11 @@ class ZkConfigStore(ZooKeeperClient):
             changed: list[tuple[str, str]] = []
             now = time.time()
             for child in fresh:
-                path = self._p(f"{ConfigChangesZNode.path()}/{child}")
+                path = f"{ConfigChangesZNode.path()}/{child}"
                 try:
-                    data, stat = self._r("get", path)
+                    data, stat = self.zk.get(path)
                     if now - stat.ctime / 1000 > NOTIFICATION_EXPIRY_S:
-                        self._r("delete", path)
+                        self.zk.delete(path)
                 except NoNodeError:
                     continue
                 except KazooException as exc:
@@ -96,4 +102,11 @@ class ZkConfigStore(ZooKeeperClient):
                     log.exception("config change callback failed")
             return None
 
-        return ChildrenWatch(self._client, self._p(ConfigChangesZNode.path()), on_children)
+        self.zk.watch_children(ConfigChangesZNode.path(), on_children)
+
+    def watch_topic(self, name: str, callback: Callable[[dict[str, str] | None], Any]) -> None:
+        """``callback(configs)`` now and on every change of ``/config/topics/<name>`` (None
+        when it does not exist)."""
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> Any:
+            return callback(None if stat is None else ConfigEntityZNode.decode(data))
+        self.zk.watch_data(ConfigEntityZNode.path(ConfigType.TOPIC, name), on_data)

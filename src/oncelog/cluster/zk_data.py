@@ -19,8 +19,8 @@ they are: clusters already running keep their data in ZooKeeper across upgrades.
 - ``/latest_producer_id_block``: ``{"version":1,"broker":id,"block_start":s,"block_end":e}``
 - ``/cluster/id``: ``{"version": "1", "id": "<id>"}``
 
-Nothing here talks to ZooKeeper (that is cluster/zk_client.py), so the codec is tested and read
-without a server.
+Nothing here talks to ZooKeeper (that is cluster/zk_client.py's parts), so the codec is tested
+and read without a server.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ watches to reload that user (Kafka's ConfigChangeListener / ZkNodeChangeNotifica
 Notifications older than 15 minutes are purged by whoever reads them, as Kafka does.
 
 ``ZkScramStore`` is the credential store of a broker of a cluster (the single node's is
-security/credential_store.py's ``LocalScramStore``, with the same methods). Its methods block
-(ZooKeeper): call them from worker threads. ``watch`` calls back on kazoo's threads.
+security/credential_store.py's ``LocalScramStore``, with the same methods), given the broker's
+ZooKeeper connection (cluster/zookeeper_client.py). Its methods block (ZooKeeper): call them
+from worker threads. ``watch`` calls back on kazoo's threads.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch
 
-from .zk_client import KafkaZkClient
 from .zk_data import ConfigChangesZNode, ConfigEntityTypeZNode, ConfigType
 from .zk_data import ConfigEntityZNode as Entity
+from .zookeeper_client import ZooKeeperClient
 
 log = logging.getLogger("oncelog.cluster.zk")
 
@@ -50,27 +50,27 @@ def _entity_path(user: str) -> str:
 class ZkScramStore:
     """The users' config entities (SCRAM credentials only are read and written here)."""
 
-    def __init__(self, zk: KafkaZkClient) -> None:
+    def __init__(self, zk: ZooKeeperClient) -> None:
         self.zk = zk
-        self._watch: ChildrenWatch | None = None
+        self._closed = False
         self._seen = -1  # the last notification handled (its sequence number)
         self._lock = threading.Lock()
         for path in (ConfigEntityTypeZNode.path(ConfigType.USER), ConfigChangesZNode.path()):
-            zk._r("ensure_path", zk._p(path))
+            zk.ensure_path(path)
 
     # -- reads --------------------------------------------------------------------------------
 
     def fetch(self, user: str) -> tuple[dict[str, str], int]:
         """(the user's config, its zk version; -1 when it has none)."""
         try:
-            data, stat = self.zk._r("get", self.zk._p(_entity_path(user)))
+            data, stat = self.zk.get(_entity_path(user))
         except NoNodeError:
             return {}, -1
         return Entity.decode(data), int(stat.version)
 
     def load_all(self) -> dict[str, dict[str, str]]:
-        names = sorted(self.zk._children(ConfigEntityTypeZNode.path(ConfigType.USER)))
-        found = self.zk._get_many([self.zk._p(Entity.path(ConfigType.USER, n)) for n in names])
+        names = sorted(self.zk.children(ConfigEntityTypeZNode.path(ConfigType.USER)))
+        found = self.zk.get_many([Entity.path(ConfigType.USER, n) for n in names])
         return {desanitize(n): Entity.decode(got[0])
                 for n, got in zip(names, found, strict=True) if got is not None}
 
@@ -79,18 +79,18 @@ class ZkScramStore:
     def change(self, user: str, config: Mapping[str, str], version: int) -> bool:
         """Write the user's config on the condition of ``version`` (-1: that it has none),
         then the change notification. False on a conflict (another broker wrote first)."""
-        path = self.zk._p(_entity_path(user))
+        path = _entity_path(user)
         data = Entity.encode(config)
         try:
             if version < 0:
-                self.zk._r("create", path, data)
+                self.zk.create(path, data)
             else:
-                self.zk._r("set", path, data, version)
+                self.zk.set(path, data, version)
         except (NodeExistsError, BadVersionError, NoNodeError):
             # Ours after all if the write went through and only its answer was lost with
             # the connection (the retry then met our own write).
             try:
-                current, _stat = self.zk._r("get", path)
+                current, _stat = self.zk.get(path)
             except NoNodeError:
                 return False
             if current != data:
@@ -106,19 +106,19 @@ class ZkScramStore:
                 log.info("SCRAM credentials of user %r seeded from the users file", user)
 
     def _notify(self, user: str) -> None:
-        self.zk._r("create", self.zk._p(ConfigChangesZNode.sequence_path()),
-                   ConfigChangesZNode.encode(ConfigType.USER, sanitize(user)), sequence=True)
+        self.zk.create(ConfigChangesZNode.sequence_path(),
+                       ConfigChangesZNode.encode(ConfigType.USER, sanitize(user)), sequence=True)
 
     # -- following other brokers' changes -----------------------------------------------------
 
     def watch(self, on_change: Callable[[str, dict[str, str]], Any]) -> None:
         """``on_change(user, config)`` for every change notified from now on (on kazoo's
         threads; the store's current state is ``load_all``'s)."""
-        existing = self.zk._children(ConfigChangesZNode.path())
+        existing = self.zk.children(ConfigChangesZNode.path())
         self._seen = max((_sequence(c) for c in existing), default=-1)
 
         def on_children(children: list[str]) -> Any:
-            if self.zk.closed:
+            if self._closed:
                 return False
             try:
                 self._process(sorted(children, key=_sequence), on_change)
@@ -126,8 +126,7 @@ class ZkScramStore:
                 log.exception("reading the config change notifications failed")
             return None
 
-        self._watch = ChildrenWatch(self.zk.client, self.zk._p(ConfigChangesZNode.path()),
-                                    on_children)
+        self.zk.watch_children(ConfigChangesZNode.path(), on_children)
 
     def _process(self, children: list[str],
                  on_change: Callable[[str, dict[str, str]], Any]) -> None:
@@ -135,12 +134,12 @@ class ZkScramStore:
             now = time.time()
             for child in children:
                 seq = _sequence(child)
-                path = self.zk._p(f"{ConfigChangesZNode.path()}/{child}")
+                path = f"{ConfigChangesZNode.path()}/{child}"
                 if seq <= self._seen:
                     self._purge(path, now)
                     continue
                 try:
-                    data, stat = self.zk._r("get", path)
+                    data, stat = self.zk.get(path)
                 except NoNodeError:
                     self._seen = seq
                     continue
@@ -154,14 +153,14 @@ class ZkScramStore:
 
     def _purge(self, path: str, now: float) -> None:
         try:
-            stat = self.zk._r("exists", path)
+            stat = self.zk.exists(path)
             if stat is not None and stat.ctime / 1000 < now - NOTIFICATION_EXPIRY_S:
-                self.zk._r("delete", path)
+                self.zk.delete(path)
         except NoNodeError:
             pass
 
     def close(self) -> None:
-        self._watch = None  # the session's end stops it
+        self._closed = True  # (the session's end stops the watch too)
 
 
 def _sequence(child: str) -> int:

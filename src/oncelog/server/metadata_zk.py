@@ -65,15 +65,15 @@ class ZkMetadata(Metadata):
         # Restarted right after a crash, the old session still holds our registration until
         # ZooKeeper expires it (up to its timeout): wait it out instead of failing.
         host, port = self.advertised()
-        self.store.register_broker(self.node_id, host, port,
-                                   timeout_s=2 * self.session_timeout_ms / 1000 + 1,
-                                   security_protocol=str(
-                                       self.broker.config.get("security.protocol")))
+        self.store.brokers.register(self.node_id, host, port,
+                                    timeout_s=2 * self.session_timeout_ms / 1000 + 1,
+                                    security_protocol=str(
+                                        self.broker.config.get("security.protocol")))
         # The dynamic broker configs before the first view: the logs open with them.
         default, own = self._read_broker_configs()
         assert self.loop is not None
         self.loop.call_soon_threadsafe(self.broker.apply_dynamic_configs, default, own)
-        self.store.watch_config_changes(self._on_config_changes)
+        self.store.configs.watch_changes(self._on_config_changes)
         self.metadata = MetadataView(self.store, self._on_view)
         self.controller = Controller(self.store, self.node_id, view=self.metadata)
         self.controller.start()
@@ -100,7 +100,7 @@ class ZkMetadata(Metadata):
         mode: every broker follows the change notifications."""
         from ..cluster.zk_user_configs import ZkScramStore
 
-        return ZkScramStore(self.store)
+        return ZkScramStore(self.store.zk)
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ class ZkMetadata(Metadata):
         if validate_only:  # as Kafka: the id the topic would have had
             return CreatedTopic(topic_id, clean, len(plan), rf_used)
         try:
-            await asyncio.to_thread(self.store.create_topic, name, plan, topic_id, clean)
+            await asyncio.to_thread(self.store.topics.create, name, plan, topic_id, clean)
         except TopicExistsError:
             raise TopicError("topic_already_exists", f"Topic '{name}' already exists.") from None
         await self.wait_for(lambda v: all((name, p) in v.states for p in plan), timeout_ms)
@@ -137,13 +137,13 @@ class ZkMetadata(Metadata):
         leaders and every broker opens the replicas the view assigns it."""
         if self.controller is None or not self.controller.active:
             raise TopicError("not_controller", "this broker is not the controller")
-        if name in await asyncio.to_thread(self.store.pending_deletions):
+        if name in await asyncio.to_thread(self.store.topics.pending_deletions):
             raise TopicError("invalid_topic_exception", "The topic is queued for deletion.")
         plan = self.plan_new_partitions(name, count, assignment)
         if validate_only:
             return
         try:
-            await asyncio.to_thread(self.store.add_partitions, name, plan)
+            await asyncio.to_thread(self.store.topics.add_partitions, name, plan)
         except UnknownTopicError:
             raise TopicError("unknown_topic_or_partition",
                              f"topic {name!r} does not exist") from None
@@ -160,7 +160,7 @@ class ZkMetadata(Metadata):
             plan = self.plan(num, min(rf, max(len(self.view.brokers), 1)), None)
         except (TopicError, ConfigError) as exc:
             return getattr(exc, "error_name", "invalid_config")
-        self._spawn_blocking(self.store.create_topic, name, plan, uuid.uuid4(), clean)
+        self._spawn_blocking(self.store.topics.create, name, plan, uuid.uuid4(), clean)
         return "leader_not_available"
 
     def request_internal_topic(self, name: str) -> str | None:
@@ -175,7 +175,7 @@ class ZkMetadata(Metadata):
             return "leader_not_available"
         self._requested_internal.add(name)
         plan, configs = found
-        self._spawn_blocking(self.store.create_topic, name, plan, uuid.uuid4(), configs)
+        self._spawn_blocking(self.store.topics.create, name, plan, uuid.uuid4(), configs)
         return "leader_not_available"
 
     def _spawn_blocking(self, fn, *args) -> None:
@@ -192,7 +192,7 @@ class ZkMetadata(Metadata):
 
     async def delete_topic(self, name: str, timeout_ms: int) -> None:
         self.check_deletable(name)
-        await asyncio.to_thread(self.store.request_topic_deletion, name)
+        await asyncio.to_thread(self.store.topics.request_deletion, name)
         await self.wait_for(lambda v: name not in v.topics, timeout_ms)
         self.broker.fetch_sessions.remove_topic(name)
 
@@ -202,7 +202,7 @@ class ZkMetadata(Metadata):
         """``/config/topics/<name>`` and a ``/config/changes`` notification, as Kafka's
         ZooKeeper mode; every broker's view follows the config znode."""
         try:
-            await asyncio.to_thread(self.store.change_topic_configs, name, configs)
+            await asyncio.to_thread(self.store.configs.change_topic_configs, name, configs)
         except UnknownTopicError:
             raise TopicError("unknown_topic_or_partition",
                              f"The topic '{name}' does not exist.") from None
@@ -211,15 +211,15 @@ class ZkMetadata(Metadata):
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         """``/config/brokers/<entity>`` and a notification that every broker follows."""
-        await asyncio.to_thread(self.store.change_entity_configs, ConfigType.BROKER, entity,
+        await asyncio.to_thread(self.store.configs.change_entity_configs, ConfigType.BROKER, entity,
                                 configs)
         default, own = await asyncio.to_thread(self._read_broker_configs)
         self.broker.apply_dynamic_configs(default, own)
 
     def _read_broker_configs(self) -> tuple[dict[str, str], dict[str, str]]:
         """(cluster-wide default, this broker's own) dynamic configs (blocking)."""
-        return (self.store.entity_configs(ConfigType.BROKER, ConfigType.DEFAULT),
-                self.store.entity_configs(ConfigType.BROKER, str(self.node_id)))
+        return (self.store.configs.entity_configs(ConfigType.BROKER, ConfigType.DEFAULT),
+                self.store.configs.entity_configs(ConfigType.BROKER, str(self.node_id)))
 
     def _on_config_changes(self, entities: list[tuple[str, str]]) -> None:
         """On a kazoo thread: a change of the default's or this broker's configs is read and
@@ -239,7 +239,7 @@ class ZkMetadata(Metadata):
         from kazoo.exceptions import KazooException
 
         try:
-            return await asyncio.to_thread(self.store.update_partition_state, topic, index,
+            return await asyncio.to_thread(self.store.partition_states.update, topic, index,
                                            state, expected_version)
         except (KazooException, OSError) as exc:  # ZooKeeper away: the leader tries again
             log.warning("%s-%d: ISR change failed: %s", topic, index,
@@ -251,4 +251,4 @@ class ZkMetadata(Metadata):
     def allocate_producer_id_block(self, size: int) -> tuple[int, int]:
         """From ``/latest_producer_id_block``, so that no two brokers ever hand out the same
         id (blocking: ZooKeeper)."""
-        return self.store.allocate_producer_id_block(self.node_id, size)
+        return self.store.producer_ids.allocate(self.node_id, size)
