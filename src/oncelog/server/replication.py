@@ -405,10 +405,8 @@ class ReplicaManager:
 
     def appended(self, r: Replica) -> None:
         """The leader appended: followers' long polls wake up (they read to the log end);
-        consumers' when the high watermark moved: at once with a lone ISR, and always for a
-        log of one replica, whose end is its high watermark."""
-        if not self._maybe_advance_hw(r) and not r.log.replicated:
-            r.partition.notify_high_watermark()
+        consumers' when the high watermark moved (at once with a lone ISR)."""
+        self._maybe_advance_hw(r)
         r.partition.notify_log_end()
 
     async def wait_replicated(self, r: Replica, end_offset: int, timeout_ms: int) -> str | None:
