@@ -463,6 +463,8 @@ def test_appends_move_the_log_end_and_never_the_high_watermark(tmp_path):
     assert log.update_high_watermark(2) == 2
     assert log.last_stable_offset == 2
     assert [h.next_offset for _, h in iter_batches(log.read(0, 1 << 20))] == [2]
+    assert log.update_high_watermark(3) == 3  # the transaction's data, not its marker
+    assert log.last_stable_offset == 2  # how it ended is not in the in-sync replicas yet
     assert log.update_high_watermark(log.log_end_offset) == 5
     assert log.last_stable_offset == 5
     log.flush()
@@ -487,6 +489,35 @@ def test_the_high_watermark_is_never_below_the_log_start(tmp_path):
     assert open_log(tmp_path / "follower").high_watermark == 20
 
 
+def test_an_ended_transaction_is_unstable_until_its_marker_is_below_the_high_watermark(
+        tmp_path):
+    """Kafka's unreplicatedTxns: a read_committed consumer reads none of a transaction before
+    the in-sync replicas have its marker, also when replayed after a crash, and a truncation
+    that cuts the marker opens the transaction again."""
+    d = tmp_path / "t-0"
+    log = open_log(d)
+    produce(log, 2, 0, 0, [b"t1", b"t2"], txn=True)  # 0-1
+    log.update_high_watermark(2)
+    assert log.last_stable_offset == 0
+    log.append_marker(2, 0, False, 0, 2_000)  # 2: the abort
+    assert log.producer_state.open_transactions() == []
+    assert log.last_stable_offset == 0  # ended, but the marker is not replicated
+    assert log.aborted_transactions(0, 3) == [AbortedTxn(2, 0, 2, 3)]
+    log.flush()  # the high watermark written
+    log.close_unclean()
+    log = open_log(d)
+    assert (log.high_watermark, log.last_stable_offset) == (2, 0)  # the marker replayed
+    log.update_high_watermark(3)
+    assert log.last_stable_offset == 3
+    log.truncate_to(2)  # a follower cutting the marker: the transaction is open again
+    assert (log.high_watermark, log.last_stable_offset) == (2, 0)
+    assert log.producer_state.open_transactions() == [(2, 0)]
+    log.append_marker(2, 0, True, 0, 4_000)  # the new leader's marker
+    assert log.last_stable_offset == 0
+    log.update_high_watermark(3)
+    assert log.last_stable_offset == 3 and log.aborted_transactions(0, 3) == []
+
+
 def test_lso_never_passes_the_high_watermark(tmp_path):
     leader = build_leader(tmp_path / "leader")
     follower = open_log(tmp_path / "follower")
@@ -497,7 +528,11 @@ def test_lso_never_passes_the_high_watermark(tmp_path):
     other.append_as_follower(log_bytes(leader, end=10))
     assert other.high_watermark == 0 and other.last_stable_offset == 0
     other.update_high_watermark(6)
-    assert other.last_stable_offset == 6
+    # p2's COMMIT (7) and p3's ABORT (9) are not below the high watermark yet: their
+    # transactions (from 3 and 5) hold the LSO as open ones do (Kafka's unreplicatedTxns).
+    assert other.last_stable_offset == 3
+    other.update_high_watermark(8)
+    assert other.last_stable_offset == 5
     other.update_high_watermark(10)
     assert other.last_stable_offset == 8  # p2's second transaction is open at 8
 

@@ -168,6 +168,7 @@ class PartitionLog:
             load_producer_state(self)
             self.leader_epoch_cache = load_leader_epoch_cache(self)
             self._high_watermark = read_high_watermark(self)
+            self.producer_state.on_high_watermark_updated(self._high_watermark)
             self._persisted_high_watermark: int | None = None  # written at the next flush
         except BaseException:
             self.close_unclean()  # a log that could not open keeps no file open (EMFILE, ENOSPC)
@@ -244,7 +245,10 @@ class PartitionLog:
         Persisted on flush, roll, close and ``maintain``. Returns the high watermark."""
         end = self.segments[-1].next_offset  # (every acks=all append comes here: kept lean)
         hw = max(self.log_start_offset, min(end, offset))
-        self._high_watermark = max(self._high_watermark, hw)
+        if hw > self._high_watermark:
+            self._high_watermark = hw
+            if self.producer_state.unreplicated:
+                self.producer_state.on_high_watermark_updated(hw)
         return self._high_watermark
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -255,8 +259,9 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """spec 000, "Last Stable Offset Tracking": the first offset of the oldest open
-        transaction, or the high watermark when none is open. read_committed consumers see only
-        what lies below it. Never below the log start (Kafka's UnifiedLog raises the first
+        transaction, or ended one whose marker is not below the high watermark yet (Kafka's
+        firstUnstableOffset), or the high watermark when there is none. read_committed
+        consumers see only what lies below it. Never below the log start (Kafka's UnifiedLog raises the first
         unstable offset to the log start offset): DeleteRecords or retention past the start
         of an open transaction leaves nothing below the log start to wait for, and an LSO
         there would send read_committed consumers at "latest" out of range and round again."""
@@ -498,6 +503,7 @@ class PartitionLog:
         if self._high_watermark > end:
             self._high_watermark = end
             self._write_high_watermark()
+        self.producer_state.on_high_watermark_updated(self._high_watermark)
         if (read_offset_file(self.directory / RECOVERY_POINT_FILE) or 0) > end:
             write_offset_file(self.directory / RECOVERY_POINT_FILE, end)
         self.unflushed_messages = 0
@@ -505,8 +511,8 @@ class PartitionLog:
 
     def _index_aborted(self, seg: LogSegment, done: CompletedTxn) -> None:
         # The LSO once this transaction is closed: the oldest transaction still open, or
-        # everything up to the marker.
-        first_unstable = self.producer_state.first_unstable_offset()
+        # everything up to the marker (Kafka's lastStableOffset(completedTxn)).
+        first_unstable = self.producer_state.first_undecided_offset()
         lso = done.last_offset + 1 if first_unstable is None \
             else max(first_unstable, self.log_start_offset)
         seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
@@ -714,6 +720,7 @@ class PartitionLog:
             log_start.after_segments_deleted(self)
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
+            self.producer_state.on_high_watermark_updated(self._high_watermark)
         return deleted
 
     # -- reading ------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ def increment_log_start_offset(plog: Any, offset: int, now_ms: int) -> bool:
     write_offset_file(plog.directory / LOG_START_OFFSET_FILE, offset)
     plog.leader_epoch_cache.truncate_from_start(offset)
     plog._high_watermark = max(plog._high_watermark, offset)
+    plog.producer_state.on_high_watermark_updated(plog._high_watermark)
     return True
 
 
