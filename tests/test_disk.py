@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.logs import open_log
 from support.raw_wire import (
     BASE_TIMESTAMP,
     RawConnection,
@@ -24,7 +25,7 @@ from support.raw_wire import (
 )
 
 from oncelog.harness.broker_process import BrokerProcess, BrokerProcessError
-from oncelog.log import LogConfig, PartitionLog
+from oncelog.log import LogConfig
 from oncelog.records import build_batch, iter_batches, split_batches
 from oncelog.server import BrokerConfig, ConfigError
 from oncelog.server.embedded import EmbeddedBroker
@@ -345,7 +346,7 @@ def test_recovery_that_drops_later_unflushed_segments_says_so(tmp_path, caplog):
     """After an unclean stop every segment past the recovery point is validated; a bad batch in
     one of them makes the segments after it unreachable, and their deletion is logged."""
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig(segment_bytes=200), 0)
+    log = open_log(d, LogConfig(segment_bytes=200))
     for n in range(6):
         data = bytearray(build_batch([(None, b"x" * 100, [], BASE_TIMESTAMP)]))
         log.append(data, split_batches(data), BASE_TIMESTAMP)
@@ -360,7 +361,7 @@ def test_recovery_that_drops_later_unflushed_segments_says_so(tmp_path, caplog):
     segment.write_bytes(data)
 
     with caplog.at_level(logging.WARNING, logger="oncelog.log"):
-        log = PartitionLog(d, LogConfig(segment_bytes=200), 0)
+        log = open_log(d, LogConfig(segment_bytes=200))
     assert log.log_end_offset == 2 and [s.base_offset for s in log.segments] == [0, 1, 2]
     assert not (d / "00000000000000000003.log").exists()
     messages = [r.getMessage() for r in caplog.records]

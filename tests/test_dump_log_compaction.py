@@ -6,9 +6,10 @@ entries they hold."""
 from __future__ import annotations
 
 from support.cli import oncelog
+from support.logs import advance_high_watermark, open_log
 
 from oncelog.group.log_format import OffsetKey, OffsetValue, encode_key, encode_offset
-from oncelog.log import LogConfig, PartitionLog
+from oncelog.log import LogConfig
 from oncelog.log.cleaner_manager import CleanerManager
 from oncelog.log.log_cleaner import clean_log
 from oncelog.records import build_batch, split_batches
@@ -19,18 +20,20 @@ from oncelog.txn.state import TransactionMetadata
 def _append(plog, records, now, **kw):
     data = bytearray(build_batch([(k, v, [], now) for k, v in records], **kw))
     plog.append(data, split_batches(data), now)
+    advance_high_watermark(plog)  # a single node's replica manager
 
 
 def test_dump_log_shows_cleaned_batches_and_index_files(tmp_path):
     cfg = LogConfig(segment_bytes=400, cleanup_policy=frozenset({"compact"}),
                     delete_retention_ms=1000, min_cleanable_dirty_ratio=0.0)
-    plog = PartitionLog(tmp_path / "t-0", cfg, 0)
+    plog = open_log(tmp_path / "t-0", cfg)
     t = 1_000_000
     _append(plog, [(b"a", b"1"), (b"b", b"1")], t)
     _append(plog, [(b"a", None)], t)  # a tombstone
     _append(plog, [(b"c", b"x")], t, producer_id=5, producer_epoch=0, base_sequence=0,
             is_transactional=True)
     plog.append_marker(5, 0, False, 0, t)
+    advance_high_watermark(plog)
     for i in range(8):
         _append(plog, [(b"d", b"y" * 60 + str(i).encode())], t)
     manager = CleanerManager()

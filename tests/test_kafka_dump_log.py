@@ -715,14 +715,17 @@ def test_the_broker_refuses_lz4_of_linked_blocks_as_kafkas_reader_would(validati
 def test_an_index_of_base_offsets_from_an_older_oncelog_still_loads(tmp_path, caplog):
     """Before this format an entry named its batch's base offset: such an index is taken as it
     is (no rebuild, no recovery of the segment), new entries are Kafka's."""
-    from oncelog.log import LogConfig, PartitionLog
+    from support.logs import advance_high_watermark, open_log
+
+    from oncelog.log import LogConfig
     from oncelog.records import split_batches
 
     cfg = LogConfig(index_interval_bytes=1, segment_bytes=400)
-    plog = PartitionLog(tmp_path / "t-0", cfg, 0)
+    plog = open_log(tmp_path / "t-0", cfg)
     for i in range(5):  # four batches in the first segment, which the fifth seals
         data = bytearray(build_batch([(b"k", b"v%d" % j, [], 1000 + i) for j in range(3)]))
         plog.append(data, split_batches(data), 2000)
+    advance_high_watermark(plog)  # a single node's replica manager: read below
     plog.close(2000)
     index = tmp_path / "t-0" / "00000000000000000000.index"
     entries = list(struct.iter_unpack(">ii", index.read_bytes()))
@@ -730,7 +733,7 @@ def test_an_index_of_base_offsets_from_an_older_oncelog_still_loads(tmp_path, ca
     older = b"".join(struct.pack(">ii", rel - 2, pos) for rel, pos in entries)
     index.write_bytes(older)
     with caplog.at_level("WARNING"):
-        again = PartitionLog(tmp_path / "t-0", cfg, 0)
+        again = open_log(tmp_path / "t-0", cfg)
     assert "rebuilding" not in caplog.text and index.read_bytes() == older
     assert [int.from_bytes(again.read(o, 1 << 20)[:8], "big") for o in (0, 4, 7, 11)] == [
         0, 3, 6, 9]

@@ -7,22 +7,28 @@ import os
 import time
 
 import pytest
+from support.logs import advance_high_watermark, open_log
 
-from oncelog.log import LogAppendError, LogConfig, OffsetOutOfRangeError, PartitionLog
+from oncelog.log import LogAppendError, LogConfig, OffsetOutOfRangeError
 from oncelog.log.log import COPY_BELOW
 from oncelog.records import build_batch, decode_batch, iter_batches, split_batches
 
 
 def produce(log, values, now=1_000, ts=None, pid=-1, epoch=-1, seq=-1):
+    """Append a batch as a single node's leader does: its replica manager, the only in-sync
+    replica, then moves the high watermark to the log end."""
     data = bytearray(build_batch([(None, v, [], ts if ts is not None else now) for v in values],
                                  producer_id=pid, producer_epoch=epoch, base_sequence=seq))
-    return log.append(data, split_batches(data), now)
+    result = log.append(data, split_batches(data), now)
+    advance_high_watermark(log)
+    return result
 
 
 def read_all(log, start=0):
+    """What a consumer reads from ``start``: up to the high watermark."""
     out = []
     offset = start
-    while offset < log.log_end_offset:
+    while offset < log.high_watermark:
         data = log.read(offset, 1 << 20)
         for pos, h in iter_batches(data):
             _, records = decode_batch(data, pos)
@@ -32,7 +38,7 @@ def read_all(log, start=0):
 
 
 def test_offsets_are_assigned_consecutively_and_read_back(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(), 0)
     assert produce(log, [b"a", b"b"]).base_offset == 0
     assert produce(log, [b"c"]).base_offset == 2
     assert read_all(log) == [(0, b"a"), (1, b"b"), (2, b"c")]
@@ -44,7 +50,7 @@ def test_offsets_are_assigned_consecutively_and_read_back(tmp_path):
 
 def test_segments_roll_by_size_and_are_named_by_base_offset(tmp_path):
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig(segment_bytes=1000, index_interval_bytes=300), 0)
+    log = open_log(d, LogConfig(segment_bytes=1000, index_interval_bytes=300), 0)
     for i in range(60):
         produce(log, [b"x" * 50])
     names = sorted(p.name for p in d.glob("*.log"))
@@ -61,7 +67,7 @@ def test_segments_roll_by_size_and_are_named_by_base_offset(tmp_path):
 
 
 def test_segments_roll_by_age(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(segment_ms=1000), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(segment_ms=1000), 0)
     produce(log, [b"a"], now=1_000, ts=1_000)
     produce(log, [b"b"], now=1_500, ts=1_500)
     assert len(log.segments) == 1
@@ -70,7 +76,7 @@ def test_segments_roll_by_age(tmp_path):
 
 
 def test_retention_by_time_removes_whole_old_segments(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(segment_bytes=200, retention_ms=10_000), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(segment_bytes=200, retention_ms=10_000), 0)
     for i in range(10):
         produce(log, [b"x" * 60], now=1_000 + i, ts=1_000 + i)
     for i in range(3):
@@ -85,7 +91,7 @@ def test_retention_by_time_removes_whole_old_segments(tmp_path):
 
 
 def test_retention_by_bytes_keeps_the_newest(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_bytes=700), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_bytes=700), 0)
     for i in range(30):
         produce(log, [b"%03d" % i + b"x" * 60])
     log.apply_retention(now_ms=2_000)
@@ -94,7 +100,7 @@ def test_retention_by_bytes_keeps_the_newest(tmp_path):
 
 
 def test_offset_for_timestamp_uses_the_time_index(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(index_interval_bytes=100), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(index_interval_bytes=100), 0)
     for i in range(50):
         produce(log, [b"v"], ts=10_000 + i * 10)
     assert log.offset_for_timestamp(10_000) == (0, 10_000)
@@ -104,7 +110,7 @@ def test_offset_for_timestamp_uses_the_time_index(tmp_path):
 
 
 def test_log_append_time_topics_stamp_the_broker_time(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(message_timestamp_type="LogAppendTime"), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(message_timestamp_type="LogAppendTime"), 0)
     result = produce(log, [b"a"], now=77_000, ts=5)
     assert result.log_append_time == 77_000
     data = log.read(0, 1000)
@@ -113,7 +119,7 @@ def test_log_append_time_topics_stamp_the_broker_time(tmp_path):
 
 
 def test_oversized_batch_is_refused(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(max_message_bytes=200), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(max_message_bytes=200), 0)
     with pytest.raises(LogAppendError) as e:
         produce(log, [b"x" * 300])
     assert e.value.error_name == "message_too_large"
@@ -122,12 +128,12 @@ def test_oversized_batch_is_refused(tmp_path):
 
 def test_reopen_after_clean_close_continues_offsets_and_dedup(tmp_path):
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig(segment_bytes=400), 0)
+    log = open_log(d, LogConfig(segment_bytes=400), 0)
     for i in range(10):
         produce(log, [b"v%d" % i * 10], pid=3, epoch=0, seq=i)
     log.close(5_000)
     assert (d / "00000000000000000010.snapshot").exists()
-    log = PartitionLog(d, LogConfig(segment_bytes=400), 6_000)
+    log = open_log(d, LogConfig(segment_bytes=400), 6_000)
     assert log.log_end_offset == 10
     dup = produce(log, [b"v9" * 10], pid=3, epoch=0, seq=9)
     assert dup.duplicate and dup.base_offset == 9
@@ -136,33 +142,33 @@ def test_reopen_after_clean_close_continues_offsets_and_dedup(tmp_path):
 
 def test_producer_state_is_rebuilt_from_the_log_without_snapshots(tmp_path):
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig(segment_bytes=300), 0)
+    log = open_log(d, LogConfig(segment_bytes=300), 0)
     for i in range(8):
         produce(log, [b"x" * 40], pid=3, epoch=0, seq=i)
     log.close_unclean()
     for snap in d.glob("*.snapshot"):
         snap.unlink()
-    log = PartitionLog(d, LogConfig(segment_bytes=300), 0)
+    log = open_log(d, LogConfig(segment_bytes=300), 0)
     assert produce(log, [b"x" * 40], pid=3, epoch=0, seq=7).duplicate
     assert produce(log, [b"x" * 40], pid=3, epoch=0, seq=8).base_offset == 8
 
 
 def test_damaged_snapshot_falls_back_to_the_log(tmp_path):
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig(), 0)
+    log = open_log(d, LogConfig(), 0)
     for i in range(3):
         produce(log, [b"a"], pid=3, epoch=0, seq=i)
     log.close(1_000)
     snap = next(d.glob("*.snapshot"))
     snap.write_bytes(b"\x00\x01garbage")
-    log = PartitionLog(d, LogConfig(), 2_000)
+    log = open_log(d, LogConfig(), 2_000)
     assert produce(log, [b"a"], pid=3, epoch=0, seq=2).duplicate
 
 
 @pytest.mark.parametrize("damage", ["torn_header", "torn_body", "flipped_bit", "zeros"])
 def test_torn_or_corrupt_tail_is_truncated_never_served(tmp_path, damage):
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig(), 0)
+    log = open_log(d, LogConfig(), 0)
     for i in range(5):
         produce(log, [b"record-%d" % i], pid=1, epoch=0, seq=i)
     path = log.active_segment.log_path
@@ -179,9 +185,11 @@ def test_torn_or_corrupt_tail_is_truncated_never_served(tmp_path, damage):
     else:
         data += b"\x00" * 100
     path.write_bytes(bytes(data))
-    log = PartitionLog(d, LogConfig(), 0)
+    log = open_log(d, LogConfig(), 0)
     expected = 5 if damage == "zeros" else 4
     assert log.log_end_offset == expected
+    assert log.high_watermark == 0  # none stored before the crash
+    advance_high_watermark(log)  # the replica manager, taking the lead again
     assert [v for _, v in read_all(log)] == [b"record-%d" % i for i in range(expected)]
     assert path.stat().st_size == log.active_segment.size
     # the producer continues exactly where the surviving log ends
@@ -190,7 +198,7 @@ def test_torn_or_corrupt_tail_is_truncated_never_served(tmp_path, damage):
 
 def test_missing_index_is_rebuilt(tmp_path):
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig(segment_bytes=300, index_interval_bytes=50), 0)
+    log = open_log(d, LogConfig(segment_bytes=300, index_interval_bytes=50), 0)
     for i in range(20):
         produce(log, [b"x" * 40])
     log.close(1)
@@ -198,17 +206,17 @@ def test_missing_index_is_rebuilt(tmp_path):
     original = first.read_bytes()
     first.unlink()
     (d / "00000000000000000000.timeindex").write_bytes(b"\x01\x02\x03")  # damaged
-    log = PartitionLog(d, LogConfig(segment_bytes=300, index_interval_bytes=50), 2)
+    log = open_log(d, LogConfig(segment_bytes=300, index_interval_bytes=50), 2)
     assert first.read_bytes() == original
     assert [o for o, _ in read_all(log)] == list(range(20))
 
 
 def test_fsync_policy_flushes_every_n_messages(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(flush_messages=1), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(flush_messages=1), 0)
     produce(log, [b"a"])
     assert log.unflushed_messages == 0
     assert int((tmp_path / "t-0" / "recovery-point").read_text()) == 1
-    lazy = PartitionLog(tmp_path / "u-0", LogConfig(), 0)
+    lazy = open_log(tmp_path / "u-0", LogConfig(), 0)
     produce(lazy, [b"a"])
     assert lazy.unflushed_messages == 1
 
@@ -218,7 +226,7 @@ def test_failed_write_leaves_no_partial_batch(tmp_path):
     import resource
     import signal
 
-    log = PartitionLog(tmp_path / "t-0", LogConfig(), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(), 0)
     produce(log, [b"a" * 100])
     size = log.active_segment.size
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -248,7 +256,7 @@ def test_preallocated_zeros_are_never_part_of_the_log(tmp_path):
     try:
         d = tmp_path / "t-0"
         cfg = LogConfig(segment_bytes=8 << 20, preallocate_ahead_bytes=64 << 20)
-        log = PartitionLog(d, cfg, 0, pre)
+        log = open_log(d, cfg, 0, pre)
         big = [b"x" * 100_000] * 2  # 200 KB appends: 16 of them ahead = 3.2 MB
         produce(log, big)
         seg = log.active_segment
@@ -262,7 +270,7 @@ def test_preallocated_zeros_are_never_part_of_the_log(tmp_path):
         assert [v[:1] for _, v in read_all(log)] == [b"x", b"x", b"y"]
         log.close_unclean()  # a crash: the zero tail stays on disk
         assert os.path.getsize(seg.log_path) > seg.size
-        log = PartitionLog(d, cfg, 0, pre)
+        log = open_log(d, cfg, 0, pre)
         assert log.log_end_offset == 3 and log.recovered_bytes > 0
         assert os.path.getsize(log.active_segment.log_path) == log.active_segment.size
         produce(log, big)
@@ -282,14 +290,14 @@ def test_segment_rolls_before_a_relative_offset_overflows_32_bits(tmp_path):
     segment = build_batch([(None, b"a", [], 1)], base_offset=0) + build_batch(
         [(None, b"b", [], 1)], base_offset=high)
     (d / "00000000000000000000.log").write_bytes(segment)
-    log = PartitionLog(d, LogConfig(), 0)
+    log = open_log(d, LogConfig(), 0)
     assert log.log_end_offset == high + 1
     result = produce(log, [b"c%d" % i for i in range(5)], ts=1)
     assert (result.base_offset, result.last_offset) == (high + 1, high + 5)
     assert [s.base_offset for s in log.segments] == [0, high + 1]
     assert [v for _o, v in read_all(log, high)] == [b"b"] + [b"c%d" % i for i in range(5)]
     log.close(1_000)
-    log = PartitionLog(d, LogConfig(), 2_000)
+    log = open_log(d, LogConfig(), 2_000)
     assert log.log_end_offset == high + 6
     assert [v for _o, v in read_all(log, high + 1)] == [b"c%d" % i for i in range(5)]
 
@@ -300,7 +308,7 @@ def test_append_refuses_a_batch_whose_records_disagree_with_its_header(tmp_path)
 
     from oncelog.records.batch import CRC_OFFSET, batch_crc
 
-    log = PartitionLog(tmp_path / "t-0", LogConfig(), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(), 0)
     produce(log, [b"x"])
     data = bytearray(build_batch([(None, b"a", [], 1)]))
     struct.pack_into(">i", data, 23, 2**31 - 2)  # lastOffsetDelta
@@ -318,7 +326,7 @@ def test_the_requests_bytes_are_appended_without_being_rewritten(tmp_path, times
     """A record set as a request brings it (immutable bytes): the log writes each batch with
     its header rewritten (base offset, leader epoch; LogAppendTime and its CRC), and the
     caller's bytes stay as they came."""
-    log = PartitionLog(tmp_path / "t-0", LogConfig(message_timestamp_type=timestamp_type), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(message_timestamp_type=timestamp_type), 0)
     produce(log, [b"first"])
     data = b"".join(build_batch([(None, v, [], 900)]) for v in (b"a" * 100, b"b", b"c" * 70_000))
     assert len(data) >= COPY_BELOW  # else it is copied and rewritten in place
@@ -326,6 +334,7 @@ def test_the_requests_bytes_are_appended_without_being_rewritten(tmp_path, times
     result = log.append(data, split_batches(data), 1_000, leader_epoch=3)
     assert data == before
     assert (result.base_offset, result.last_offset) == (1, 3)
+    advance_high_watermark(log)
     assert read_all(log) == [(0, b"first"), (1, b"a" * 100), (2, b"b"), (3, b"c" * 70_000)]
     stored = log.read(1, 1 << 20)
     for expected, (pos, h) in enumerate(split_batches(stored), start=1):  # every CRC checked
@@ -337,7 +346,7 @@ def test_the_requests_bytes_are_appended_without_being_rewritten(tmp_path, times
 def test_periodic_snapshots_skip_a_partition_with_nothing_new(tmp_path):
     """Each snapshot costs an fsync on the broker's loop: a partition whose log has not moved
     since its last one is not snapshotted again."""
-    log = PartitionLog(tmp_path / "t-0", LogConfig(producer_snapshot_interval_ms=1_000), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(producer_snapshot_interval_ms=1_000), 0)
     produce(log, [b"a"], pid=7, epoch=0, seq=0)
     log.maintain(2_000)
     first = sorted(p.name for p in (tmp_path / "t-0").glob("*.snapshot"))
@@ -353,19 +362,19 @@ def test_periodic_snapshots_skip_a_partition_with_nothing_new(tmp_path):
     assert len(list((tmp_path / "t-0").glob("*.snapshot"))) == 2
 
 
-def test_a_new_replicated_log_writes_its_leader_epoch_checkpoint_at_its_first_epoch(tmp_path):
+def test_a_new_log_writes_its_leader_epoch_checkpoint_at_its_first_epoch(tmp_path):
     """Creating a partition fsyncs no empty checkpoint (a missing file reads as empty, and
     50 of them made the first FindCoordinator's offsets topic slow); the first epoch the
     leader assigns is written, and read back on reopening."""
     from oncelog.log.leader_epoch import CHECKPOINT_FILE
 
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig(), 0, replicated=True)
+    log = open_log(d, LogConfig(), 0)
     assert not (d / CHECKPOINT_FILE).exists()
     data = bytearray(build_batch([(None, b"v", [], 1_000)]))
     log.append(data, split_batches(data), 1_000, leader_epoch=4)
     assert (d / CHECKPOINT_FILE).exists()
     log.close(2_000)
-    again = PartitionLog(d, LogConfig(), 3_000, replicated=True)
+    again = open_log(d, LogConfig(), 3_000)
     assert again.leader_epoch_cache.latest_epoch == 4
     again.close(4_000)

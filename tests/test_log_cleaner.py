@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.compaction import History, clean_now, latest_values, read_log
+from support.logs import advance_high_watermark, open_log
 
 from oncelog.log import LogAppendError, LogConfig, PartitionLog
 from oncelog.log.cleaner_manager import CHECKPOINT_FILE, CleanerManager
@@ -27,14 +28,26 @@ def compacted(path, **overrides) -> PartitionLog:
     cfg = {"segment_bytes": 1500, "cleanup_policy": frozenset({"compact"}),
            "delete_retention_ms": RETENTION, "min_cleanable_dirty_ratio": 0.0}
     cfg.update(overrides)
-    return PartitionLog(path, LogConfig(**cfg), 0)
+    return open_log(path, LogConfig(**cfg))
+
+
+# The appends below are a single node's leader's: its replica manager, the only in-sync
+# replica, moves the high watermark to the log end after each.
 
 
 def write(plog, records, now, pid=-1, seq=-1, transactional=False, epoch=0):
     data = bytearray(build_batch([(k, v, [], now) for k, v in records], producer_id=pid,
                                  producer_epoch=epoch if pid >= 0 else -1, base_sequence=seq,
                                  is_transactional=transactional))
-    return plog.append(data, split_batches(data), now)
+    result = plog.append(data, split_batches(data), now)
+    advance_high_watermark(plog)
+    return result
+
+
+def marker(plog, pid, commit, now):
+    result = plog.append_marker(pid, 0, commit, 0, now)
+    advance_high_watermark(plog)
+    return result
 
 
 def all_batches(plog):
@@ -110,7 +123,7 @@ def test_random_histories_cleaned_again_and_again_read_the_same(tmp_path, seed):
         for pid in range(1, 5):
             if pid in history.seq:
                 history._append(pid, [(b"k1", b"txn-after-restart", [], history.now)], True)
-                plog.append_marker(pid, 0, True, 0, history.now)
+                marker(plog, pid, True, history.now)
         assert latest_values(read_log(plog, committed=True))[b"k1"] == b"txn-after-restart" \
             or not any(pid in history.seq for pid in range(1, 5))
 
@@ -120,15 +133,15 @@ def test_a_marker_goes_only_in_a_pass_after_its_delete_horizon(tmp_path):
     manager = CleanerManager()
     t = 1_000_000
     write(plog, [(b"a", b"committed")], t, pid=1, seq=0, transactional=True)
-    plog.append_marker(1, 0, True, 0, t)  # offset 1
+    marker(plog, 1, True, t)  # offset 1
     write(plog, [(b"b", b"aborted")], t, pid=2, seq=0, transactional=True)
-    plog.append_marker(2, 0, False, 0, t)  # offset 3
+    marker(plog, 2, False, t)  # offset 3
     write(plog, [(b"a", b"newer")], t)  # the committed record's key is overwritten
     # Both producers write again later, so neither marker is its producer's last entry.
     write(plog, [(b"c", b"1")], t, pid=1, seq=1, transactional=True)
-    plog.append_marker(1, 0, True, 0, t)
+    marker(plog, 1, True, t)
     write(plog, [(b"c", b"2")], t, pid=2, seq=1, transactional=True)
-    plog.append_marker(2, 0, True, 0, t)
+    marker(plog, 2, True, t)
     plog.roll(t)
     write(plog, [(b"z", b"active")], t)
     clean_now(manager, plog, t)
@@ -158,7 +171,7 @@ def test_an_aborted_transaction_whose_marker_is_still_in_the_active_segment(tmp_
     write(plog, [(b"a", b"aborted")], t, pid=1, seq=0, transactional=True)
     write(plog, [(b"b", b"plain")], t)
     plog.roll(t)
-    plog.append_marker(1, 0, False, 0, t)
+    marker(plog, 1, False, t)
     clean_now(manager, plog, t)
     assert [r.value for r in read_log(plog, committed=True)] == [b"plain"]
     assert [r.value for r in read_log(plog, committed=False)] == [b"plain"]
@@ -230,6 +243,7 @@ def test_a_crash_mid_swap_loses_nothing(tmp_path):
             grp.new.close()
         plog.close_unclean()
         plog = compacted(d)
+        advance_high_watermark(plog)  # the replica manager, taking the lead again
         assert latest_values(read_log(plog, committed=True)) == expected, stage
         assert not list(d.glob("*.cleaned")) and not list(d.glob("*.swap"))
         plog.close(t)
@@ -289,7 +303,7 @@ def test_the_cleanable_range_ends_at_the_lso_the_active_segment_and_the_lag(tmp_
     assert first_uncleanable == max(b for b in bases if b <= lso)
     _dirty, young, _now = manager.cleanable_offsets(plog, t + 5_000)
     assert young == plog.log_start_offset  # every segment is younger than the lag
-    plog.append_marker(1, 0, True, 0, t)
+    marker(plog, 1, True, t)
     _dirty, first_uncleanable, _now = manager.cleanable_offsets(plog, t + 20_000)
     assert first_uncleanable == plog.active_segment.base_offset
 
@@ -303,7 +317,7 @@ def test_the_manager_picks_the_filthiest_log_over_its_ratio(tmp_path):
         for i in range(n):
             write(plog, [(b"k", b"x" * 40 + str(i).encode())], t)
         logs.append((name, plog))
-    plain = PartitionLog(tmp_path / "plain", LogConfig(segment_bytes=500), 0)
+    plain = open_log(tmp_path / "plain", segment_bytes=500)
     for i in range(60):
         write(plain, [(b"k", b"x" * 40)], t)
     logs.append(("plain", plain))
@@ -368,7 +382,7 @@ def test_an_active_producers_emptied_batch_keeps_its_marker_until_it_expires(tmp
     manager = CleanerManager()
     t = 1_000_000
     write(plog, [(b"a", b"txn")], t, pid=3, seq=0, transactional=True)
-    plog.append_marker(3, 0, True, 0, t)
+    marker(plog, 3, True, t)
     write(plog, [(b"a", b"plain")], t)
     plog.roll(t)
     write(plog, [(b"b", b"active")], t)
@@ -380,7 +394,8 @@ def test_an_active_producers_emptied_batch_keeps_its_marker_until_it_expires(tmp
     for snap in (tmp_path / "t-0").glob("*.snapshot"):
         snap.unlink()
     plog = compacted(tmp_path / "t-0")
-    assert plog.last_stable_offset == plog.log_end_offset
+    advance_high_watermark(plog)  # the replica manager, taking the lead again
+    assert plog.last_stable_offset == plog.log_end_offset  # no transaction open again
     assert plog.producer_state.producers[3].last_seq == 0
     # Once the producer has expired, both go.
     plog.producer_state.expire(t + 10**9, 1)

@@ -9,8 +9,9 @@ import random
 import time
 
 from support.compaction import latest_values, read_log
+from support.logs import advance_high_watermark, open_log
 
-from oncelog.log import LogConfig, PartitionLog
+from oncelog.log import LogConfig
 from oncelog.log.log_cleaner import LogCleaner
 from oncelog.records import build_batch, split_batches
 
@@ -18,7 +19,7 @@ from oncelog.records import build_batch, split_batches
 def test_the_background_cleaner_cleans_while_the_loop_appends(tmp_path):
     cfg = LogConfig(segment_bytes=2000, cleanup_policy=frozenset({"compact"}),
                     min_cleanable_dirty_ratio=0.1, delete_retention_ms=0)
-    plog = PartitionLog(tmp_path / "t-0", cfg, 0)
+    plog = open_log(tmp_path / "t-0", cfg)
     rng = random.Random(11)
     model: dict[bytes, bytes] = {}
     t = 1_000_000
@@ -36,6 +37,7 @@ def test_the_background_cleaner_cleans_while_the_loop_appends(tmp_path):
                 value = f"v{i}".encode() * 5
                 data = bytearray(build_batch([(key, value, [], t)]))
                 plog.append(data, split_batches(data), t)
+                advance_high_watermark(plog)  # a single node's replica manager
                 model[key] = value
                 i += 1
                 if i % 50 == 0:

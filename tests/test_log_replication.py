@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from support.logs import open_log
 
 from oncelog.log import (
     LeaderEpochCache,
     LogAppendError,
-    LogConfig,
-    PartitionLog,
     UnexpectedAppendOffsetError,
 )
 from oncelog.log.leader_epoch import (
@@ -27,10 +26,6 @@ from oncelog.log.txn_index import AbortedTxn
 from oncelog.records import build_batch, iter_batches, split_batches, validate_batch
 
 SMALL = {"segment_bytes": 400, "index_interval_bytes": 100}
-
-
-def open_log(path, replicated=True, now=0, **config):
-    return PartitionLog(path, LogConfig(**config), now, replicated=replicated)
 
 
 def produce(log, pid, epoch, seq, values, *, txn=False, leader_epoch=None, now=1_000):
@@ -137,21 +132,6 @@ def test_leader_stamps_its_epoch_into_every_batch_and_records_where_epochs_start
     assert leader.aborted_transactions(0, 15) == [AbortedTxn(3, 5, 9, 8), AbortedTxn(2, 8, 13, 10)]
     assert leader.producer_state.open_transactions() == [(4, 10)]
     assert leader.last_stable_offset == 10 and leader.high_watermark == 15
-
-
-def test_a_log_that_is_not_replicated_behaves_as_before(tmp_path):
-    d = tmp_path / "t-0"
-    log = open_log(d, replicated=False)
-    produce(log, 1, 0, 0, [b"a", b"b"])
-    assert log.high_watermark == log.log_end_offset == 2
-    assert log.update_high_watermark(0) == 2 and log.high_watermark == 2
-    assert [h.partition_leader_epoch for h in headers(log)] == [-1]  # as the client sent it
-    log.flush()
-    log.maintain(5_000)
-    log.close(5_000)
-    assert not (d / CHECKPOINT_FILE).exists() and not (d / "high-watermark").exists()
-    log = open_log(d, replicated=False)
-    assert log.leader_epoch_cache.entries == [] and log.high_watermark == 2
 
 
 # -- the follower --------------------------------------------------------------------------------
@@ -397,7 +377,7 @@ def test_damaged_checkpoint_files_are_not_read(tmp_path, text):
 
 
 @pytest.mark.parametrize("damage", ["missing", "garbage", "truncated"])
-def test_replicated_log_rebuilds_a_lost_checkpoint_from_its_batches(tmp_path, damage):
+def test_a_log_rebuilds_a_lost_checkpoint_from_its_batches(tmp_path, damage):
     d = tmp_path / "t-0"
     log = build_leader(d, **SMALL)
     log.close(3_000)
@@ -467,6 +447,77 @@ def test_high_watermark_is_stored_persisted_and_clamped(tmp_path):
     assert log.update_high_watermark(-5) == 3
 
 
+def test_appends_move_the_log_end_and_never_the_high_watermark(tmp_path):
+    """A single node's log too: what consumers read (the high watermark, the LSO) moves when
+    the replica manager says the in-sync replicas have the data, and is checkpointed."""
+    d = tmp_path / "t-0"
+    log = open_log(d)
+    produce(log, 1, 0, 0, [b"a", b"b"], leader_epoch=0)
+    produce(log, 2, 0, 0, [b"t1"], txn=True, leader_epoch=0)  # offset 2: opens a transaction
+    log.append_marker(2, 0, True, 0, 2_000, leader_epoch=0)  # offset 3
+    produce(log, 1, 0, 2, [b"c"], leader_epoch=0)  # offset 4
+    assert (log.log_end_offset, log.high_watermark, log.last_stable_offset) == (5, 0, 0)
+    assert log.read(0, 1 << 20) == b""
+    log.flush()
+    assert (d / "high-watermark").read_text() == "0"
+    assert log.update_high_watermark(2) == 2
+    assert log.last_stable_offset == 2
+    assert [h.next_offset for _, h in iter_batches(log.read(0, 1 << 20))] == [2]
+    assert log.update_high_watermark(3) == 3  # the transaction's data, not its marker
+    assert log.last_stable_offset == 2  # how it ended is not in the in-sync replicas yet
+    assert log.update_high_watermark(log.log_end_offset) == 5
+    assert log.last_stable_offset == 5
+    log.flush()
+    assert (d / "high-watermark").read_text() == "5"
+
+
+def test_the_high_watermark_is_never_below_the_log_start(tmp_path):
+    """A follower's log start follows its leader's (DeleteRecords) and retention, possibly past
+    the high watermark it has: the high watermark comes up with it."""
+    leader = build_leader(tmp_path / "leader")
+    follower = open_log(tmp_path / "follower", segment_bytes=200, retention_bytes=300)
+    follower.append_as_follower(log_bytes(leader))
+    assert follower.high_watermark == 0
+    assert follower.increment_log_start_offset(3, 2_000)
+    assert follower.high_watermark == 3 and follower.last_stable_offset == 3
+    assert follower.apply_retention(3_000)
+    assert follower.log_start_offset > 3
+    assert follower.high_watermark == follower.log_start_offset
+    follower.truncate_fully_and_start_at(20, 4_000)
+    assert follower.high_watermark == 20
+    follower.close(5_000)
+    assert open_log(tmp_path / "follower").high_watermark == 20
+
+
+def test_an_ended_transaction_is_unstable_until_its_marker_is_below_the_high_watermark(
+        tmp_path):
+    """Kafka's unreplicatedTxns: a read_committed consumer reads none of a transaction before
+    the in-sync replicas have its marker, also when replayed after a crash, and a truncation
+    that cuts the marker opens the transaction again."""
+    d = tmp_path / "t-0"
+    log = open_log(d)
+    produce(log, 2, 0, 0, [b"t1", b"t2"], txn=True)  # 0-1
+    log.update_high_watermark(2)
+    assert log.last_stable_offset == 0
+    log.append_marker(2, 0, False, 0, 2_000)  # 2: the abort
+    assert log.producer_state.open_transactions() == []
+    assert log.last_stable_offset == 0  # ended, but the marker is not replicated
+    assert log.aborted_transactions(0, 3) == [AbortedTxn(2, 0, 2, 3)]
+    log.flush()  # the high watermark written
+    log.close_unclean()
+    log = open_log(d)
+    assert (log.high_watermark, log.last_stable_offset) == (2, 0)  # the marker replayed
+    log.update_high_watermark(3)
+    assert log.last_stable_offset == 3
+    log.truncate_to(2)  # a follower cutting the marker: the transaction is open again
+    assert (log.high_watermark, log.last_stable_offset) == (2, 0)
+    assert log.producer_state.open_transactions() == [(2, 0)]
+    log.append_marker(2, 0, True, 0, 4_000)  # the new leader's marker
+    assert log.last_stable_offset == 0
+    log.update_high_watermark(3)
+    assert log.last_stable_offset == 3 and log.aborted_transactions(0, 3) == []
+
+
 def test_lso_never_passes_the_high_watermark(tmp_path):
     leader = build_leader(tmp_path / "leader")
     follower = open_log(tmp_path / "follower")
@@ -477,7 +528,11 @@ def test_lso_never_passes_the_high_watermark(tmp_path):
     other.append_as_follower(log_bytes(leader, end=10))
     assert other.high_watermark == 0 and other.last_stable_offset == 0
     other.update_high_watermark(6)
-    assert other.last_stable_offset == 6
+    # p2's COMMIT (7) and p3's ABORT (9) are not below the high watermark yet: their
+    # transactions (from 3 and 5) hold the LSO as open ones do (Kafka's unreplicatedTxns).
+    assert other.last_stable_offset == 3
+    other.update_high_watermark(8)
+    assert other.last_stable_offset == 5
     other.update_high_watermark(10)
     assert other.last_stable_offset == 8  # p2's second transaction is open at 8
 

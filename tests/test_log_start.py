@@ -5,20 +5,17 @@ what a follower's truncation does to it."""
 from __future__ import annotations
 
 import pytest
+from support.logs import advance_high_watermark, open_log
 
-from oncelog.log import LogConfig, OffsetOutOfRangeError, PartitionLog
+from oncelog.log import OffsetOutOfRangeError
 from oncelog.records import build_batch, split_batches
-
-
-def open_log(path, now=0, **config):
-    return PartitionLog(path, LogConfig(**config), now, replicated=True)
 
 
 def produce(log, values, pid=-1, seq=-1, now=1_000):
     data = bytearray(build_batch([(None, v, [], now) for v in values], producer_id=pid,
                                  producer_epoch=0 if pid >= 0 else -1, base_sequence=seq))
     result = log.append(data, split_batches(data), now)
-    log.update_high_watermark(log.log_end_offset)  # a lone replica: all of it is committed
+    advance_high_watermark(log)  # a lone replica: all of it is committed
     return result
 
 

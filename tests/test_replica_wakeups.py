@@ -1,9 +1,9 @@
 """Who a leader's append and a moved high watermark wake (server/replication.py, the long polls
 of server/handlers/fetch.py): a follower reads to the log end, so appends wake its fetch and a
 moved high watermark does not; a consumer reads to the high watermark, so it wakes when that
-moves (once the ISR has an acks=all write) and not for an append the ISR does not have yet. A
-log of one replica (a single node) wakes its consumers on every append. And acks=all through
-``append_records``: answered when the ISR has the batch, timed out when it never does."""
+moves (once the ISR has an acks=all write) and not for an append the ISR does not have yet; with
+a lone ISR (a single node) that is every append. And acks=all through ``append_records``:
+answered when the ISR has the batch, timed out when it never does."""
 
 from __future__ import annotations
 
@@ -64,19 +64,6 @@ def test_with_a_lone_isr_an_append_wakes_both(tmp_path):
         rm.appended(r)
         assert r.log.high_watermark == end
         assert consumer.done() and follower.done()
-        rm.close()
-
-    asyncio.run(main())
-
-
-def test_a_single_replica_log_wakes_its_consumers_on_every_append(tmp_path):
-    async def main() -> None:
-        rm, r = leader(tmp_path, isr=(1,))
-        r.log.replicated = False  # what a single-node broker's logs are
-        consumer, _ = long_polls(r)
-        append(r, 3)
-        rm.appended(r)
-        assert consumer.done()
         rm.close()
 
     asyncio.run(main())

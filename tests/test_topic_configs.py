@@ -8,8 +8,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from support.logs import advance_high_watermark, open_log
 
-from oncelog.log import LogAppendError, LogConfig, PartitionLog
+from oncelog.log import LogAppendError, LogConfig
 from oncelog.records import build_batch, decode_batch, iter_batches, split_batches, validate_batch
 from oncelog.records.compression import Compression
 from oncelog.server.config import BrokerConfig, ConfigError, validate_topic_configs
@@ -146,7 +147,9 @@ def _append(log, codec=Compression.NONE, values=(b"v" * 200,) * 20, ts=1_000, se
     data = bytearray(build_batch([(b"k", v, [("h", b"1")], ts + i) for i, v in enumerate(values)],
                                  compression=codec, producer_id=7, producer_epoch=2,
                                  base_sequence=seq))
-    return log.append(data, split_batches(data), now)
+    result = log.append(data, split_batches(data), now)
+    advance_high_watermark(log)  # a single node's replica manager
+    return result
 
 
 def _stored(log):
@@ -155,7 +158,7 @@ def _stored(log):
 
 
 def test_compression_type_rebuilds_batches_keeping_producer_fields(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(compression_type="zstd"), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(compression_type="zstd"))
     _append(log, Compression.GZIP)
     assert _append(log, Compression.NONE, seq=20).base_offset == 20
     assert _append(log, Compression.ZSTD, seq=40).base_offset == 40
@@ -177,8 +180,8 @@ def test_compression_type_rebuilds_batches_keeping_producer_fields(tmp_path):
 
 
 def test_a_batch_too_large_once_recompressed_is_refused(tmp_path):
-    log = PartitionLog(tmp_path / "t-0",
-                       LogConfig(compression_type="uncompressed", max_message_bytes=2000), 0)
+    log = open_log(tmp_path / "t-0",
+                   LogConfig(compression_type="uncompressed", max_message_bytes=2000))
     with pytest.raises(LogAppendError) as info:
         _append(log, Compression.GZIP)  # 4 KB of records, gzipped to far less
     assert info.value.error_name == "message_too_large"
@@ -186,8 +189,8 @@ def test_a_batch_too_large_once_recompressed_is_refused(tmp_path):
 
 
 def test_log_append_time_stamps_recompressed_batches_too(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(compression_type="lz4",
-                                                   message_timestamp_type="LogAppendTime"), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(compression_type="lz4",
+                                               message_timestamp_type="LogAppendTime"))
     result = _append(log, Compression.NONE, now=50_000)
     assert result.log_append_time == 50_000
     (h, records), = _stored(log)
@@ -196,8 +199,8 @@ def test_log_append_time_stamps_recompressed_batches_too(tmp_path):
 
 
 def test_segment_jitter_rolls_earlier_and_flush_ms_flushes(tmp_path):
-    log = PartitionLog(tmp_path / "t-0", LogConfig(segment_ms=1_000, segment_jitter_ms=999,
-                                                   flush_ms=10), 0)
+    log = open_log(tmp_path / "t-0", LogConfig(segment_ms=1_000, segment_jitter_ms=999,
+                                               flush_ms=10))
     _append(log, now=100)
     log.roll(100)  # a new segment draws its jitter
     jitters = {log._roll_jitter_ms}
@@ -206,7 +209,7 @@ def test_segment_jitter_rolls_earlier_and_flush_ms_flushes(tmp_path):
         log.roll(200 + i)
         jitters.add(log._roll_jitter_ms)
     assert all(0 <= j < 999 for j in jitters) and len(jitters) > 1
-    log = PartitionLog(tmp_path / "u-0", LogConfig(flush_ms=10), 0)
+    log = open_log(tmp_path / "u-0", LogConfig(flush_ms=10))
     _append(log, now=5)
     log.maintain(5)
     assert log.unflushed_messages == 20

@@ -13,6 +13,8 @@
 - waiting        wait_until: poll a condition with a deadline
 - zookeeper      require_zookeeper: skip where Debian's ZooKeeper is not installed
 - inmemory       the client's TransactionManager joined to the coordinator core, without sockets
+- logs           a PartitionLog opened as the broker opens it, its high watermark moved as the
+                 replica manager moves it (the log's unit tests)
 
 The broker launcher itself is oncelog.harness.broker_process (the CLI and ``oncelog verify`` use
 it too).

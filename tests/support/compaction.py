@@ -1,6 +1,8 @@
 """Helpers for the log-compaction tests: random transactional histories written into a
 PartitionLog, and what a read_committed consumer reads back (through the client's own
-decoding, so that the consumer's aborted-transaction filtering is the one under test)."""
+decoding, so that the consumer's aborted-transaction filtering is the one under test). The
+histories are a single node's: after each append the replica manager, the only in-sync
+replica, moves the high watermark to the log end (support/logs.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from oncelog.log import PartitionLog
 from oncelog.log.cleaner_manager import CleanerManager
 from oncelog.log.log_cleaner import clean_log
 from oncelog.records import build_batch, split_batches
+
+from .logs import advance_high_watermark
 
 TP = TopicPartition("t", 0)
 
@@ -79,8 +83,13 @@ class History:
                                      else -1, base_sequence=seq,
                                      is_transactional=transactional))
         self.plog.append(data, split_batches(data), self.now)
+        advance_high_watermark(self.plog)
         if pid >= 0:
             self.seq[pid] = seq + len(records)
+
+    def end_txn(self, pid: int, commit: bool) -> None:
+        self.plog.append_marker(pid, 0, commit, 0, self.now)
+        advance_high_watermark(self.plog)
 
     def step(self) -> None:
         self.now += self.rng.randrange(1, 50)
@@ -96,7 +105,7 @@ class History:
                 values = self.open_txn.pop(pid)
                 if not commit:
                     self.aborted_values.update(values)
-                self.plog.append_marker(pid, 0, commit, 0, self.now)
+                self.end_txn(pid, commit)
             else:
                 recs = self._records(self.rng.randrange(1, 4))
                 self.open_txn.setdefault(pid, []).extend(r[1] for r in recs if r[1])
@@ -108,7 +117,7 @@ class History:
             commit = self.rng.random() < 0.5
             if not commit:
                 self.aborted_values.update(values)
-            self.plog.append_marker(pid, 0, commit, 0, self.now)
+            self.end_txn(pid, commit)
 
 
 def clean_now(manager: CleanerManager, plog: PartitionLog, now: int,

@@ -34,7 +34,6 @@ class PartitionLog(Protocol):
 
     directory: Path
     config: Any
-    replicated: bool
     segments: list[LogSegment]
     recovered_bytes: int
     _recovered_from: int | None
@@ -173,16 +172,15 @@ def read_high_watermark(plog: PartitionLog) -> int:
 def load_leader_epoch_cache(plog: PartitionLog) -> LeaderEpochCache:
     """The checkpoint file, made consistent with the log as Kafka's LogLoader does: entries
     past the log end dropped, the first moved up to the log start, and the epochs of batches
-    recovered after an unclean stop added. A replicated log whose file is missing or damaged
-    rebuilds it from its batches' partitionLeaderEpoch fields (one header read per batch);
-    a log that is not replicated starts empty and writes no file until an epoch is assigned.
+    recovered after an unclean stop added. A log whose file is missing or damaged rebuilds it
+    from its batches' partitionLeaderEpoch fields (one header read per batch).
     """
     path = plog.directory / CHECKPOINT_FILE
     entries = read_checkpoint(path)
     rebuild_from: int | None = None
-    if entries is None and plog.replicated:
+    if entries is None:
         rebuild_from = plog.log_start_offset
-    elif plog.replicated and plog._recovered_from is not None:
+    elif plog._recovered_from is not None:
         rebuild_from = plog._recovered_from
     cache = LeaderEpochCache(path, entries or ())
     if rebuild_from is not None:

@@ -5,13 +5,13 @@ and the partition's producer state (validated before every append, snapshotted t
 ``<20-digit offset>.snapshot`` files, rebuilt from the log when those are missing or damaged),
 with its transactions: COMMIT/ABORT markers, the last stable offset and the aborted-transaction
 index (spec 000, "Last Stable Offset Tracking", "Aborted Transaction Index").
-Replication (docs/cluster.md, Kafka's ISR protocol): a log opened ``replicated`` keeps a stored
-high watermark (``high-watermark``), and every log keeps a leader-epoch cache
-(``leader-epoch-checkpoint``, log/leader_epoch.py). A leader stamps its epoch into the batches
-it appends; a follower appends the leader's batches unchanged (``append_as_follower``) and
-rebuilds the same producer state, open transactions and aborted-transaction index from them;
-``truncate_to`` cuts a diverged tail. Without ``replicated`` the log behaves as a single replica:
-the high watermark is the log end.
+Replication (docs/cluster.md, Kafka's ISR protocol): every log is a replica's. It keeps a stored
+high watermark (``high-watermark``) that only its owner moves (``update_high_watermark``: the
+replica manager, once the in-sync replicas have the data; an append never does, a single node's
+included, whose ISR is itself), and a leader-epoch cache (``leader-epoch-checkpoint``,
+log/leader_epoch.py). A leader stamps its epoch into the batches it appends; a follower appends
+the leader's batches unchanged (``append_as_follower``) and rebuilds the same producer state,
+open transactions and aborted-transaction index from them; ``truncate_to`` cuts a diverged tail.
 Opening it (segments, recovery, the epoch cache, the producer state, the checkpoint files) is
 log/loader.py, Kafka's LogLoader. Single-threaded: the broker's event loop is the only caller.
 """
@@ -147,11 +147,10 @@ COPY_BELOW = 64 * 1024
 
 class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, now_ms: int,
-                 preallocator: Preallocator | None = None, *, replicated: bool = False) -> None:
+                 preallocator: Preallocator | None = None) -> None:
         self.directory = Path(directory)
         self.config = config
         self.preallocator = preallocator
-        self.replicated = replicated
         self.directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[LogSegment] = []
         self.unflushed_messages = 0
@@ -169,10 +168,9 @@ class PartitionLog:
             self._log_start_offset = log_start.load_log_start_offset(self)
             load_producer_state(self)
             self.leader_epoch_cache = load_leader_epoch_cache(self)
-            self._high_watermark = self.log_end_offset
+            self._high_watermark = read_high_watermark(self)
+            self.producer_state.on_high_watermark_updated(self._high_watermark)
             self._persisted_high_watermark: int | None = None  # written at the next flush
-            if replicated:
-                self._high_watermark = read_high_watermark(self)
         except BaseException:
             self.close_unclean()  # a log that could not open keeps no file open (EMFILE, ENOSPC)
             raise
@@ -180,7 +178,7 @@ class PartitionLog:
     # -- checkpoints and replay (opening the log is log/loader.py) ---------------------------
 
     def _write_high_watermark(self) -> None:
-        if not self.replicated or self._persisted_high_watermark == self._high_watermark:
+        if self._persisted_high_watermark == self._high_watermark:
             return
         write_offset_file(self.directory / HIGH_WATERMARK_FILE, self._high_watermark)
         self._persisted_high_watermark = self._high_watermark
@@ -238,21 +236,20 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        if not self.replicated:
-            # A single replica: everything appended is fully replicated.
-            return self.log_end_offset
+        """The offset below which the in-sync replicas have everything (what consumers read up
+        to); moved by ``update_high_watermark`` only, never by an append."""
         return self._high_watermark
 
     def update_high_watermark(self, offset: int) -> int:
         """Move the stored high watermark up to ``offset``, clamped to [log start, log end]
         (Kafka's maybeUpdateHighWatermark: it never moves back; only ``truncate_to`` lowers it).
-        Persisted on flush, roll, close and ``maintain``. Returns the high watermark. Without
-        ``replicated`` the high watermark is the log end and this changes nothing."""
-        if not self.replicated:
-            return self.log_end_offset
+        Persisted on flush, roll, close and ``maintain``. Returns the high watermark."""
         end = self.segments[-1].next_offset  # (every acks=all append comes here: kept lean)
         hw = max(self.log_start_offset, min(end, offset))
-        self._high_watermark = max(self._high_watermark, hw)
+        if hw > self._high_watermark:
+            self._high_watermark = hw
+            if self.producer_state.unreplicated:
+                self.producer_state.on_high_watermark_updated(hw)
         return self._high_watermark
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -263,8 +260,9 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """spec 000, "Last Stable Offset Tracking": the first offset of the oldest open
-        transaction, or the high watermark when none is open. read_committed consumers see only
-        what lies below it. Never below the log start (Kafka's UnifiedLog raises the first
+        transaction, or ended one whose marker is not below the high watermark yet (Kafka's
+        firstUnstableOffset), or the high watermark when there is none. read_committed
+        consumers see only what lies below it. Never below the log start (Kafka's UnifiedLog raises the first
         unstable offset to the log start offset): DeleteRecords or retention past the start
         of an open transaction leaves nothing below the log start to wait for, and an LSO
         there would send read_committed consumers at "latest" out of range and round again."""
@@ -521,9 +519,10 @@ class PartitionLog:
         log_start.after_truncation(self)
         load_producer_state(self)  # deletes the snapshots above ``end``
         self.leader_epoch_cache.truncate_from_end(end)
-        if self.replicated and self._high_watermark > end:
+        if self._high_watermark > end:
             self._high_watermark = end
             self._write_high_watermark()
+        self.producer_state.on_high_watermark_updated(self._high_watermark)
         if (read_offset_file(self.directory / RECOVERY_POINT_FILE) or 0) > end:
             write_offset_file(self.directory / RECOVERY_POINT_FILE, end)
         self.unflushed_messages = 0
@@ -531,8 +530,8 @@ class PartitionLog:
 
     def _index_aborted(self, seg: LogSegment, done: CompletedTxn) -> None:
         # The LSO once this transaction is closed: the oldest transaction still open, or
-        # everything up to the marker.
-        first_unstable = self.producer_state.first_unstable_offset()
+        # everything up to the marker (Kafka's lastStableOffset(completedTxn)).
+        first_unstable = self.producer_state.first_undecided_offset()
         lso = done.last_offset + 1 if first_unstable is None \
             else max(first_unstable, self.log_start_offset)
         seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
@@ -761,8 +760,8 @@ class PartitionLog:
         if deleted:
             log_start.after_segments_deleted(self)
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-            if self.replicated and self._high_watermark < self.log_start_offset:
-                self._high_watermark = self.log_start_offset
+            self._high_watermark = max(self._high_watermark, self.log_start_offset)
+            self.producer_state.on_high_watermark_updated(self._high_watermark)
         return deleted
 
     # -- reading ------------------------------------------------------------------------------

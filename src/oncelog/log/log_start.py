@@ -46,8 +46,8 @@ def increment_log_start_offset(plog: Any, offset: int, now_ms: int) -> bool:
     plog._log_start_offset = offset
     write_offset_file(plog.directory / LOG_START_OFFSET_FILE, offset)
     plog.leader_epoch_cache.truncate_from_start(offset)
-    if plog.replicated and plog._high_watermark < offset:
-        plog._high_watermark = offset
+    plog._high_watermark = max(plog._high_watermark, offset)
+    plog.producer_state.on_high_watermark_updated(plog._high_watermark)
     return True
 
 
@@ -97,6 +97,5 @@ def truncate_fully_and_start_at(plog: Any, offset: int, now_ms: int) -> None:
     plog._log_start_offset = offset
     write_offset_file(plog.directory / LOG_START_OFFSET_FILE, offset)
     write_offset_file(plog.directory / RECOVERY_POINT_FILE, offset)
-    if plog.replicated:
-        plog._high_watermark = offset
-        plog._write_high_watermark()
+    plog._high_watermark = offset
+    plog._write_high_watermark()

@@ -113,6 +113,11 @@ class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.verifications: dict[int, VerificationGuard] = {}
+        # Kafka's unreplicatedTxns: first offset -> marker offset of the transactions a marker
+        # ended whose marker the high watermark has not passed yet. They hold the LSO back
+        # like open ones: a consumer reads none of a transaction before the in-sync replicas
+        # have how it ended. Not in snapshots (rebuilt from the markers replayed after one).
+        self.unreplicated: dict[int, int] = {}
 
     # -- verification (KIP-890) ----------------------------------------------------------------
 
@@ -145,11 +150,27 @@ class ProducerStateManager:
 
     # -- transactions -------------------------------------------------------------------------
 
-    def first_unstable_offset(self) -> int | None:
+    def first_undecided_offset(self) -> int | None:
         """The first offset of the oldest open transaction, or None when none is open."""
         firsts = [e.current_txn_first_offset for e in self.producers.values()
                   if e.current_txn_first_offset >= 0]
         return min(firsts) if firsts else None
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction that is open or whose marker is not below
+        the high watermark yet (Kafka's firstUnstableOffset), None when there is none."""
+        undecided = self.first_undecided_offset()
+        if not self.unreplicated:
+            return undecided
+        first = min(self.unreplicated)
+        return first if undecided is None else min(first, undecided)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """The high watermark moved (up, or down by a truncation): the ended transactions whose
+        marker is below it are stable."""
+        if self.unreplicated:
+            self.unreplicated = {first: marker for first, marker in self.unreplicated.items()
+                                 if marker >= high_watermark}
 
     def open_transactions(self) -> list[tuple[int, int]]:
         """(producer id, first offset) of every open transaction, oldest first."""
@@ -203,6 +224,8 @@ class ProducerStateManager:
         first = entry.current_txn_first_offset
         if first < 0:
             first = header.base_offset  # nothing of this producer's in the transaction here
+        else:
+            self.unreplicated[first] = header.base_offset
         entry.current_txn_first_offset = -1
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)

@@ -137,10 +137,8 @@ class Partition:
 
     def appended(self) -> None:
         """The leader appended: followers' long polls wake up (they read to the log end);
-        consumers' when the high watermark moved: at once with a lone ISR, and always for a
-        log of one replica, whose end is its high watermark."""
-        if not self.maybe_advance_hw() and not self.log.replicated:
-            self.partition.notify_high_watermark()
+        consumers' when the high watermark moved (at once with a lone ISR)."""
+        self.maybe_advance_hw()
         self.partition.notify_log_end()
 
     def add_waiter(self, end_offset: int) -> asyncio.Future:

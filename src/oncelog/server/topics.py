@@ -196,7 +196,7 @@ class TopicManager:
             # leader epochs the producers sent (-1, or anything), not a leader's. An empty
             # checkpoint keeps the log from rebuilding its epochs out of them.
             LeaderEpochCache(directory / CHECKPOINT_FILE).flush()
-        return PartitionLog(directory, log_config, now_ms, self.preallocator, replicated=True)
+        return PartitionLog(directory, log_config, now_ms, self.preallocator)
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
