@@ -14,13 +14,15 @@ refused for single records names them (KIP-467's record_errors, v8+).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ...log.validator import RecordsError, check_compressed
 from ...protocol import millis
 from ...protocol.produce_response import ProduceResponseWriter
 from ...records import CorruptRecordError, split_batches
 from ..clock import now_ms
-from ..context import CloseConnection
+from ..context import CloseConnection, RequestContext
+from ..ports import BrokerPort
 from ..replication import AppendError, ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from ..txn_verification import produce_error
@@ -41,7 +43,7 @@ class _Reject(Exception):
         self.at_log = at_log
 
 
-def _prepare(broker, topic: str, index: int, records, acks: int):
+def _prepare(broker: BrokerPort, topic: str, index: int, records, acks: int):
     """Validate one partition's record set: (partition, batches), or raise _Reject. Only the
     partition's leader appends."""
     try:
@@ -111,7 +113,7 @@ _NO_LOG_START = {"unknown_topic_or_partition", "not_leader_or_follower", "messag
                  "record_list_too_large", "corrupt_message", "kafka_storage_error"}
 
 
-def _log_start(broker, tp: tuple[str, int], error_name: str) -> int:
+def _log_start(broker: BrokerPort, tp: tuple[str, int], error_name: str) -> int:
     if error_name in _NO_LOG_START:
         return -1
     try:
@@ -130,7 +132,8 @@ def _writer(records, batches, now: int, *, guard, verify: bool, new_client: bool
     return write
 
 
-async def _verify(broker, transactional_id: str | None, prepared: dict, new_client: bool):
+async def _verify(broker: BrokerPort, transactional_id: str | None, prepared: dict,
+                  new_client: bool):
     """KIP-890: ask the coordinator about the partitions where this request's transactional
     batches would open the producer's transaction. Returns (whether appends must carry a
     verification, {tp: guard}, {tp: (error, message)})."""
@@ -165,7 +168,8 @@ async def _verify(broker, transactional_id: str | None, prepared: dict, new_clie
     return True, guards, failed
 
 
-def _denied(broker, ctx, request, txn_id) -> tuple[str, str] | None:
+def _denied(broker: BrokerPort, ctx: RequestContext, request: Any, txn_id) -> tuple[str,
+            str] | None:
     """Spec 000: transactional data needs Write on the TransactionalId; idempotent data
     IdempotentWrite on the cluster (implied by Write on a topic, KIP-679)."""
     if txn_id is not None:
@@ -185,7 +189,7 @@ def _has_producer_id(records) -> bool:
     return bool(records) and len(records) >= 51 and records[43:51] != b"\xff" * 8
 
 
-async def handle_produce(broker, ctx, request):
+async def handle_produce(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     new_client = ctx.version >= 12  # KIP-890 transaction version 2
     results: dict[tuple[str, int], tuple] = {}
@@ -259,7 +263,7 @@ async def handle_produce(broker, ctx, request):
     return writer
 
 
-def answer_every_partition(version: int, request, error_name: str, message: str):
+def answer_every_partition(version: int, request: Any, error_name: str, message: str):
     """The Produce response naming every partition of ``request`` with one error: what Kafka's
     handleError answers when a request fails unexpectedly. (The generic error_response mirrors
     kio requests; Produce is read by hand, protocol/produce_request.py.)"""

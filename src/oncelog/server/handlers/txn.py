@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import datetime
 import logging
+from types import ModuleType
+from typing import Any
 
 from ...protocol import ApiKey, make, millis, response_module
 from ...txn.coordinator import Outcome
 from ...txn.state import TransactionState
 from ..clock import now_ms
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..topics import CONSUMER_OFFSETS, INTERNAL_TOPICS
 from . import acl
 from .util import error_code
@@ -30,7 +34,7 @@ def _timestamp(ms: int) -> datetime.datetime:
     return _EPOCH + datetime.timedelta(milliseconds=max(ms, -1))
 
 
-async def _run(broker, outcome, core=None, txn_id: str = "") -> str | None:
+async def _run(broker: BrokerPort, outcome, core=None, txn_id: str = "") -> str | None:
     """Carry out the outcome's effects; the error name to answer with, or None."""
     service = broker.txn_coordinator
     if outcome.error is None and outcome.effects and \
@@ -45,7 +49,8 @@ async def _run(broker, outcome, core=None, txn_id: str = "") -> str | None:
     return outcome.error
 
 
-async def handle_init_producer_id_transactional(broker, ctx, request):
+async def handle_init_producer_id_transactional(broker: BrokerPort, ctx: RequestContext,
+                                                request: Any) -> Any:
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
     enable_2pc = bool(getattr(request, "enable2_pc", False))
     keep_prepared = bool(getattr(request, "keep_prepared_txn", False))
@@ -74,15 +79,16 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
                 ongoing_txn_producer_epoch=outcome.ongoing_producer_epoch if ok else -1)
 
 
-def _unknown(broker, wanted: list[tuple[str, int]]) -> set[tuple[str, int]]:
+def _unknown(broker: BrokerPort, wanted: list[tuple[str, int]]) -> set[tuple[str, int]]:
     topics = broker.metadata.view.topics  # the cluster's topics, hosted here or not
     return {tp for tp in wanted if tp[0] not in topics or tp[0] in INTERNAL_TOPICS
             or tp[1] not in topics[tp[0]].partitions}
 
 
-async def add_partitions(broker, transactional_id: str, producer_id: int, producer_epoch: int,
-                   wanted: list[tuple[str, int]], *, version: int, verify_only: bool = False,
-                   txn_version: int | None = None) -> dict[tuple[str, int], str | None]:
+async def add_partitions(broker: BrokerPort, transactional_id: str, producer_id: int,
+                         producer_epoch: int, wanted: list[tuple[str, int]], *, version: int,
+                         verify_only: bool = False, txn_version: int | None = None
+                         ) -> dict[tuple[str, int], str | None]:
     """One transaction's partitions, added (or, ``verify_only``, checked): the error of each."""
     core, refused = broker.txn_coordinator.core_for(transactional_id)
     if core is None:
@@ -101,7 +107,7 @@ async def add_partitions(broker, transactional_id: str, producer_id: int, produc
     return {tp: err for tp in wanted}
 
 
-def _topic_results(mod, errors: dict[tuple[str, int], str | None]) -> tuple:
+def _topic_results(mod: ModuleType, errors: dict[tuple[str, int], str | None]) -> tuple:
     by_topic: dict[str, list] = {}
     for (topic, p), err in errors.items():
         by_topic.setdefault(topic, []).append(make(
@@ -111,8 +117,10 @@ def _topic_results(mod, errors: dict[tuple[str, int], str | None]) -> tuple:
                  for t, ps in by_topic.items())
 
 
-async def handle_add_partitions_to_txn(broker, ctx, request):
+async def handle_add_partitions_to_txn(broker: BrokerPort, ctx: RequestContext, request: Any
+                                          ) -> Any:
     mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
+    errors: dict[tuple[str, int], str | None]
     if ctx.version <= 3:
         wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         txn_id = request.v3_and_below_transactional_id
@@ -149,7 +157,7 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
                 results_by_transaction=tuple(results))
 
 
-async def handle_add_offsets_to_txn(broker, ctx, request):
+async def handle_add_offsets_to_txn(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version)
     if not acl.transactional_id(broker, ctx, acl.Op.WRITE, request.transactional_id):
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
@@ -172,7 +180,7 @@ async def handle_add_offsets_to_txn(broker, ctx, request):
                 error_code=error_code(await _run(broker, outcome, core, request.transactional_id)))
 
 
-async def handle_end_txn(broker, ctx, request):
+async def handle_end_txn(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.END_TXN, ctx.version)
     # EndTxn v5+ is a client of transaction version 2 (the broker offers it only at level 2);
     # an older one is recorded as version 1 once the broker writes flexible records (KIP-890).
@@ -195,7 +203,8 @@ async def handle_end_txn(broker, ctx, request):
                 producer_epoch=outcome.producer_epoch if ok else -1)
 
 
-async def handle_describe_transactions(broker, ctx, request):
+async def handle_describe_transactions(broker: BrokerPort, ctx: RequestContext, request: Any
+                                          ) -> Any:
     mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, ctx.version)
     states = []
     for txn_id in request.transactional_ids:
@@ -221,7 +230,7 @@ async def handle_describe_transactions(broker, ctx, request):
                 transaction_states=tuple(states))
 
 
-async def handle_list_transactions(broker, ctx, request):
+async def handle_list_transactions(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.LIST_TRANSACTIONS, ctx.version)
     cores = broker.txn_coordinator.all_cores()
     states, unknown = set(), []

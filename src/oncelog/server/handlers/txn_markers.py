@@ -16,9 +16,12 @@ makes that producer's pending transactional offsets visible (commit) or drops th
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..replication import AppendError
 from ..topics import CONSUMER_OFFSETS
 from . import acl
@@ -28,7 +31,7 @@ log = logging.getLogger("oncelog.broker.markers")
 MARKER_REPLICATION_TIMEOUT_MS = 30_000
 
 
-def _marker_writer(broker, topic: str, index: int, marker, now: int):
+def _marker_writer(broker: BrokerPort, topic: str, index: int, marker, now: int):
     """One partition's marker, as the replica manager appends it on the leader. On
     ``__consumer_offsets`` the group coordinator learns the transaction's outcome at once."""
     commit = bool(marker.transaction_result)
@@ -45,7 +48,7 @@ def _marker_writer(broker, topic: str, index: int, marker, now: int):
     return write
 
 
-async def handle_write_txn_markers(broker, ctx, request):
+async def handle_write_txn_markers(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.WRITE_TXN_MARKERS, ctx.version)
     now = now_ms()
     results = []
