@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..group.log_format import OffsetValue
     from ..security.acls import Authorizer, Operation, ResourceType
     from ..security.credential_store import ScramCredentials
-    from ..txn.coordinator import Effect, TransactionCoordinator
+    from ..txn.coordinator import Effect, Outcome, TransactionCoordinator
     from .config import BrokerConfig
     from .context import Session
     from .fetch_sessions import FetchSession, SessionKey
@@ -143,6 +143,14 @@ class TxnCoordinatorPort(Protocol):
 
     async def execute(self, effects: list[Effect],
                       core: TransactionCoordinator | None) -> bool: ...
+
+    async def run(self, outcome: Outcome, core: TransactionCoordinator | None = None,
+                  txn_id: str = "") -> str | None: ...
+
+    async def add_partitions(self, transactional_id: str, producer_id: int,
+                             producer_epoch: int, wanted: list[TP], *, version: int,
+                             verify_only: bool = False, txn_version: int | None = None
+                             ) -> dict[TP, str | None]: ...
 
 
 class TxnVerifierPort(Protocol):

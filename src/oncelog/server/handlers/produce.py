@@ -168,8 +168,8 @@ async def _verify(broker: BrokerPort, transactional_id: str | None, prepared: di
     return True, guards, failed
 
 
-def _denied(broker: BrokerPort, ctx: RequestContext, request: Any, txn_id) -> tuple[str,
-            str] | None:
+def _denied(broker: BrokerPort, ctx: RequestContext, request: Any, txn_id: str | None
+            ) -> tuple[str, str] | None:
     """Spec 000: transactional data needs Write on the TransactionalId; idempotent data
     IdempotentWrite on the cluster (implied by Write on a topic, KIP-679)."""
     if txn_id is not None:
