@@ -945,7 +945,7 @@ class Side:
     # producers and transactions ------------------------------------------------------------
 
     def op_init_pid(self, pid, txn, version=None, timeout_ms=TXN_TIMEOUT_MS, until_ok=False,
-                    enable2pc=False, keep_prepared=False):
+                    enable2pc=False, keep_prepared=False) -> Any:
         version = version or V["init_producer_id"]
         pid = _key(txn, pid)
         mod = request_module(ApiKey.INIT_PRODUCER_ID, version)
@@ -980,7 +980,7 @@ class Side:
         p = self.producers.get(pid)
         return (p.producer_id, p.epoch + epoch_delta) if p else (-1, -1)
 
-    def op_add_partitions(self, pid, txn, partitions, epoch_delta=0):
+    def op_add_partitions(self, pid, txn, partitions, epoch_delta=0) -> Any:
         mod = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, V["add_partitions"])
         producer_id, epoch = self._producer(_key(txn, pid), epoch_delta)
         by_topic: dict[str, list[int]] = {}
@@ -1021,7 +1021,7 @@ class Side:
         return self.norm(response)
 
     def op_txn_offset_commit(self, pid, txn, group, offsets, version=None, member=None,
-                             gen_delta=0):
+                             gen_delta=0) -> Any:
         """TxnOffsetCommit; with ``member``, for that member of the group at its generation
         (+ ``gen_delta``), as a consumer's sendOffsetsToTransaction(groupMetadata) does."""
         mod = request_module(ApiKey.TXN_OFFSET_COMMIT, version or V["txn_offset_commit"])
@@ -1153,7 +1153,8 @@ class Side:
             make(mod.MemberIdentity, member_id=self._member(group, member),
                  group_instance_id=None, reason=None),)))
 
-    def op_offset_commit(self, group, member, offsets, generation=None, gen_delta=0):
+    def op_offset_commit(self, group, member, offsets, generation=None, gen_delta=0
+                         ) -> Any:
         mod = request_module(ApiKey.OFFSET_COMMIT, V["offset_commit"])
         if generation is None:
             generation = self.generations.get(group, -1) + gen_delta
@@ -1170,7 +1171,7 @@ class Side:
                          committed_leader_epoch=-1, committed_metadata="m")
                     for p, o in ps)) for t, ps in by_topic.items())))
 
-    def op_offset_fetch(self, group, offsets, stable=False):
+    def op_offset_fetch(self, group, offsets, stable=False) -> Any:
         mod = request_module(ApiKey.OFFSET_FETCH, V["offset_fetch"])
         by_topic: dict[str, list[int]] = {}
         for t, p in offsets:

@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 from time import perf_counter
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -99,7 +100,10 @@ class Broker:
         self.producer_ids = ProducerIds(self.metadata)
         self.txn_coordinator = TxnService(self)
         self.group_coordinator = GroupService(self)
-        self.txn_verifier = TxnVerifier(self)
+        self.txn_verifier = TxnVerifier(
+            enabled=self.config.flag("transaction.partition.verification.enable"),
+            node_id=self.node_id, metadata=self.metadata, coordinator=self.txn_coordinator,
+            client=self.replication.client)
         self.security = Security(self.config, self.data_dir)
         self._maintenance_task: asyncio.Task | None = None
         self._retention_task: asyncio.Task | None = None
@@ -138,6 +142,12 @@ class Broker:
             return True
         return self.security.authorizer.authorize(ctx.session.principal, ctx.host, operation,
                                                   resource_type, name)
+
+    async def handle_local(self, ctx: RequestContext, request: Any) -> Any:
+        """A request this broker sends itself (the transaction coordinator's WriteTxnMarkers
+        to the partitions it leads), answered as the same request from another broker is:
+        services send requests, they do not call request handlers."""
+        return await self.handlers[ApiKey(ctx.header.api_key)](self, ctx, request)
 
     async def handle_frame(self, frame: bytes, client_address: str,
                            session: Session | None = None) -> list[bytes] | None:

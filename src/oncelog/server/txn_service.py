@@ -10,8 +10,8 @@ core's coordinator epoch is the partition's leader epoch, so markers of an earli
 - ``WriteTxnLog``: append the transactional id's record to its partition (Kafka's
   ``abs(hash) % transaction.state.log.num.partitions``) through the one append path, acks=all;
 - ``SendMarkers``: a WriteTxnMarkers request per transaction and partition leader (in process,
-  through the same handler a remote coordinator's request reaches, when this broker leads the
-  partition: server/handlers/txn_markers.py), retried for the partitions that could not take it
+  answered by the broker as a remote coordinator's request is, when this broker leads the
+  partition: ``Broker.handle_local``), retried for the partitions that could not take it
   yet, until every marker is written; then the transaction completes.
 
 A timer aborts transactions past their timeout and expires idle transactional ids.
@@ -25,7 +25,14 @@ from collections.abc import Iterator
 
 from ..protocol import ApiKey, RequestHeader, make, request_module
 from ..records import build_batch
-from ..txn.coordinator import Effect, Pause, SendMarkers, TransactionCoordinator, WriteTxnLog
+from ..txn.coordinator import (
+    Effect,
+    Outcome,
+    Pause,
+    SendMarkers,
+    TransactionCoordinator,
+    WriteTxnLog,
+)
 from ..txn.log_format import (
     TxnLogFormatError,
     decode_key,
@@ -37,9 +44,11 @@ from ..txn.state import TransactionMetadata
 from .clock import now_ms
 from .context import RequestContext
 from .coordinator_runtime import AppendError, CoordinatorRuntime
-from .topics import TRANSACTION_STATE
+from .topics import CONSUMER_OFFSETS, INTERNAL_TOPICS, TRANSACTION_STATE
 
 log = logging.getLogger("oncelog.txn")
+request_log = logging.getLogger("oncelog.txn.requests")
+TP = tuple[str, int]
 
 MARKER_RETRY_S = 0.1
 # Marker errors after which retrying cannot help, and the partition is done: the topic is
@@ -135,6 +144,52 @@ class TxnService:
     def close(self) -> None:
         self.runtime.close()
 
+    # -- what the requests ask (handlers/txn.py, and KIP-890's partition leaders here) --------
+
+    async def run(self, outcome: Outcome, core: TransactionCoordinator | None = None,
+                  txn_id: str = "") -> str | None:
+        """Carry out a core's outcome's effects; the error name to answer with, or None."""
+        if outcome.error is None and outcome.effects and \
+                not await self.execute(outcome.effects, core):
+            request_log.debug("%r: the transaction log write failed: coordinator_not_available",
+                              txn_id)
+            return "coordinator_not_available"
+        if outcome.error is not None and outcome.effects:
+            await self.execute(outcome.effects, core)  # e.g. fencing, answered CONCURRENT_...
+        if outcome.error is not None and request_log.isEnabledFor(logging.DEBUG):
+            txn = core.transactions.get(txn_id) if core is not None else None
+            request_log.debug("%r: %s (state %s)", txn_id, outcome.error,
+                              txn and txn.state.name)
+        return outcome.error
+
+    def _unknown(self, wanted: list[TP]) -> set[TP]:
+        topics = self.broker.metadata.view.topics  # the cluster's topics, hosted here or not
+        return {tp for tp in wanted if tp[0] not in topics or tp[0] in INTERNAL_TOPICS
+                or tp[1] not in topics[tp[0]].partitions}
+
+    async def add_partitions(self, transactional_id: str, producer_id: int,
+                             producer_epoch: int, wanted: list[TP], *, version: int,
+                             verify_only: bool = False, txn_version: int | None = None
+                             ) -> dict[TP, str | None]:
+        """One transaction's partitions, added (or, ``verify_only``, checked): the error of
+        each. AddPartitionsToTxn asks it (handlers/txn.py), and a partition leader here
+        (server/txn_verification.py) when this broker coordinates the transactional id."""
+        core, refused = self.core_for(transactional_id)
+        if core is None:
+            return {tp: refused for tp in wanted}
+        if verify_only:
+            return core.verify_partitions(transactional_id, producer_id, producer_epoch, wanted,
+                                          version=version)
+        unknown = self._unknown([tp for tp in wanted if tp[0] != CONSUMER_OFFSETS])
+        if unknown:
+            # None is added: the unknown ones fail, the others were not attempted (as Kafka).
+            return {tp: "unknown_topic_or_partition" if tp in unknown
+                    else "operation_not_attempted" for tp in wanted}
+        outcome = core.add_partitions(transactional_id, producer_id, producer_epoch, wanted,
+                                      now_ms(), version=version, txn_version=txn_version)
+        err = await self.run(outcome, core, transactional_id)
+        return {tp: err for tp in wanted}
+
     # -- carrying effects out -----------------------------------------------------------------
 
     async def execute(self, effects: list[Effect], core: TransactionCoordinator | None) -> bool:
@@ -205,8 +260,6 @@ class TxnService:
         is this broker), retried until every partition has its
         marker; a partition without a leader is waited for (spec 000, "Discussion on
         Unavailable Partitions"), one whose topic is gone needs none."""
-        from .handlers.txn_markers import handle_write_txn_markers
-
         metadata = self.broker.metadata
         mod = request_module(ApiKey.WRITE_TXN_MARKERS, 2)
         ctx = RequestContext(RequestHeader(ApiKey.WRITE_TXN_MARKERS, 2, 0, "txn-coordinator", 0),
@@ -225,8 +278,8 @@ class TxnService:
                                   partition_indexes=tuple(ps))
                              for t, ps in by_topic.items())),))
             try:
-                if node == self.broker.node_id:
-                    return await handle_write_txn_markers(self.broker, ctx, request)
+                if node == self.broker.node_id:  # the broker's own request, in process
+                    return await self.broker.handle_local(ctx, request)
                 return await self.broker.replication.client.request(node, request, 30.0,
                                                                     purpose="markers")
             except ConnectionError as exc:

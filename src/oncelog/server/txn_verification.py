@@ -16,8 +16,9 @@ no question until a marker closes it. A marker written between the coordinator's
 append drops the verification guard, and the append is refused (log/producer_state.py).
 
 The request goes to the broker that leads the transactional id's partition of
-``__transaction_state``; when that is this broker, to the AddPartitionsToTxn handler in process,
-as the coordinator's WriteTxnMarkers come to the leader's handler.
+``__transaction_state``; when that is this broker, the transaction coordinator here is asked in
+process (server/txn_service.py ``add_partitions``, which the AddPartitionsToTxn handler calls
+too).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from ..protocol import ApiKey, RequestHeader, make, request_module
-from .context import RequestContext
+from ..protocol import ApiKey, make, request_module
 from .topics import TRANSACTION_STATE, TopicError
 
 log = logging.getLogger("oncelog.txn.verification")
@@ -82,10 +83,32 @@ class _Ask:
     future: asyncio.Future = field(repr=False)
 
 
+class CoordinatorLookup(Protocol):
+    def coordinator_of(self, name: str, key: str) -> tuple[str | None, int]: ...
+
+
+class LocalCoordinator(Protocol):
+    async def add_partitions(self, transactional_id: str, producer_id: int,
+                             producer_epoch: int, wanted: list[TP], *, version: int,
+                             verify_only: bool = False, txn_version: int | None = None
+                             ) -> dict[TP, str | None]: ...
+
+
+class RequestSender(Protocol):
+    async def request(self, node_id: int, request: Any, timeout_s: float = 30.0,
+                      purpose: str = "control") -> Any: ...
+
+
 class TxnVerifier:
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        self.enabled = broker.config.flag("transaction.partition.verification.enable")
+    def __init__(self, *, enabled: bool, node_id: int, metadata: CoordinatorLookup,
+                 coordinator: LocalCoordinator, client: RequestSender) -> None:
+        """``metadata``: where each transactional id's coordinator is; ``coordinator``: this
+        broker's transaction coordinator; ``client``: requests to the other brokers."""
+        self.enabled = enabled  # transaction.partition.verification.enable
+        self._node_id = node_id
+        self._metadata = metadata
+        self._coordinator = coordinator
+        self._client = client
         self._waiting: list[_Ask] = []
         self._tasks: set[asyncio.Task] = set()
         # Metrics (KIP-890): VerificationTimeMs and VerificationFailureRate.
@@ -144,7 +167,7 @@ class TxnVerifier:
         by_node: dict[int | None, list[_Ask]] = {}
         for ask in waiting:
             try:
-                err, found = self.broker.metadata.coordinator_of(TRANSACTION_STATE,
+                err, found = self._metadata.coordinator_of(TRANSACTION_STATE,
                                                                 ask.transactional_id)
             except TopicError:
                 err, found = "coordinator_not_available", -1
@@ -152,7 +175,7 @@ class TxnVerifier:
                 if not ask.future.done():
                     ask.future.set_result({tp: err for tp in ask.partitions})
                 continue
-            node = None if found == self.broker.node_id else found
+            node = None if found == self._node_id else found
             by_node.setdefault(node, []).append(ask)
         for node, asks in by_node.items():
             # One request entry per transactional id (the request's map key); a second ask for
@@ -171,8 +194,31 @@ class TxnVerifier:
                 task.add_done_callback(self._tasks.discard)
 
     async def _ask(self, asks: list[_Ask], node: int | None = None) -> None:
-        from .handlers.txn import handle_add_partitions_to_txn
+        """One round of asks: to this broker's transaction coordinator in process (``node``
+        None), else as one AddPartitionsToTxn request to the coordinator's broker."""
+        try:
+            if node is None:
+                answers = [await self._coordinator.add_partitions(
+                    a.transactional_id, a.producer_id, a.producer_epoch, a.partitions,
+                    version=VERIFY_VERSION, verify_only=a.verify_only,
+                    txn_version=None if a.verify_only else 2) for a in asks]
+            else:
+                response = await self._client.request(
+                    node, self._request(asks), 30.0)
+                answers = [self._answered(response, a) for a in asks]
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting requests
+            for a in asks:
+                if not a.future.done():
+                    a.future.set_exception(exc)
+            return
+        for a, found in zip(asks, answers, strict=True):
+            result = {tp: found.get(tp, "coordinator_not_available") for tp in a.partitions}
+            if not a.future.done():
+                a.future.set_result(result)
 
+    @staticmethod
+    def _request(asks: list[_Ask]) -> Any:
+        """AddPartitionsToTxn v5 (verifyOnly per transaction), one entry per ask."""
         mod = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
         transactions = []
         for a in asks:
@@ -185,30 +231,19 @@ class TxnVerifier:
                 verify_only=a.verify_only,
                 topics=tuple(make(mod.AddPartitionsToTxnTopic, name=t, partitions=tuple(ps))
                              for t, ps in by_topic.items())))
-        request = make(mod.AddPartitionsToTxnRequest, transactions=tuple(transactions))
-        ctx = RequestContext(RequestHeader(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, 0,
-                                           "partition-leader", 0), "partition-leader")
-        try:
-            if node is None:
-                response = await handle_add_partitions_to_txn(self.broker, ctx, request)
-            else:
-                response = await self.broker.replication.client.request(node, request, 30.0)
-        except Exception as exc:  # noqa: BLE001 - handed to the waiting requests
-            for a in asks:
-                if not a.future.done():
-                    a.future.set_exception(exc)
-            return
-        by_id = {r.transactional_id: r for r in response.results_by_transaction}
-        for a in asks:
-            found: dict[TP, str | None] = {}
-            r = by_id.get(a.transactional_id)
-            for t in (r.topic_results if r else ()):
-                for p in t.results_by_partition:
-                    code = p.partition_error_code
-                    found[(t.name, p.partition_index)] = code.name if code else None
-            result = {tp: found.get(tp, "coordinator_not_available") for tp in a.partitions}
-            if not a.future.done():
-                a.future.set_result(result)
+        return make(mod.AddPartitionsToTxnRequest, transactions=tuple(transactions))
+
+    @staticmethod
+    def _answered(response: Any, ask: _Ask) -> dict[TP, str | None]:
+        """The coordinator's error of each partition of one ask, from its response."""
+        found: dict[TP, str | None] = {}
+        r = next((r for r in response.results_by_transaction
+                  if r.transactional_id == ask.transactional_id), None)
+        for t in (r.topic_results if r else ()):
+            for p in t.results_by_partition:
+                code = p.partition_error_code
+                found[(t.name, p.partition_index)] = code.name if code else None
+        return found
 
     def close(self) -> None:
         for t in self._tasks:

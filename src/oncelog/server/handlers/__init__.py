@@ -1,7 +1,9 @@
 """One module per API family. Each handler is ``async (broker, ctx, request) -> response``
-(a kio response entity of the request's version, or None when no response is owed)."""
+(a kio response entity of the request's version, or None when no response is owed), typed
+against the broker's ports (server/ports.py ``Handler``)."""
 
 from ...protocol import ApiKey
+from ..ports import Handler
 from . import (
     admin,
     cluster,
@@ -23,7 +25,7 @@ from . import (
 )
 
 # One table per API family, as in protocol/apis.py; HANDLERS is their union.
-_LOG_AND_WIRE = {
+_LOG_AND_WIRE: dict[ApiKey, Handler] = {
     ApiKey.API_VERSIONS: cluster.handle_api_versions,
     ApiKey.METADATA: cluster.handle_metadata,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
@@ -53,7 +55,7 @@ _LOG_AND_WIRE = {
 
 
 # The transaction coordinator and the markers it writes:
-_TRANSACTIONS: dict = {
+_TRANSACTIONS: dict[ApiKey, Handler] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: txn.handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
     ApiKey.END_TXN: txn.handle_end_txn,
@@ -63,7 +65,7 @@ _TRANSACTIONS: dict = {
 
 
 # The group coordinator:
-_GROUPS: dict = {
+_GROUPS: dict[ApiKey, Handler] = {
     ApiKey.JOIN_GROUP: group.handle_join_group,
     ApiKey.SYNC_GROUP: group.handle_sync_group,
     ApiKey.HEARTBEAT: group.handle_heartbeat,
@@ -79,7 +81,7 @@ _GROUPS: dict = {
 
 
 # Security: SASL and ACLs.
-_SECURITY: dict = {
+_SECURITY: dict[ApiKey, Handler] = {
     ApiKey.SASL_HANDSHAKE: security.handle_sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: security.handle_sasl_authenticate,
     ApiKey.CREATE_ACLS: security.handle_create_acls,
@@ -91,4 +93,4 @@ _SECURITY: dict = {
 }
 
 
-HANDLERS = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS, **_SECURITY}
+HANDLERS: dict[ApiKey, Handler] = {**_LOG_AND_WIRE, **_TRANSACTIONS, **_GROUPS, **_SECURITY}

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import ModuleType
+from typing import Any
 
 from ...protocol import ApiKey, make, response_class, response_module
 from ...protocol.error_response import error_response
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..topics import INTERNAL_TOPICS, SHOWN_INTERNAL, TopicError, check_topic_name
 from . import acl
 from .util import error_code
@@ -15,11 +19,11 @@ _NULL_UUID = uuid.UUID(int=0)
 _YIELD_EVERY = 1000  # topics answered between two turns of the event loop
 
 
-async def handle_api_versions(broker, ctx, request):
+async def handle_api_versions(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     return broker.api_versions_response(ctx.version)
 
 
-async def _metadata(broker, ctx, request, mod):
+async def _metadata(broker: BrokerPort, ctx: RequestContext, request: Any, mod: ModuleType):
     """Brokers, leaders, epochs, replicas and ISRs from the metadata's view; topics are
     created through it too (auto-creation, internal topics)."""
     metadata = broker.metadata
@@ -119,7 +123,7 @@ async def _metadata(broker, ctx, request, mod):
                                          False)))
 
 
-def _topic_ids_refused(ctx, request, mod):
+def _topic_ids_refused(ctx: RequestContext, request: Any, mod: ModuleType):
     """Topic ids in a Metadata request before v12 are an invalid request (KafkaApis refuses
     them; v10 and v11 carry the field but answer names only, never null): every topic is
     answered INVALID_REQUEST under its name, "" where it had none, as Kafka's error response
@@ -135,7 +139,7 @@ def _topic_ids_refused(ctx, request, mod):
                     for t in request.topics))
 
 
-async def handle_metadata(broker, ctx, request):
+async def handle_metadata(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.METADATA, ctx.version)
     refused = _topic_ids_refused(ctx, request, mod) if ctx.version >= 10 else None
     if refused is not None:
@@ -143,7 +147,7 @@ async def handle_metadata(broker, ctx, request):
     return await _metadata(broker, ctx, request, mod)
 
 
-async def handle_describe_cluster(broker, ctx, request):
+async def handle_describe_cluster(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CLUSTER, ctx.version)
     if getattr(request, "endpoint_type", 1) != 1:
         return make(mod.DescribeClusterResponse, throttle_time=0,
@@ -169,7 +173,8 @@ async def handle_describe_cluster(broker, ctx, request):
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000  # Kafka's max.request.partition.size.limit default
 
 
-async def handle_describe_topic_partitions(broker, ctx, request):
+async def handle_describe_topic_partitions(broker: BrokerPort, ctx: RequestContext, request: Any
+                                              ) -> Any:
     mod = response_module(ApiKey.DESCRIBE_TOPIC_PARTITIONS, ctx.version)
     view = broker.metadata.view
     cursor = request.cursor
@@ -224,7 +229,7 @@ async def handle_describe_topic_partitions(broker, ctx, request):
             parts.append(make(
                 mod.DescribeTopicPartitionsResponsePartition,
                 error_code=error_code(None if led else "leader_not_available"),
-                partition_index=index, leader_id=state.leader if led else -1,
+                partition_index=index, leader_id=state.leader if led and state else -1,
                 leader_epoch=state.leader_epoch if state else -1,
                 replica_nodes=tuple(replicas), isr_nodes=tuple(state.isr) if state else (),
                 eligible_leader_replicas=(), last_known_elr=(), offline_replicas=offline))

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Any
 
 from ...protocol import ApiKey, make, response_module
 from ..config import (
@@ -24,7 +27,9 @@ from ..config import (
     is_sensitive_broker_config,
     validate_topic_configs,
 )
+from ..context import RequestContext
 from ..dynamic_config import DEFAULT_ENTITY, DYNAMIC_CONFIGS, check_dynamic
+from ..ports import BrokerPort
 from ..topic_configs import BY_BROKER_NAME, TYPE_LIST, parse_list
 from ..topics import TopicError
 from . import acl
@@ -49,7 +54,7 @@ class Refused(Exception):
         self.message = message
 
 
-def _authorized(broker, ctx, kind: int, name: str, op) -> str | None:
+def _authorized(broker: BrokerPort, ctx: RequestContext, kind: int, name: str, op) -> str | None:
     if kind == RESOURCE_TOPIC:
         return None if acl.topic(broker, ctx, op, name) else "topic_authorization_failed"
     if kind == RESOURCE_BROKER:
@@ -57,7 +62,7 @@ def _authorized(broker, ctx, kind: int, name: str, op) -> str | None:
     return None
 
 
-def _broker_entity(broker, name: str) -> str:
+def _broker_entity(broker: BrokerPort, name: str) -> str:
     """``<default>`` for the empty name, else this broker's id (INVALID_REQUEST otherwise)."""
     if not name:
         return DEFAULT_ENTITY
@@ -78,7 +83,7 @@ def _check_names(resource) -> None:
         raise Refused("invalid_request", "Error due to duplicate config keys")
 
 
-def _current(broker, kind: int, name: str) -> dict[str, str]:
+def _current(broker: BrokerPort, kind: int, name: str) -> dict[str, str]:
     """A resource's stored configs: a topic's overrides, a broker entity's dynamic ones."""
     if kind == RESOURCE_TOPIC:
         topic = broker.metadata.view.topics.get(name)
@@ -88,7 +93,7 @@ def _current(broker, kind: int, name: str) -> dict[str, str]:
     return dict(broker.config.dynamic_broker)
 
 
-async def _alter(broker, kind: int, name: str, configs: dict[str, str],
+async def _alter(broker: BrokerPort, kind: int, name: str, configs: dict[str, str],
                  validate_only: bool) -> None:
     """Give the resource exactly ``configs`` (checked first; not stored when
     ``validate_only``)."""
@@ -141,7 +146,9 @@ def _change_text(kind: int, c) -> str:
     return f"{c.name}{sign}{value}"
 
 
-async def _each(broker, ctx, request, change) -> list[tuple[object, str | None, str | None]]:
+async def _each(broker: BrokerPort, ctx: RequestContext, request: Any,
+                change: Callable[[Any], Awaitable[None]]
+                ) -> list[tuple[Any, str | None, str | None]]:
     """(resource, error, message) for every resource: duplicates refused, each authorized,
     then ``change(resource)``."""
     counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
@@ -168,7 +175,7 @@ async def _each(broker, ctx, request, change) -> list[tuple[object, str | None, 
     return out
 
 
-async def handle_alter_configs(broker, ctx, request):
+async def handle_alter_configs(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     """AlterConfigs: each resource's configs become exactly the ones given."""
     mod = response_module(ApiKey.ALTER_CONFIGS, ctx.version)
 
@@ -230,7 +237,8 @@ def apply_ops(kind: int, current: dict[str, str], ops) -> dict[str, str]:
     return out
 
 
-async def handle_incremental_alter_configs(broker, ctx, request):
+async def handle_incremental_alter_configs(broker: BrokerPort, ctx: RequestContext, request: Any
+                                              ) -> Any:
     """IncrementalAlterConfigs: each resource's stored configs changed by the operations."""
     mod = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, ctx.version)
 
@@ -273,7 +281,8 @@ def _broker_synonyms(config, name: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def _entry(mod, request, name: str, value: str | None, synonyms, *, read_only: bool,
+def _entry(mod: ModuleType, request: Any, name: str, value: str | None, synonyms, *,
+           read_only: bool,
            config_type: int):
     source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
     sensitive = is_sensitive_broker_config(name)
@@ -304,7 +313,7 @@ def topic_synonyms(config, overrides: dict[str, str], name: str) -> list[tuple[s
     return synonyms
 
 
-def _describe_topic(broker, mod, request, name: str, wanted) -> list:
+def _describe_topic(broker: BrokerPort, mod: ModuleType, request: Any, name: str, wanted) -> list:
     topic = broker.metadata.view.topics.get(name)
     if topic is None:
         raise Refused("unknown_topic_or_partition", f"topic {name!r} not found")
@@ -322,7 +331,7 @@ def _describe_topic(broker, mod, request, name: str, wanted) -> list:
     return entries
 
 
-def _describe_broker(broker, mod, request, name: str, wanted) -> list:
+def _describe_broker(broker: BrokerPort, mod: ModuleType, request: Any, name: str, wanted) -> list:
     config = broker.config
     per_broker = _broker_entity(broker, name) != DEFAULT_ENTITY
     names = config.values if per_broker else config.dynamic_default
@@ -339,7 +348,7 @@ def _describe_broker(broker, mod, request, name: str, wanted) -> list:
     return entries
 
 
-async def handle_describe_configs(broker, ctx, request):
+async def handle_describe_configs(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CONFIGS, ctx.version)
     results = []
     for res in request.resources:
@@ -373,7 +382,8 @@ async def handle_describe_configs(broker, ctx, request):
 _QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
 
 
-async def handle_describe_client_quotas(broker, ctx, request):
+async def handle_describe_client_quotas(broker: BrokerPort, ctx: RequestContext, request: Any
+                                           ) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, ctx.version)
 
     def refused(name: str, message: str):

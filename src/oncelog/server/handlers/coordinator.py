@@ -10,7 +10,11 @@ v4 (KIP-699) asks for several keys at once; earlier versions for one.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol import ApiKey, make, response_module
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..topics import CONSUMER_OFFSETS, TRANSACTION_STATE, TopicError
 from . import acl
 from .util import error_code
@@ -21,7 +25,8 @@ _NOWHERE = (-1, "", -1)
 _TOPIC_OF_KEY_TYPE = {KEY_TYPE_GROUP: CONSUMER_OFFSETS, KEY_TYPE_TRANSACTION: TRANSACTION_STATE}
 
 
-def _find(broker, key_type: int, key: str | None) -> tuple[str | None, str | None, tuple]:
+def _find(broker: BrokerPort, key_type: int, key: str | None
+          ) -> tuple[str | None, str | None, tuple]:
     """(error name, message, (node id, host, port)) for one key."""
     topic = _TOPIC_OF_KEY_TYPE.get(key_type)
     if topic is None:
@@ -42,7 +47,7 @@ def _find(broker, key_type: int, key: str | None) -> tuple[str | None, str | Non
     return None, None, (node, info.host, info.port)
 
 
-async def handle_find_coordinator(broker, ctx, request):
+async def handle_find_coordinator(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.FIND_COORDINATOR, ctx.version)
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     def find(key):

@@ -17,11 +17,15 @@ does.
 from __future__ import annotations
 
 import asyncio
+from types import ModuleType
+from typing import Any
 
 from ...log import OffsetOutOfRangeError
 from ...protocol import ApiKey, make, millis, response_module
 from ...protocol.fetch_response import FetchResponseWriter
+from ..context import RequestContext
 from ..fetch_sessions import FetchSessionError
+from ..ports import BrokerPort
 from ..replication import ReplicationError
 from . import acl
 from .util import error_code
@@ -29,7 +33,7 @@ from .util import error_code
 READ_COMMITTED = 1
 
 
-def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_id=-1,
+def _read_partition(broker: BrokerPort, topic, index, sp, isolation, budget, first, replica_id=-1,
                     leader_epoch=-1, follower_log_start=-1, topic_id=None):
     """Returns (error name, hw, lso, log start, records bytes, aborted transactions).
     ``replica_id`` >= 0: a follower's fetch, which reads to the log end (and says where the
@@ -69,7 +73,7 @@ def _read_partition(broker, topic, index, sp, isolation, budget, first, replica_
         if replica_id < 0:  # as Kafka: an error's partition carries no offsets for a consumer
             return "offset_out_of_range", -1, -1, -1, b"", ()
         return "offset_out_of_range", hw, lso, start, b"", ()  # a follower starts from it
-    aborted = ()
+    aborted: tuple = ()
     if isolation == READ_COMMITTED and data:
         # spec 000, "Fetch": the aborted transactions that intersect the fetched range, so the
         # consumer can skip their batches (bounded by the LSO: nothing above it is returned).
@@ -97,7 +101,7 @@ def _topic_name(key, names):
     return key if isinstance(key, str) else names.get(key)
 
 
-def _collect(broker, session, full, isolation, max_bytes, replica_id=-1, epochs=None,
+def _collect(broker: BrokerPort, session, full, isolation, max_bytes, replica_id=-1, epochs=None,
              starts=None):
     # (topic key, name, partition, error, hw, lso, start, data, aborted, session partition)
     results = []
@@ -123,7 +127,7 @@ def _collect(broker, session, full, isolation, max_bytes, replica_id=-1, epochs=
     return results, total
 
 
-def _waiters(broker, session, follower=False):
+def _waiters(broker: BrokerPort, session, follower=False):
     loop = asyncio.get_running_loop()
     futs = []
     names = broker.metadata.view.topic_names if session.uses_topic_ids else {}
@@ -138,7 +142,7 @@ def _waiters(broker, session, follower=False):
     return futs
 
 
-def _replica_id(request) -> int:
+def _replica_id(request: Any) -> int:
     """The fetching follower's broker id, -1 for a consumer (in replica_state from v15)."""
     state = getattr(request, "replica_state", None)
     if state is not None:
@@ -146,7 +150,7 @@ def _replica_id(request) -> int:
     return getattr(request, "replica_id", -1)
 
 
-def _current_leader(broker, mod, topic, index, node_endpoints):
+def _current_leader(broker: BrokerPort, mod: ModuleType, topic, index, node_endpoints):
     """v16+ (KIP-951): the leader and epoch the view knows for a partition this broker does
     not lead (or leads at another epoch), its endpoint added to ``node_endpoints``."""
     view = broker.metadata.view
@@ -161,7 +165,7 @@ def _current_leader(broker, mod, topic, index, node_endpoints):
     return make(mod.LeaderIdAndEpoch, leader_id=state.leader, leader_epoch=state.leader_epoch)
 
 
-async def handle_fetch(broker, ctx, request):
+async def handle_fetch(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.FETCH, ctx.version)
     by_id = ctx.version >= 13  # KIP-516: topics named by id
 

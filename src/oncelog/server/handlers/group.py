@@ -4,11 +4,16 @@ DeleteGroups. Each asks group/coordinator.py through server/group_service.py."""
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any
+
 from ...group.coordinator import GroupState
 from ...group.log_format import OffsetValue
 from ...protocol import ApiKey, make, millis, response_module
 from ...protocol.consumer_protocol import subscribed_topics
 from ..clock import now_ms
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..topics import CONSUMER_OFFSETS
 from ..txn_verification import offset_commit_error
 from . import acl
@@ -17,16 +22,16 @@ from .util import error_code
 NO_OFFSET = -1
 
 
-def _group_denied(broker, ctx, group_id: str, op=acl.Op.READ) -> bool:
+def _group_denied(broker: BrokerPort, ctx: RequestContext, group_id: str, op=acl.Op.READ) -> bool:
     return not acl.group(broker, ctx, op, group_id)
 
 
-def _elsewhere(broker, group_id: str) -> str | None:
+def _elsewhere(broker: BrokerPort, group_id: str) -> str | None:
     """Cluster mode: NOT_COORDINATOR when another broker coordinates the group."""
     return broker.group_coordinator.not_coordinator(group_id)
 
 
-async def handle_join_group(broker, ctx, request):
+async def handle_join_group(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.JOIN_GROUP, ctx.version)
     refused = ("group_authorization_failed" if _group_denied(broker, ctx, request.group_id)
                else _elsewhere(broker, request.group_id))
@@ -54,7 +59,7 @@ async def handle_join_group(broker, ctx, request):
                                    metadata=meta) for m, i, meta in resp.members))
 
 
-async def handle_sync_group(broker, ctx, request):
+async def handle_sync_group(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.SYNC_GROUP, ctx.version)
     refused = ("group_authorization_failed" if _group_denied(broker, ctx, request.group_id)
                else _elsewhere(broker, request.group_id))
@@ -72,7 +77,7 @@ async def handle_sync_group(broker, ctx, request):
                 assignment=resp.assignment)
 
 
-async def handle_heartbeat(broker, ctx, request):
+async def handle_heartbeat(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.HEARTBEAT, ctx.version)
     err = "group_authorization_failed" if _group_denied(broker, ctx, request.group_id) else \
         _elsewhere(broker, request.group_id) or broker.group_coordinator.core.heartbeat(
@@ -81,10 +86,10 @@ async def handle_heartbeat(broker, ctx, request):
     return make(mod.HeartbeatResponse, throttle_time=0, error_code=error_code(err))
 
 
-async def handle_leave_group(broker, ctx, request):
+async def handle_leave_group(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.LEAVE_GROUP, ctx.version)
     if ctx.version < 3:
-        members = [(request.member_id, None)]
+        members: list[tuple[str, str | None]] = [(request.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     # Kafka: Read on the group (GROUP_AUTHORIZATION_FAILED), or any user could evict another
@@ -111,7 +116,7 @@ def _offsets(topics, now: int) -> dict[tuple[str, int], OffsetValue]:
         p.committed_metadata or "", now) for t in topics for p in t.partitions}
 
 
-def _per_partition(mod, topic_cls: str, part_cls: str, topics, err,
+def _per_partition(mod: ModuleType, topic_cls: str, part_cls: str, topics, err,
                    unknown: frozenset[tuple[str, int]] = frozenset()):
     """Every partition answered ``err``, but those in ``unknown``:
     UNKNOWN_TOPIC_OR_PARTITION."""
@@ -121,7 +126,7 @@ def _per_partition(mod, topic_cls: str, part_cls: str, topics, err,
         for p in t.partitions)) for t in topics)
 
 
-def _unknown_partitions(broker, topics) -> frozenset[tuple[str, int]]:
+def _unknown_partitions(broker: BrokerPort, topics) -> frozenset[tuple[str, int]]:
     """The partitions an offset commit names that do not exist: Kafka answers them
     UNKNOWN_TOPIC_OR_PARTITION and commits the others (KafkaApis.handleOffsetCommitRequest)."""
     known = broker.metadata.view.topics
@@ -130,14 +135,14 @@ def _unknown_partitions(broker, topics) -> frozenset[tuple[str, int]]:
                      or p.partition_index not in known[t.name].partitions)
 
 
-def _known_offsets(broker, topics) -> tuple[frozenset[tuple[str, int]],
+def _known_offsets(broker: BrokerPort, topics) -> tuple[frozenset[tuple[str, int]],
                                           dict[tuple[str, int], OffsetValue]]:
     """(the partitions that do not exist, the offsets of the others)."""
     unknown = _unknown_partitions(broker, topics)
     return unknown, {tp: v for tp, v in _offsets(topics, now_ms()).items() if tp not in unknown}
 
 
-async def handle_offset_commit(broker, ctx, request):
+async def handle_offset_commit(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.OFFSET_COMMIT, ctx.version)
     names = ("OffsetCommitResponseTopic", "OffsetCommitResponsePartition")
     err = _offsets_denied(broker, ctx, request) or _elsewhere(broker, request.group_id)
@@ -153,7 +158,7 @@ async def handle_offset_commit(broker, ctx, request):
                 topics=_per_partition(mod, *names, request.topics, err, unknown))
 
 
-async def _verify_offsets(broker, request, new_client: bool):
+async def _verify_offsets(broker: BrokerPort, request: Any, new_client: bool):
     """KIP-890: the group's ``__consumer_offsets`` partition joins the transaction through the
     coordinator (TxnOffsetCommit v5), or is verified to be in it (older clients).
     Returns (error, guard, whether the append must carry the verification)."""
@@ -178,7 +183,7 @@ async def _verify_offsets(broker, request, new_client: bool):
     return (offset_commit_error(err) if err else None), guard, True
 
 
-def _offsets_denied(broker, ctx, request) -> str | None:
+def _offsets_denied(broker: BrokerPort, ctx: RequestContext, request: Any) -> str | None:
     """Committing offsets needs Read on the group and on each topic (spec 000)."""
     if _group_denied(broker, ctx, request.group_id):
         return "group_authorization_failed"
@@ -187,7 +192,7 @@ def _offsets_denied(broker, ctx, request) -> str | None:
     return None
 
 
-async def handle_txn_offset_commit(broker, ctx, request):
+async def handle_txn_offset_commit(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
     # Kafka's order: Write on the transactional id, then Read on the group and the topics.
     err = "transactional_id_authorization_failed" if not acl.transactional_id(
@@ -197,7 +202,7 @@ async def handle_txn_offset_commit(broker, ctx, request):
     if err is None:
         err = _elsewhere(broker, request.group_id)
     unknown: frozenset[tuple[str, int]] = frozenset()
-    offsets = {}
+    offsets: dict[tuple[str, int], OffsetValue] = {}
     if err is None:
         unknown, offsets = _known_offsets(broker, request.topics)
     if err is None and offsets:  # nothing to commit: the transaction is not touched
@@ -215,8 +220,9 @@ async def handle_txn_offset_commit(broker, ctx, request):
         err, unknown))
 
 
-def _fetch_group(broker, ctx, mod, names: tuple[str, str, str], group_id, topics,
-                 require_stable):
+def _fetch_group(broker: BrokerPort, ctx: RequestContext, mod: ModuleType,
+                 names: tuple[str, str, str], group_id: str, topics: Any,
+                 require_stable: bool) -> tuple:
     topic_cls, part_cls = names[0], names[1]
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = broker.group_coordinator.core.fetch_offsets(group_id, wanted, require_stable)
@@ -238,7 +244,7 @@ def _fetch_group(broker, ctx, mod, names: tuple[str, str, str], group_id, topics
                  for t, ps in by_topic.items())
 
 
-async def handle_offset_fetch(broker, ctx, request):
+async def handle_offset_fetch(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.OFFSET_FETCH, ctx.version)
     require_stable = bool(getattr(request, "require_stable", False))
     denied = error_code("group_authorization_failed")
@@ -267,7 +273,7 @@ async def handle_offset_fetch(broker, ctx, request):
     return make(mod.OffsetFetchResponse, throttle_time=0, topics=topics, error_code=0)
 
 
-async def handle_describe_groups(broker, ctx, request):
+async def handle_describe_groups(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_GROUPS, ctx.version)
     out = []
 
@@ -316,7 +322,7 @@ async def handle_describe_groups(broker, ctx, request):
 CLASSIC_GROUP_TYPE = "classic"
 
 
-async def handle_list_groups(broker, ctx, request):
+async def handle_list_groups(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     """ListGroups: v4 filters by state (KIP-518), v5 by type too (KIP-848); both filters are
     case-insensitive, as Kafka's, and a type Kafka does not know matches no group."""
     mod = response_module(ApiKey.LIST_GROUPS, ctx.version)
@@ -333,7 +339,7 @@ async def handle_list_groups(broker, ctx, request):
     return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
 
 
-async def handle_delete_groups(broker, ctx, request):
+async def handle_delete_groups(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DELETE_GROUPS, ctx.version)
     results = []
     for group_id in request.groups_names:
@@ -354,7 +360,7 @@ async def handle_delete_groups(broker, ctx, request):
     return make(mod.DeleteGroupsResponse, throttle_time=0, results=tuple(results))
 
 
-async def handle_offset_delete(broker, ctx, request):
+async def handle_offset_delete(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     """OffsetDelete (KIP-496): Delete on the group, Read on each topic; a partition that does not
     exist: UNKNOWN_TOPIC_OR_PARTITION; the rest as the group coordinator decides."""
     mod = response_module(ApiKey.OFFSET_DELETE, ctx.version)

@@ -9,13 +9,18 @@ knows no such epoch.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol import ApiKey, make, response_module
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..replication import ReplicationError
 from . import acl
 from .util import error_code
 
 
-async def handle_offset_for_leader_epoch(broker, ctx, request):
+async def handle_offset_for_leader_epoch(broker: BrokerPort, ctx: RequestContext, request: Any
+                                            ) -> Any:
     mod = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.version)
     replica_id = getattr(request, "replica_id", -1)
     topics_out = []

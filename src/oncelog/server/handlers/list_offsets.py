@@ -4,9 +4,12 @@ read_committed), max timestamp (-3), or the first offset at or after a timestamp
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ...protocol import ApiKey, make, response_module
 from ...records import CorruptRecordError
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..replication import ReplicationError
 from . import acl
 from .util import error_code
@@ -19,7 +22,7 @@ READ_COMMITTED = 1
 log = logging.getLogger("oncelog.broker.list_offsets")
 
 
-async def handle_list_offsets(broker, ctx, request):
+async def handle_list_offsets(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.LIST_OFFSETS, ctx.version)
     isolation = getattr(request, "isolation_level", 0)
     topics_out = []

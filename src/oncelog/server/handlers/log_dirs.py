@@ -9,14 +9,17 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from typing import Any
 
 from ...protocol import ApiKey, make, response_module
 from ...security.acls import Operation
+from ..context import RequestContext
+from ..ports import BrokerPort
 from . import acl
 from .util import error_code
 
 
-async def handle_describe_log_dirs(broker, ctx, request):
+async def handle_describe_log_dirs(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_LOG_DIRS, ctx.version)
     if not acl.cluster(broker, ctx, Operation.DESCRIBE):
         return make(mod.DescribeLogDirsResponse, throttle_time=0,

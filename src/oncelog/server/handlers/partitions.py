@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from typing import Any
 
 from ...protocol import ApiKey, make, millis, response_module
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..replication import ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError
 from . import acl
@@ -15,7 +18,7 @@ from .util import error_code, requester
 log = logging.getLogger("oncelog.broker.admin")
 
 
-async def handle_create_partitions(broker, ctx, request):
+async def handle_create_partitions(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     """Kafka's handleCreatePartitionsRequest: a topic named twice is INVALID_REQUEST, Alter on
     the topic is needed (TOPIC_AUTHORIZATION_FAILED); the metadata checks and places the new
     partitions (server/metadata.py ``plan_new_partitions``)."""
@@ -44,7 +47,7 @@ async def handle_create_partitions(broker, ctx, request):
     return make(mod.CreatePartitionsResponse, throttle_time=0, results=tuple(results))
 
 
-async def handle_delete_records(broker, ctx, request):
+async def handle_delete_records(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     """Kafka's handleDeleteRecordsRequest: Delete on the topic (TOPIC_AUTHORIZATION_FAILED),
     UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist, INVALID_TOPIC_EXCEPTION for
     the internal topics (the coordinators' logs); the leader moves its log

@@ -14,12 +14,14 @@ refused for single records names them (KIP-467's record_errors, v8+).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ...log.validator import RecordsError, check_compressed
 from ...protocol import millis
 from ...protocol.produce_response import ProduceResponseWriter
 from ...records import CorruptRecordError, split_batches
-from ..context import CloseConnection
+from ..context import CloseConnection, RequestContext
+from ..ports import BrokerPort
 from ..replication import AppendEntry, AppendError, AppendOrigin, ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from ..txn_verification import produce_error
@@ -40,7 +42,7 @@ class _Reject(Exception):
         self.at_log = at_log
 
 
-def _prepare(broker, topic: str, index: int, records):
+def _prepare(broker: BrokerPort, topic: str, index: int, records):
     """Validate one partition's record set: (partition, batches), or raise _Reject. Only the
     partition's leader appends."""
     try:  # (min.insync.replicas for acks=all: the append's own check)
@@ -108,7 +110,7 @@ _NO_LOG_START = {"unknown_topic_or_partition", "not_leader_or_follower", "messag
                  "record_list_too_large", "corrupt_message", "kafka_storage_error"}
 
 
-def _log_start(broker, tp: tuple[str, int], error_name: str) -> int:
+def _log_start(broker: BrokerPort, tp: tuple[str, int], error_name: str) -> int:
     if error_name in _NO_LOG_START:
         return -1
     try:
@@ -117,7 +119,8 @@ def _log_start(broker, tp: tuple[str, int], error_name: str) -> int:
         return -1
 
 
-async def _verify(broker, transactional_id: str | None, prepared: dict, new_client: bool):
+async def _verify(broker: BrokerPort, transactional_id: str | None, prepared: dict,
+                  new_client: bool):
     """KIP-890: ask the coordinator about the partitions where this request's transactional
     batches would open the producer's transaction. Returns (whether appends must carry a
     verification, {tp: guard}, {tp: (error, message)})."""
@@ -152,7 +155,8 @@ async def _verify(broker, transactional_id: str | None, prepared: dict, new_clie
     return True, guards, failed
 
 
-def _denied(broker, ctx, request, txn_id) -> tuple[str, str] | None:
+def _denied(broker: BrokerPort, ctx: RequestContext, request: Any, txn_id: str | None
+            ) -> tuple[str, str] | None:
     """Spec 000: transactional data needs Write on the TransactionalId; idempotent data
     IdempotentWrite on the cluster (implied by Write on a topic, KIP-679)."""
     if txn_id is not None:
@@ -172,12 +176,12 @@ def _has_producer_id(records) -> bool:
     return bool(records) and len(records) >= 51 and records[43:51] != b"\xff" * 8
 
 
-async def handle_produce(broker, ctx, request):
+async def handle_produce(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     new_client = ctx.version >= 12  # KIP-890 transaction version 2
-    results: dict[tuple[str, int], tuple] = {}
+    results: dict[tuple[str, int], Any] = {}  # (error name, message[, record errors]) or AppendResult
     prepared: dict[tuple[str, int], tuple] = {}
-    records_of: dict[tuple[str, int], object] = {}
+    records_of: dict[tuple[str, int], Any] = {}
     txn_id = getattr(request, "transactional_id", None)
     denied = _denied(broker, ctx, request, txn_id)
     may_write = acl.topics_checker(broker, ctx, acl.Op.WRITE)
@@ -246,7 +250,7 @@ async def handle_produce(broker, ctx, request):
     return writer
 
 
-def answer_every_partition(version: int, request, error_name: str, message: str):
+def answer_every_partition(version: int, request: Any, error_name: str, message: str):
     """The Produce response naming every partition of ``request`` with one error: what Kafka's
     handleError answers when a request fails unexpectedly. (The generic error_response mirrors
     kio requests; Produce is read by hand, protocol/produce_request.py.)"""

@@ -8,13 +8,17 @@ non-transactional producers: its old sequence state is simply abandoned.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol import ApiKey, make, response_module
+from ..context import RequestContext
+from ..ports import BrokerPort
 from . import acl
 from .txn import handle_init_producer_id_transactional
 from .util import error_code
 
 
-async def handle_init_producer_id(broker, ctx, request):
+async def handle_init_producer_id(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
     if request.transactional_id is not None:
         return await handle_init_producer_id_transactional(broker, ctx, request)

@@ -4,12 +4,16 @@ its last marker and the first offset of its open transaction (-1 when none is op
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol import ApiKey, make, response_module
+from ..context import RequestContext
+from ..ports import BrokerPort
 from . import acl
 from .util import error_code
 
 
-async def handle_describe_producers(broker, ctx, request):
+async def handle_describe_producers(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_PRODUCERS, ctx.version)
     topics_out = []
     for t in request.topics:

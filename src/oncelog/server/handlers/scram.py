@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 from ...protocol import ApiKey, make, response_module
 from ...security.scram import MECHANISM_CODES, Deletion, Upsertion
+from ..context import RequestContext
+from ..ports import BrokerPort
 from . import acl
 from .util import error_code
 
 
-async def handle_describe_user_scram_credentials(broker, ctx, request):
+async def handle_describe_user_scram_credentials(broker: BrokerPort, ctx: RequestContext,
+                                                 request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.version)
     names = [u.name for u in request.users] if request.users else None
     if not acl.cluster(broker, ctx, acl.Op.DESCRIBE):
@@ -57,7 +61,8 @@ async def handle_describe_user_scram_credentials(broker, ctx, request):
                 error_message=None, results=tuple(results))
 
 
-async def handle_alter_user_scram_credentials(broker, ctx, request):
+async def handle_alter_user_scram_credentials(broker: BrokerPort, ctx: RequestContext,
+                                              request: Any) -> Any:
     mod = response_module(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ctx.version)
     if not acl.cluster(broker, ctx, acl.Op.ALTER):
         # Kafka's error response: every user named, sorted, with the error.

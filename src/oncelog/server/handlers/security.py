@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import Any
 
 from ...protocol import ApiKey, make, response_module
 from ...security.acls import (
@@ -15,19 +16,21 @@ from ...security.acls import (
     Permission,
     ResourceType,
 )
+from ..context import RequestContext
+from ..ports import BrokerPort
 from .util import error_code, requester
 
 log = logging.getLogger("oncelog.broker.admin")
 
 
-async def handle_sasl_handshake(broker, ctx, request):
+async def handle_sasl_handshake(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.SASL_HANDSHAKE, ctx.version)
     err = broker.security.handshake(ctx.session, request.mechanism, ctx.version)
     return make(mod.SaslHandshakeResponse, error_code=error_code(err),
                 mechanisms=tuple(broker.security.mechanisms))
 
 
-async def handle_sasl_authenticate(broker, ctx, request):
+async def handle_sasl_authenticate(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.SASL_AUTHENTICATE, ctx.version)
     err, message, answer = await broker.security.authenticate(
         ctx.session, bytes(request.auth_bytes), ctx.client_address)
@@ -42,7 +45,7 @@ def _enum(cls, value: int):
         return cls.UNKNOWN
 
 
-def _cluster_allowed(broker, ctx, operation: Operation) -> bool:
+def _cluster_allowed(broker: BrokerPort, ctx: RequestContext, operation: Operation) -> bool:
     return broker.allowed(ctx, operation, ResourceType.CLUSTER, "kafka-cluster")
 
 
@@ -71,10 +74,11 @@ _NO_AUTHORIZER = ("security_disabled", ("No Authorizer is configured on the brok
                                         "authorizer.class.name (or use SASL)"))
 
 
-async def handle_create_acls(broker, ctx, request):
+async def handle_create_acls(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.CREATE_ACLS, ctx.version)
     allowed = _cluster_allowed(broker, ctx, Operation.ALTER)
-    results, good = [], []
+    results: list[tuple[str | None, str | None]] = []
+    good: list[AclBinding] = []
     for c in request.creations:
         if not broker.security.authorizer.enabled:
             results.append(_NO_AUTHORIZER)
@@ -104,7 +108,7 @@ def _filter(f) -> AclFilter:
                      _enum(Permission, f.permission_type))
 
 
-async def handle_describe_acls(broker, ctx, request):
+async def handle_describe_acls(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_ACLS, ctx.version)
     if not broker.security.authorizer.enabled:
         return make(mod.DescribeAclsResponse, throttle_time=0,
@@ -126,7 +130,7 @@ async def handle_describe_acls(broker, ctx, request):
                                 for (rt, name, pt), acls in by_resource.items()))
 
 
-async def handle_delete_acls(broker, ctx, request):
+async def handle_delete_acls(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DELETE_ACLS, ctx.version)
     if not broker.security.authorizer.enabled:
         return make(mod.DeleteAclsResponse, throttle_time=0, filter_results=tuple(

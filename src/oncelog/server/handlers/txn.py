@@ -8,17 +8,18 @@ change (an EndTxn: once PrepareCommit / PrepareAbort is written; the markers fol
 from __future__ import annotations
 
 import datetime
-import logging
+from types import ModuleType
+from typing import Any
 
 from ...protocol import ApiKey, make, millis, response_module
 from ...txn.coordinator import Outcome
 from ...txn.state import TransactionState
 from ..clock import now_ms
-from ..topics import CONSUMER_OFFSETS, INTERNAL_TOPICS
+from ..context import RequestContext
+from ..ports import BrokerPort
+from ..topics import CONSUMER_OFFSETS
 from . import acl
 from .util import error_code
-
-log = logging.getLogger("oncelog.txn.requests")
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -30,22 +31,8 @@ def _timestamp(ms: int) -> datetime.datetime:
     return _EPOCH + datetime.timedelta(milliseconds=max(ms, -1))
 
 
-async def _run(broker, outcome, core=None, txn_id: str = "") -> str | None:
-    """Carry out the outcome's effects; the error name to answer with, or None."""
-    service = broker.txn_coordinator
-    if outcome.error is None and outcome.effects and \
-            not await service.execute(outcome.effects, core):
-        log.debug("%r: the transaction log write failed: coordinator_not_available", txn_id)
-        return "coordinator_not_available"
-    if outcome.error is not None and outcome.effects:
-        await service.execute(outcome.effects, core)  # e.g. fencing, answered CONCURRENT_...
-    if outcome.error is not None and log.isEnabledFor(logging.DEBUG):
-        txn = core.transactions.get(txn_id) if core is not None else None
-        log.debug("%r: %s (state %s)", txn_id, outcome.error, txn and txn.state.name)
-    return outcome.error
-
-
-async def handle_init_producer_id_transactional(broker, ctx, request):
+async def handle_init_producer_id_transactional(broker: BrokerPort, ctx: RequestContext,
+                                                request: Any) -> Any:
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
     enable_2pc = bool(getattr(request, "enable2_pc", False))
     keep_prepared = bool(getattr(request, "keep_prepared_txn", False))
@@ -65,7 +52,7 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
             producer_id=getattr(request, "producer_id", -1),
             producer_epoch=getattr(request, "producer_epoch", -1), version=ctx.version,
             enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared)
-    err = await _run(broker, outcome, core, txn_id)
+    err = await broker.txn_coordinator.run(outcome, core, txn_id)
     ok = err is None
     return make(mod.InitProducerIdResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
@@ -74,34 +61,7 @@ async def handle_init_producer_id_transactional(broker, ctx, request):
                 ongoing_txn_producer_epoch=outcome.ongoing_producer_epoch if ok else -1)
 
 
-def _unknown(broker, wanted: list[tuple[str, int]]) -> set[tuple[str, int]]:
-    topics = broker.metadata.view.topics  # the cluster's topics, hosted here or not
-    return {tp for tp in wanted if tp[0] not in topics or tp[0] in INTERNAL_TOPICS
-            or tp[1] not in topics[tp[0]].partitions}
-
-
-async def add_partitions(broker, transactional_id: str, producer_id: int, producer_epoch: int,
-                   wanted: list[tuple[str, int]], *, version: int, verify_only: bool = False,
-                   txn_version: int | None = None) -> dict[tuple[str, int], str | None]:
-    """One transaction's partitions, added (or, ``verify_only``, checked): the error of each."""
-    core, refused = broker.txn_coordinator.core_for(transactional_id)
-    if core is None:
-        return {tp: refused for tp in wanted}
-    if verify_only:
-        return core.verify_partitions(transactional_id, producer_id, producer_epoch, wanted,
-                                      version=version)
-    unknown = _unknown(broker, [tp for tp in wanted if tp[0] != CONSUMER_OFFSETS])
-    if unknown:
-        # None is added: the unknown ones fail, the others were not attempted (as Kafka).
-        return {tp: "unknown_topic_or_partition" if tp in unknown else "operation_not_attempted"
-                for tp in wanted}
-    outcome = core.add_partitions(transactional_id, producer_id, producer_epoch, wanted,
-                                  now_ms(), version=version, txn_version=txn_version)
-    err = await _run(broker, outcome, core, transactional_id)
-    return {tp: err for tp in wanted}
-
-
-def _topic_results(mod, errors: dict[tuple[str, int], str | None]) -> tuple:
+def _topic_results(mod: ModuleType, errors: dict[tuple[str, int], str | None]) -> tuple:
     by_topic: dict[str, list] = {}
     for (topic, p), err in errors.items():
         by_topic.setdefault(topic, []).append(make(
@@ -111,8 +71,10 @@ def _topic_results(mod, errors: dict[tuple[str, int], str | None]) -> tuple:
                  for t, ps in by_topic.items())
 
 
-async def handle_add_partitions_to_txn(broker, ctx, request):
+async def handle_add_partitions_to_txn(broker: BrokerPort, ctx: RequestContext, request: Any
+                                          ) -> Any:
     mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
+    errors: dict[tuple[str, int], str | None]
     if ctx.version <= 3:
         wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         txn_id = request.v3_and_below_transactional_id
@@ -123,10 +85,9 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
             errors = {tp: "topic_authorization_failed" if tp in denied
                       else "operation_not_attempted" for tp in wanted}
         else:
-            errors = await add_partitions(broker, txn_id, request.v3_and_below_producer_id,
-                                    request.v3_and_below_producer_epoch, wanted,
-                                    version=ctx.version,
-                                    txn_version=min(broker.transaction_version, 1))
+            errors = await broker.txn_coordinator.add_partitions(
+                txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                wanted, version=ctx.version, txn_version=min(broker.transaction_version, 1))
         return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
                     results_by_topic_v3_and_below=_topic_results(mod, errors))
     # v4+: the partition leaders' request (KIP-890), batched by transactional id. verifyOnly:
@@ -139,17 +100,17 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
     results = []
     for txn in request.transactions:
         wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
-        errors = await add_partitions(broker, txn.transactional_id, txn.producer_id,
-                                txn.producer_epoch, wanted, version=ctx.version,
-                                verify_only=bool(txn.verify_only),
-                                txn_version=None if txn.verify_only else 2)
+        errors = await broker.txn_coordinator.add_partitions(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
+            version=ctx.version, verify_only=bool(txn.verify_only),
+            txn_version=None if txn.verify_only else 2)
         results.append(make(mod.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
                             topic_results=_topic_results(mod, errors)))
     return make(mod.AddPartitionsToTxnResponse, throttle_time=0, error_code=0,
                 results_by_transaction=tuple(results))
 
 
-async def handle_add_offsets_to_txn(broker, ctx, request):
+async def handle_add_offsets_to_txn(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version)
     if not acl.transactional_id(broker, ctx, acl.Op.WRITE, request.transactional_id):
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
@@ -169,10 +130,10 @@ async def handle_add_offsets_to_txn(broker, ctx, request):
         request.transactional_id, request.producer_id, request.producer_epoch, [tp], now_ms(),
         version=ctx.version, api="add_offsets", txn_version=min(broker.transaction_version, 1))
     return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
-                error_code=error_code(await _run(broker, outcome, core, request.transactional_id)))
+                error_code=error_code(await broker.txn_coordinator.run(outcome, core, request.transactional_id)))
 
 
-async def handle_end_txn(broker, ctx, request):
+async def handle_end_txn(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.END_TXN, ctx.version)
     # EndTxn v5+ is a client of transaction version 2 (the broker offers it only at level 2);
     # an older one is recorded as version 1 once the broker writes flexible records (KIP-890).
@@ -188,14 +149,15 @@ async def handle_end_txn(broker, ctx, request):
     outcome = core.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch,
         bool(request.committed), now_ms(), version=ctx.version, txn_version=txn_version)
-    err = await _run(broker, outcome, core, request.transactional_id)
+    err = await broker.txn_coordinator.run(outcome, core, request.transactional_id)
     ok = err is None
     return make(mod.EndTxnResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
                 producer_epoch=outcome.producer_epoch if ok else -1)
 
 
-async def handle_describe_transactions(broker, ctx, request):
+async def handle_describe_transactions(broker: BrokerPort, ctx: RequestContext, request: Any
+                                          ) -> Any:
     mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, ctx.version)
     states = []
     for txn_id in request.transactional_ids:
@@ -221,7 +183,7 @@ async def handle_describe_transactions(broker, ctx, request):
                 transaction_states=tuple(states))
 
 
-async def handle_list_transactions(broker, ctx, request):
+async def handle_list_transactions(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.LIST_TRANSACTIONS, ctx.version)
     cores = broker.txn_coordinator.all_cores()
     states, unknown = set(), []

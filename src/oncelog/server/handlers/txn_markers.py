@@ -17,11 +17,14 @@ offsets visible (commit) or drops them (abort).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ...protocol import ApiKey, make, response_module
 from ...records import split_batches
 from ...records.batch import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
 from ..clock import now_ms
+from ..context import RequestContext
+from ..ports import BrokerPort
 from ..replication import AppendEntry, AppendError, AppendOrigin
 from ..topics import CONSUMER_OFFSETS
 from . import acl
@@ -42,7 +45,7 @@ def _marker_entry(marker, now: int) -> AppendEntry:
                        transaction_version=int(getattr(marker, "transaction_version", 0)))
 
 
-async def handle_write_txn_markers(broker, ctx, request):
+async def handle_write_txn_markers(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.WRITE_TXN_MARKERS, ctx.version)
     now = now_ms()
     results = []

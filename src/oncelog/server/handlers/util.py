@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..context import RequestContext
+
 
 def error_code(name: str | None) -> ErrorCode:
     """Kafka error code from its snake_case name (as raised by the log and topic layers)."""
@@ -12,7 +14,7 @@ def error_code(name: str | None) -> ErrorCode:
     return ErrorCode[name]
 
 
-def requester(ctx) -> str:
+def requester(ctx: RequestContext) -> str:
     """Who asked, for the broker's log of changes (topics, configs, ACLs): the principal and
     its address, as Kafka's request log names them."""
     if ctx.session is None:
