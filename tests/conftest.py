@@ -93,6 +93,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
         if any(n in names for n in _KAFKA_FIXTURES):
             item.add_marker(pytest.mark.kafka)
+    _mark_broker_tests(items)
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +122,8 @@ _KAFKA_FIXTURES = ("apache_kafka", "kafka_tools", "kafka_jars")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _guarded
+    _guarded = re.search(r"\bnot\s+broker\b", config.getoption("markexpr") or "") is not None
     if not hasattr(config, "workerinput"):  # the controller: the workers inherit the directory
         from support.apache_kafka import shared_dir
 
@@ -161,3 +164,271 @@ def kafka_jars() -> str:
 
     require_kafka()
     return kafka_classpath()
+
+
+# -- the broker marker: the fast tier starts no broker --------------------------------------------
+#
+# Every test that starts a broker is marked ``broker`` at collection, so that the fast tier
+# (scripts/test.sh --fast: -m "not broker and not slow and not spark and not cluster and not
+# kafka") is a unit tier. A test starts a broker when
+#   - it uses a fixture that starts one (embedded_broker, bootstrap, a fixture of its module or
+#     of tests/support that reaches one of _BROKER_NAMES, the Kafka fixtures), or
+#   - its own body, its class, or a function or class of its module or of tests/support it
+#     calls, reaches one of _BROKER_NAMES (found by name in the source, transitively; an
+#     ``oncelog broker`` command line the source builds counts), or
+#   - it is marked ``broker`` by hand, where the source does not show it (a broker fixture taken
+#     with request.getfixturevalue for some parameters only: pytest.param(..., marks=...)).
+# The rule enforces itself: in a run that leaves the broker tests out, a test not marked
+# ``broker`` that starts a broker in this process (BrokerServer.start: EmbeddedBroker and all
+# else that serves) or in a subprocess running an oncelog command that starts one
+# (_broker_command) fails, naming the marker to add.
+
+import ast
+import functools
+import inspect
+import re
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+_BROKER_NAMES = frozenset({
+    "EmbeddedBroker", "BrokerServer", "BrokerProcess", "LocalCluster", "run_broker",
+    "oncelog broker",  # see _broker_argv
+})
+_BROKER_FIXTURES = frozenset({"embedded_broker", "bootstrap"})
+_TESTS = Path(__file__).resolve().parent
+# oncelog commands that start a broker (and `cluster up`), and modules run with -m that do
+_BROKER_COMMANDS = frozenset({"broker", "demo"})
+_BROKER_MODULES = frozenset({"oncelog.examples.tour", "oncelog.demo",
+                             "oncelog.harness.local_cluster", "oncelog.harness.differential"})
+_BROKER_ARGV = "oncelog broker"  # a command line the test builds: ["broker", "--data-dir", ...]
+_CLI_CALLS = frozenset({"oncelog", "run", "Popen", "check_output", "check_call"})
+
+
+def _broker_argv(node: ast.AST) -> tuple[str, ...]:
+    """(_BROKER_ARGV,) when ``node`` is a list whose first item is "broker", or a call of the
+    oncelog command (tests/support/cli.py) or of subprocess with "broker" first."""
+    first = None
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+        first = node.elts[0]
+    elif isinstance(node, ast.Call) and node.args:
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name in _CLI_CALLS:
+            first = node.args[0]
+    if isinstance(first, ast.Constant) and first.value == "broker":
+        return (_BROKER_ARGV,)
+    return ()
+
+
+def _referenced_names(node: ast.AST) -> set[str]:
+    """The names ``node`` refers to: bare names, and attribute names that are _BROKER_NAMES
+    (``harness.BrokerProcess``); annotations left out (a parameter typed ``BrokerProcess``
+    starts nothing)."""
+    names: set[str] = set()
+    parsed = {id(a) for c in ast.walk(node) if isinstance(c, ast.Call)  # parse_args(["broker"])
+              and getattr(c.func, "id", getattr(c.func, "attr", None)) not in _CLI_CALLS
+              for a in c.args}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) not in parsed and _BROKER_ARGV in _broker_argv(n):
+            names.add(_BROKER_ARGV)
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, ast.Attribute) and n.attr in _BROKER_NAMES:
+            names.add(n.attr)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = n.args
+            for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                if a is not None:
+                    a.annotation = None
+            n.returns = None
+        if isinstance(n, ast.AnnAssign):
+            stack.extend(x for x in (n.target, n.value) if x is not None)
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+    return names
+
+
+_module_cache: dict[str, frozenset[str]] = {}
+
+
+@functools.cache
+def _is_ours(obj: object) -> bool:
+    """A function or class defined under tests/ (test modules and tests/support)."""
+    try:
+        path = inspect.getsourcefile(obj)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return path is not None and Path(path).resolve().is_relative_to(_TESTS)
+
+
+def _module_broker_names(module: types.ModuleType) -> frozenset[str]:
+    """The top-level names of ``module`` that reach a broker: _BROKER_NAMES, names imported
+    from tests/support that reach one in their own module, and the module's functions and
+    classes that refer to any of these (to a fixed point)."""
+    key = module.__name__
+    if key in _module_cache:
+        return _module_cache[key]
+    _module_cache[key] = frozenset()  # a cycle reaches nothing new
+    seeds = set(_BROKER_NAMES)
+    for name, obj in vars(module).items():
+        if (isinstance(obj, (types.FunctionType, type)) and obj.__module__ != key
+                and _is_ours(obj) and _reaches_broker(obj)):
+            seeds.add(name)
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError):
+        _module_cache[key] = frozenset(seeds)
+        return _module_cache[key]
+    refs = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            refs[node.name] = _referenced_names(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):  # e.g. FIXTURE = pytest.fixture(f)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name) and node.value is not None:
+                    refs[t.id] = _referenced_names(node.value)
+    reaching = set(seeds)
+    changed = True
+    while changed:
+        changed = False
+        for name, used in refs.items():
+            if name not in reaching and used & reaching:
+                reaching.add(name)
+                changed = True
+    _module_cache[key] = frozenset(reaching)
+    return _module_cache[key]
+
+
+@functools.cache
+def _reaches_broker(obj: object) -> bool:
+    """Whether function or class ``obj`` (of a module under tests/) refers to a name of its
+    module that reaches a broker."""
+    obj = inspect.unwrap(obj)  # type: ignore[arg-type]
+    module = sys.modules.get(getattr(obj, "__module__", ""))
+    if module is None:
+        return False
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(obj)))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return bool(_referenced_names(node) & _module_broker_names(module))
+
+
+def _starts_broker(item: pytest.Item) -> bool:
+    if any(n in _BROKER_FIXTURES or n in _KAFKA_FIXTURES
+           for n in getattr(item, "fixturenames", ())):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        for defs in info.name2fixturedefs.values():
+            for d in defs:
+                if _is_ours(d.func) and _reaches_broker(d.func):
+                    return True
+    func = getattr(item, "function", None)
+    if func is not None and _is_ours(func) and _reaches_broker(func):
+        return True
+    cls = getattr(item, "cls", None)
+    return cls is not None and _reaches_broker(cls)
+
+
+def _mark_broker_tests(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("broker") is None and _starts_broker(item):
+            item.add_marker(pytest.mark.broker)
+
+
+# The guard: which test runs (None outside tests: collection, session start), what it started.
+# It is on in a run that leaves the broker tests out (-m "not broker ...": the fast tier), where
+# a test that starts one unmarked would otherwise pass for a unit test.
+_guarded = False
+_running: pytest.Item | None = None
+_unmarked_starts: list[str] = []
+
+
+def _broker_started(what: str) -> None:
+    item = _running
+    if item is None or not _guarded or item.get_closest_marker("broker") is not None:
+        return
+    _unmarked_starts.append(what)
+    raise RuntimeError(
+        f"{item.nodeid} started a broker ({what}) but is not marked `broker`; tests/conftest.py "
+        "marks what it sees in the source; mark this one by hand (@pytest.mark.broker, or "
+        "pytestmark in its module) so that the fast tier leaves it out")
+
+
+def _broker_command(args: Any) -> str | None:
+    """The oncelog command line among ``args`` (a Popen argument) that starts a broker."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        argv = [os.fsdecode(args)] if not isinstance(args, str) else args.split()
+    else:
+        argv = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
+    for i, a in enumerate(argv):
+        if a in _BROKER_MODULES:
+            return " ".join(argv[max(0, i - 1):i + 1])
+        if a in ("oncelog", "oncelog.cli.main", "oncelog.__main__") or a.endswith("/oncelog"):
+            if "--help" in argv or "-h" in argv:
+                return None
+            rest = [x for x in argv[i + 1:] if not x.startswith("-")]
+            command = " ".join(rest[:2])
+            if command == "cluster up":
+                return "oncelog cluster up"
+            if rest and rest[0] in _BROKER_COMMANDS:
+                return f"oncelog {rest[0]}"
+            return None
+    return None
+
+
+def _install_broker_guard() -> None:
+    try:
+        from oncelog.server.network import BrokerServer
+    except ImportError:
+        return
+    start = BrokerServer.start
+
+    async def guarded_start(self: Any) -> None:
+        _broker_started("BrokerServer.start")
+        await start(self)
+
+    BrokerServer.start = guarded_start  # type: ignore[method-assign]
+    popen_init = subprocess.Popen.__init__
+
+    def guarded_popen_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        if _guarded and _running is not None:
+            command = _broker_command(args[0] if args else kwargs.get("args", ()))
+            if command is not None:
+                _broker_started(command)
+        popen_init(self, *args, **kwargs)
+
+    subprocess.Popen.__init__ = guarded_popen_init  # type: ignore[method-assign]
+
+
+_install_broker_guard()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    global _running
+    _running = item
+    _unmarked_starts.clear()
+    try:
+        yield
+    finally:
+        _running = None
+
+
+@pytest.fixture(autouse=True)
+def _broker_marker_checked(request: pytest.FixtureRequest):
+    """Fails a test that started a broker without the ``broker`` marker, even if the test
+    caught the error the start raised."""
+    yield
+    if _unmarked_starts:
+        starts = ", ".join(sorted(set(_unmarked_starts)))
+        _unmarked_starts.clear()
+        pytest.fail(f"{request.node.nodeid} started a broker ({starts}) but is not marked "
+                    "`broker` (see tests/conftest.py)", pytrace=False)

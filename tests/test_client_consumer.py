@@ -13,7 +13,7 @@ from oncelog.client import NoOffsetForPartitionError
 from oncelog.errors import OffsetOutOfRangeError
 
 
-@pytest.fixture(params=["embedded", "mock"])
+@pytest.fixture(params=[pytest.param("embedded", marks=pytest.mark.broker), "mock"])
 def any_broker(request):
     if request.param == "embedded":
         return request.getfixturevalue("embedded_broker").bootstrap_servers
