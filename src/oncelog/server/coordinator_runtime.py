@@ -37,7 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ..records import split_batches
 from ..records.batch import CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, Record, parse_control_record
 from .clock import now_ms
-from .replication import AppendError
+from .replication import AppendError, ReplicaManager
 from .topics import TopicError, coordinator_partition
 
 log = logging.getLogger("oncelog.coordinator")
@@ -118,7 +118,7 @@ class ReplicaManagerWriter:
     """The ``PartitionWriter`` of one internal topic, through the replica manager's one append
     path."""
 
-    def __init__(self, replication: Any, topic: str) -> None:
+    def __init__(self, replication: ReplicaManager, topic: str) -> None:
         self.replication = replication
         self.topic = topic
 
