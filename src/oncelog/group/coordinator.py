@@ -15,12 +15,26 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .log_format import GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue
+from ..records.batch import Record
+from .log_format import (
+    GroupKey,
+    GroupLogFormatError,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group,
+    decode_key,
+    decode_offset,
+)
+
+log = logging.getLogger("oncelog.group")
 
 TP = tuple[str, int]
 
@@ -140,15 +154,39 @@ Effect = RespondJoin | RespondSync | WriteRecords
 
 
 class GroupCoordinator:
+    """The groups of one ``__consumer_offsets`` partition (a shard of the coordinator
+    runtime: server/coordinator_runtime.py), or of all of them in a test."""
+
     def __init__(self, *, min_session_timeout_ms: int, max_session_timeout_ms: int,
-                 initial_rebalance_delay_ms: int, max_group_size: int = 2**31 - 1) -> None:
+                 initial_rebalance_delay_ms: int, max_group_size: int = 2**31 - 1,
+                 clock: Callable[[], int] | None = None) -> None:
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.max_group_size = max_group_size
+        # The time a replayed member's session starts from (``replay``).
+        self.clock = clock or (lambda: 0)
         self.groups: dict[str, Group] = {}
 
     # -- loading ------------------------------------------------------------------------------
+
+    def replay(self, offset: int, producer_id: int | None, record: Record) -> None:
+        """One record of the partition, in log order (the runtime's replay); a record that
+        cannot be read is skipped."""
+        try:
+            key = decode_key(record.key or b"")
+            if isinstance(key, OffsetKey):
+                self.load_offset(key, None if record.value is None
+                                 else decode_offset(record.value), producer_id)
+            else:
+                self.load_group(key, None if record.value is None
+                                else decode_group(record.value), self.clock())
+        except GroupLogFormatError as exc:
+            log.error("skipping a bad __consumer_offsets record at offset %d: %s", offset, exc)
+
+    def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
+        """The producer's marker on this partition: its pending offsets here complete."""
+        self.complete_txn_offsets(list(self.groups), producer_id, committed)
 
     def load_offset(self, key: OffsetKey, value: OffsetValue | None,
                     producer_id: int | None) -> None:

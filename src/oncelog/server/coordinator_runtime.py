@@ -1,31 +1,105 @@
 """What the transaction and group coordinators share (Kafka's ``CoordinatorRuntime``).
 
 A coordinator owns the keys (transactional ids, group ids) that hash to the partitions of its
-internal topic that this broker leads. The runtime follows the replica manager's leadership news
-for that topic: on becoming leader of a partition it loads it (the coordinator replays the
-partition into a *shard* of its state), on losing it it cancels the partition's tasks and
-unloads the shard. It finds the shard of a key and runs the coordinator's timers. Both
-coordinators append through its ``writer``, a ``PartitionWriter`` (the replica manager's one
-append path, origin COORDINATOR, acks=all). What the coordinators decide stays
-in their sans-IO cores (txn/coordinator.py, group/coordinator.py); what they do with the
-decisions stays in server/txn_service.py and server/group_service.py.
+internal topic that this broker leads. The runtime follows leadership news for that topic
+(``LeadershipSource``): on becoming leader of a partition it creates the partition's *shard*
+(``CoordinatorShard``: the coordinator's state for the keys of that partition) and loads it, on
+losing it it cancels the partition's tasks and drops the shard. It finds the shard of a key and
+runs the coordinator's timers; coordinators append through a ``PartitionWriter``. What the
+coordinators decide stays in their sans-IO cores (txn/coordinator.py, group/coordinator.py),
+which are the shards; what they do with the decisions stays in server/txn_service.py and
+server/group_service.py.
+
+Each shard has a state (Kafka's ``CoordinatorState``): LOADING while the partition is replayed
+into it, ACTIVE once it is, FAILED when the replay raised, CLOSED once dropped. A key whose
+shard is LOADING is answered COORDINATOR_LOAD_IN_PROGRESS (the client asks again), one whose
+partition is not led here, or whose shard FAILED or is CLOSED, NOT_COORDINATOR.
+
+Loading runs on the event loop in chunks of ``LOAD_CHUNK_BATCHES`` batches, yielding between
+them, not in a worker thread: the log and the shard are only ever touched from the loop (no lock
+between the replay and appends, retention or truncation), a thread would not replay faster under
+the GIL, and an unload stops a load at its next chunk. The first chunk is replayed when the
+leadership news comes, so a partition that small (a new one) is ACTIVE at once; a bigger one
+goes on in a task of its own. The replay reads to the log end as it is when it finishes
+(appends made meanwhile, e.g. transaction markers on ``__consumer_offsets``, are replayed too),
+and the shard turns ACTIVE in the same turn of the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..log import AppendResult
 from ..log.producer_state import VerificationGuard
+from ..records.batch import CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, Record, parse_control_record
 from .replication import AppendEntry, AppendError, AppendOrigin, ReplicaManager
-from .topics import Partition, TopicError, coordinator_partition
+from .topics import TopicError, coordinator_partition
 
 log = logging.getLogger("oncelog.coordinator")
 
 APPEND_TIMEOUT_MS = 30_000
+# Batches replayed between two yields to the event loop while a shard loads.
+LOAD_CHUNK_BATCHES = 64
+
+NOT_COORDINATOR = "not_coordinator"
+COORDINATOR_LOAD_IN_PROGRESS = "coordinator_load_in_progress"
+
+
+# -- ports --------------------------------------------------------------------------------------
+
+class CoordinatorShard(Protocol):
+    """The coordinator's state for the keys of one partition of its internal topic (Kafka's
+    ``CoordinatorShard``), rebuilt by replaying the partition."""
+
+    def replay(self, offset: int, producer_id: int | None, record: Record) -> None:
+        """One record of the partition, in log order (``producer_id`` when it came in a
+        transactional batch)."""
+
+    def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
+        """The producer's transaction ended on this partition (a marker)."""
+
+
+S = TypeVar("S", bound=CoordinatorShard)
+
+LeadershipListener = Callable[[str, int, bool, int], None]
+
+
+class LeadershipSource(Protocol):
+    """Who tells the runtime this broker's role for every partition: (topic, index,
+    is_leader, leader epoch) on each change (the replica manager)."""
+
+    listeners: list[LeadershipListener]
+
+
+class ReplayableLog(Protocol):
+    def iter_records(self) -> Iterator[tuple[BatchHeader, Sequence[Record]]]:
+        """(header, records) of every batch to the log end, control batches included; the
+        end as it is when the iteration gets there."""
+        ...
+
+
+class ReplayablePartition(Protocol):
+    @property
+    def log(self) -> ReplayableLog: ...
+
+
+class PartitionLookup(Protocol):
+    def partition(self, topic: str, index: int) -> ReplayablePartition | None:
+        """The partition when this broker hosts it."""
+        ...
+
+
+class InternalTopicMetadata(Protocol):
+    """The internal topic's partition count, and its creation on first use."""
+
+    def internal_partition_count(self, name: str) -> int | None: ...
+
+    def request_internal_topic(self, name: str) -> str | None: ...
 
 
 class PartitionWriter(Protocol):
@@ -89,45 +163,159 @@ class ReplicaPartitionWriter:
                                                  self.timeout_ms)
 
 
-class CoordinatorRuntime:
-    def __init__(self, broker, topic: str, *,
-                 load: Callable[[int, Partition, int], Any],
-                 unload: Callable[[int, Any], None],
-                 writer: PartitionWriter | None = None) -> None:
-        self.broker = broker
+# -- the runtime --------------------------------------------------------------------------------
+
+class ShardState(enum.Enum):
+    """Kafka's ``CoordinatorState``."""
+
+    LOADING = "loading"
+    ACTIVE = "active"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+@dataclass
+class ShardContext(Generic[S]):
+    """One partition of the internal topic this broker leads (or led): its shard and state."""
+
+    index: int
+    epoch: int
+    shard: S
+    state: ShardState = ShardState.LOADING
+    tasks: set[asyncio.Task] = field(default_factory=set)
+    error: BaseException | None = None
+
+
+class CoordinatorRuntime(Generic[S]):
+    def __init__(self, topic: str, *, writer: PartitionWriter, leadership: LeadershipSource,
+                 partitions: PartitionLookup, metadata: InternalTopicMetadata,
+                 new_shard: Callable[[int, int], S],
+                 on_loaded: Callable[[int, S], None] | None = None,
+                 on_unloaded: Callable[[int, S], None] | None = None) -> None:
+        """``new_shard(index, leader epoch)`` makes an empty shard for a partition;
+        ``on_loaded`` runs when its replay is done (the shard is ACTIVE), ``on_unloaded``
+        when a shard is dropped, whatever its state (leadership lost or moved)."""
         self.topic = topic
-        self.writer: PartitionWriter = writer if writer is not None \
-            else ReplicaPartitionWriter(broker.replication, topic)
-        self._load = load
-        self._unload = unload
-        # Partition index -> what the coordinator loaded from it (its shard).
-        self.shards: dict[int, Any] = {}
-        self._tasks: dict[int, set[asyncio.Task]] = {}
+        self.writer = writer
+        self._partitions = partitions
+        self._metadata = metadata
+        self._new_shard = new_shard
+        self._on_loaded = on_loaded
+        self._on_unloaded = on_unloaded
+        self._contexts: dict[int, ShardContext[S]] = {}
+        self._orphans: set[asyncio.Task] = set()  # tasks of no partition: cancelled at close
         self._timers: list[asyncio.Task] = []
-        broker.replication.listeners.append(self.on_leadership)
+        leadership.listeners.append(self.on_leadership)
 
     # -- leadership ---------------------------------------------------------------------------
 
     def on_leadership(self, topic: str, index: int, is_leader: bool, epoch: int) -> None:
         if topic != self.topic:
             return
-        for task in self._tasks.pop(index, set()):
-            task.cancel()
-        old = self.shards.pop(index, None)
-        if old is not None:
-            self._unload(index, old)
+        self.unload(index)
         if not is_leader:
             return
-        partition = self.broker.topics.partition(topic, index)
-        if partition is not None:
-            self.shards[index] = self._load(index, partition, epoch)
+        partition = self._partitions.partition(topic, index)
+        if partition is None:
+            return
+        ctx = ShardContext(index, epoch, self._new_shard(index, epoch))
+        self._contexts[index] = ctx
+        batches = iter(partition.log.iter_records())
+        # The first chunk here and now: a partition that small (a new one) is ACTIVE at once,
+        # a bigger one goes on loading in a task of its own.
+        if self._replay_chunk(ctx, batches):
+            self.spawn(index, self._load(ctx, batches))
+
+    def _replay_chunk(self, ctx: ShardContext[S],
+                      batches: Iterator[tuple[BatchHeader, Sequence[Record]]]) -> bool:
+        """Replay up to ``LOAD_CHUNK_BATCHES`` batches: True when there are more, False when
+        the shard is loaded (ACTIVE) or failed (FAILED)."""
+        try:
+            for _ in range(LOAD_CHUNK_BATCHES):
+                found = next(batches, None)
+                if found is None:
+                    self._activate(ctx)
+                    return False
+                self._replay(ctx.shard, *found)
+        except Exception as exc:  # noqa: BLE001 - a bad partition fails its shard alone
+            self._failed(ctx, exc)
+            return False
+        return True
+
+    def unload(self, index: int) -> None:
+        """Drop the partition's shard: its tasks (its load too) are cancelled, its state
+        CLOSED."""
+        ctx = self._contexts.pop(index, None)
+        if ctx is None:
+            return
+        ctx.state = ShardState.CLOSED
+        for task in list(ctx.tasks):
+            task.cancel()
+        if self._on_unloaded is not None:
+            self._on_unloaded(index, ctx.shard)
+
+    async def _load(self, ctx: ShardContext[S],
+                    batches: Iterator[tuple[BatchHeader, Sequence[Record]]]) -> None:
+        while ctx.state is ShardState.LOADING:
+            await asyncio.sleep(0)  # the broker keeps answering meanwhile
+            if ctx.state is not ShardState.LOADING or not self._replay_chunk(ctx, batches):
+                return
+
+    def _failed(self, ctx: ShardContext[S], exc: Exception) -> None:
+        log.error("%s-%d cannot be loaded: %r", self.topic, ctx.index, exc, exc_info=exc)
+        ctx.state, ctx.error = ShardState.FAILED, exc
+
+    def _activate(self, ctx: ShardContext[S]) -> None:
+        if ctx.state is not ShardState.LOADING or self._contexts.get(ctx.index) is not ctx:
+            return
+        ctx.state = ShardState.ACTIVE
+        if self._on_loaded is not None:
+            self._on_loaded(ctx.index, ctx.shard)
+
+    @staticmethod
+    def _replay(shard: S, header: BatchHeader, records: Sequence[Record]) -> None:
+        if header.is_control:
+            if not records:
+                return  # a marker the log cleaner emptied: its transaction is long done
+            ctype, _epoch = parse_control_record(records[0])
+            if ctype in (CONTROL_COMMIT, CONTROL_ABORT):
+                shard.replay_end_transaction(header.producer_id, ctype == CONTROL_COMMIT)
+            return
+        pid = header.producer_id if header.is_transactional else None
+        for r in records:
+            shard.replay(r.offset, pid, r)
+
+    # -- shards -------------------------------------------------------------------------------
+
+    def state(self, index: int) -> ShardState | None:
+        """The partition's shard state; None when this broker does not lead it."""
+        ctx = self._contexts.get(index)
+        return None if ctx is None else ctx.state
+
+    @property
+    def shards(self) -> dict[int, S]:
+        """The ACTIVE shards, by partition."""
+        return {i: c.shard for i, c in self._contexts.items() if c.state is ShardState.ACTIVE}
+
+    def active(self, index: int) -> S | None:
+        ctx = self._contexts.get(index)
+        return ctx.shard if ctx is not None and ctx.state is ShardState.ACTIVE else None
+
+    def loading(self) -> bool:
+        """Some partition led here is still being loaded."""
+        return any(c.state is ShardState.LOADING for c in self._contexts.values())
+
+    def loading_note(self) -> str:
+        """", 3 partitions loading" (for the summary line of partitions taken up), or ""."""
+        n = sum(c.state is ShardState.LOADING for c in self._contexts.values())
+        return f", {n} partition{'s' if n != 1 else ''} loading" if n else ""
 
     # -- keys ---------------------------------------------------------------------------------
 
     def partition_count(self, *, create: bool = False) -> int | None:
         """The internal topic's partition count; None until it exists (``create``: its
         creation is asked for, as the first FindCoordinator does in Kafka)."""
-        metadata = self.broker.metadata
+        metadata = self._metadata
         n = metadata.internal_partition_count(self.topic)
         if n is None and create:
             try:
@@ -144,21 +332,28 @@ class CoordinatorRuntime:
         n = self.partition_count(create=create)
         return None if n is None else coordinator_partition(key, n)
 
-    def shard_for(self, key: str) -> tuple[Any, int | None]:
-        """(shard, partition index) of the key; shard None when this broker does not lead
-        the key's partition (NOT_COORDINATOR)."""
+    def shard_for(self, key: str) -> tuple[S | None, str | None]:
+        """(shard, None) for a key whose shard is ACTIVE here, else (None, the error to answer
+        with): COORDINATOR_LOAD_IN_PROGRESS while it loads, NOT_COORDINATOR when this broker
+        does not lead the key's partition (or its shard failed or closed)."""
         index = self.partition_of(key, create=True)
-        if index is None:
-            return None, None
-        return self.shards.get(index), index
+        ctx = self._contexts.get(index) if index is not None else None
+        if ctx is None:
+            return None, NOT_COORDINATOR
+        if ctx.state is ShardState.ACTIVE:
+            return ctx.shard, None
+        if ctx.state is ShardState.LOADING:
+            return None, COORDINATOR_LOAD_IN_PROGRESS
+        return None, NOT_COORDINATOR
 
     # -- tasks and timers ---------------------------------------------------------------------
 
     def spawn(self, index: int | None, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
         """A task of the partition's coordinator: cancelled when this broker stops leading it
-        (``index`` None: cancelled only at close)."""
+        (``index`` None, or a partition not led here: cancelled only at close)."""
         task = asyncio.get_running_loop().create_task(coro)
-        mine = self._tasks.setdefault(-1 if index is None else index, set())
+        ctx = self._contexts.get(index) if index is not None else None
+        mine = ctx.tasks if ctx is not None else self._orphans
         mine.add(task)
         task.add_done_callback(mine.discard)
         return task
@@ -181,9 +376,14 @@ class CoordinatorRuntime:
     def close(self) -> None:
         for t in self._timers:
             t.cancel()
-        for tasks in self._tasks.values():
-            for t in tasks:
+        for index in list(self._contexts):
+            ctx = self._contexts[index]
+            ctx.state = ShardState.CLOSED
+            for t in list(ctx.tasks):
                 t.cancel()
+        for t in list(self._orphans):
+            t.cancel()
 
 
-__all__ = ["AppendError", "CoordinatorRuntime", "PartitionWriter", "ReplicaPartitionWriter"]
+__all__ = ["AppendError", "CoordinatorRuntime", "CoordinatorShard", "PartitionWriter",
+           "ReplicaPartitionWriter", "ShardState"]

@@ -41,7 +41,7 @@ class PartitionLag:
 def group_lags(broker, group_ids: Iterable[str] | None = None) -> list[PartitionLag]:
     """The lag of every committed offset of the groups this broker coordinates (or of the
     named ones among them), ordered by group, topic and partition."""
-    groups = broker.group_coordinator.core.groups
+    groups = broker.group_coordinator.groups()
     names = sorted(groups) if group_ids is None else [g for g in group_ids if g in groups]
     topics = broker.topics
     out = []

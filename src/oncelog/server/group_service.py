@@ -1,8 +1,10 @@
 """The group coordinator's IO: carries out what group/coordinator.py decides.
 
 The group coordinator owns the groups of the ``__consumer_offsets`` partitions this broker
-leads: the coordinator runtime (server/coordinator_runtime.py) loads a partition on becoming its
-leader and unloads it (its groups forgotten, their members told NOT_COORDINATOR) on losing it.
+leads, one core (group/coordinator.py) per partition: the coordinator runtime
+(server/coordinator_runtime.py) makes a partition's core and replays the partition into it on
+becoming its leader, and drops it (its groups forgotten, their members told NOT_COORDINATOR) on
+losing it. A group's requests go to the core of its partition.
 
 JoinGroup and SyncGroup answers that wait for a rebalance are futures, resolved when the core
 says so (``RespondJoin`` / ``RespondSync``); a timer ticks the core for session expiry and due
@@ -21,6 +23,7 @@ from collections.abc import Iterable
 
 from ..group.coordinator import (
     Effect,
+    Group,
     GroupCoordinator,
     JoinResponse,
     RespondJoin,
@@ -28,23 +31,11 @@ from ..group.coordinator import (
     SyncResponse,
     WriteRecords,
 )
-from ..group.log_format import (
-    GroupLogFormatError,
-    GroupValue,
-    OffsetKey,
-    OffsetValue,
-    decode_group,
-    decode_key,
-    decode_offset,
-    encode_group,
-    encode_key,
-    encode_offset,
-)
+from ..group.log_format import GroupValue, OffsetValue, encode_group, encode_key, encode_offset
 from ..records import build_batch
-from ..records.batch import CONTROL_COMMIT, parse_control_record
 from .clock import now_ms
-from .coordinator_runtime import AppendError, CoordinatorRuntime
-from .topics import CONSUMER_OFFSETS, coordinator_partition
+from .coordinator_runtime import AppendError, CoordinatorRuntime, ReplicaPartitionWriter
+from .topics import CONSUMER_OFFSETS
 
 log = logging.getLogger("oncelog.group")
 
@@ -55,72 +46,66 @@ TP = tuple[str, int]
 class GroupService:
     def __init__(self, broker) -> None:
         self.broker = broker
-        cfg = broker.config
-        self.core = GroupCoordinator(
-            min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
-            max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
-            initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
-            max_group_size=cfg.int("group.max.size"))
         # The __consumer_offsets partitions this broker leads (and so coordinates) are the
-        # runtime's shards; where each one's last append ended (an offset commit waits for
-        # its replication).
-        self.runtime = CoordinatorRuntime(broker, CONSUMER_OFFSETS, load=self._load,
-                                          unload=self._unload)
+        # runtime's shards, a core each; where each one's last append ended (an offset commit
+        # waits for its replication).
+        self.runtime: CoordinatorRuntime[GroupCoordinator] = CoordinatorRuntime(
+            CONSUMER_OFFSETS, writer=ReplicaPartitionWriter(broker.replication, CONSUMER_OFFSETS),
+            leadership=broker.replication, partitions=broker.topics, metadata=broker.metadata,
+            new_shard=self._new_shard, on_loaded=self._loaded, on_unloaded=self._unloaded)
         broker.replication.load_details[CONSUMER_OFFSETS] = \
-            lambda: f"{len(self.core.groups)} groups"
+            lambda: f"{len(self.groups())} groups" + self.runtime.loading_note()
         self._appended_end: dict[int, int] = {}
         self._joins: dict[tuple[str, str], asyncio.Future] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future] = {}
 
     # -- loading the partitions this broker leads ---------------------------------------------
 
-    def _load(self, index: int, p, _epoch: int) -> bool:
-        self._load_partition(p, self.runtime.partition_count() or 1)
-        log.debug("group coordinator for %s-%d: %d groups in all", CONSUMER_OFFSETS, index,
-                  len(self.core.groups))
-        return True
+    def _new_shard(self, _index: int, _epoch: int) -> GroupCoordinator:
+        cfg = self.broker.config
+        return GroupCoordinator(
+            min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
+            max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
+            initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
+            max_group_size=cfg.int("group.max.size"), clock=now_ms)
 
-    def _unload(self, index: int, _shard) -> None:
+    def _loaded(self, index: int, core: GroupCoordinator) -> None:
+        log.debug("group coordinator for %s-%d: %d groups", CONSUMER_OFFSETS, index,
+                  len(core.groups))
+
+    def _unloaded(self, index: int, core: GroupCoordinator) -> None:
         """Leadership lost: the partition's groups are forgotten; their members waiting for a
         rebalance are told NOT_COORDINATOR and find the new coordinator."""
-        n = self.runtime.partition_count() or 1
-        mine = {g for g in self.core.groups if coordinator_partition(g, n) == index}
-        for g in mine:
-            self.core.groups.pop(g, None)
+        mine = set(core.groups)
         for (g, _m), fut in [*self._joins.items(), *self._syncs.items()]:
             if g in mine and not fut.done():
                 fut.cancel()
         self._appended_end.pop(index, None)
 
-    def _load_partition(self, p, n: int) -> None:
-        """Replay one partition of __consumer_offsets (markers included)."""
-        now = now_ms()
-        for h, records in p.log.iter_records():
-            if h.is_control:
-                if not records:
-                    continue  # a marker the log cleaner emptied: its transaction is long done
-                ctype, _epoch = parse_control_record(records[0])
-                groups = [g for g in self.core.groups if coordinator_partition(g, n) == p.index]
-                self.core.complete_txn_offsets(groups, h.producer_id, ctype == CONTROL_COMMIT)
-                continue
-            pid = h.producer_id if h.is_transactional else None
-            for r in records:
-                try:
-                    key = decode_key(r.key or b"")
-                    if isinstance(key, OffsetKey):
-                        self.core.load_offset(
-                            key, None if r.value is None else decode_offset(r.value), pid)
-                    else:
-                        self.core.load_group(
-                            key, None if r.value is None else decode_group(r.value), now)
-                except GroupLogFormatError as exc:
-                    log.error("skipping a bad record at %s-%d offset %d: %s",
-                              CONSUMER_OFFSETS, p.index, r.offset, exc)
+    # -- the group's core ---------------------------------------------------------------------
 
     def not_coordinator(self, group_id: str) -> str | None:
-        """NOT_COORDINATOR unless this broker leads the group's partition."""
-        index = self.partition_index(group_id, create=True)
-        return "not_coordinator" if index is None or index not in self.runtime.shards else None
+        """NOT_COORDINATOR unless this broker leads the group's partition,
+        COORDINATOR_LOAD_IN_PROGRESS while that partition is being loaded."""
+        return self.runtime.shard_for(group_id)[1]
+
+    def shard(self, group_id: str) -> GroupCoordinator:
+        """The core of the group's partition, which the caller found led here
+        (``not_coordinator``) in this turn of the event loop."""
+        core, error = self.runtime.shard_for(group_id)
+        if core is None:
+            raise LookupError(f"group {group_id!r}: {error}")
+        return core
+
+    def group(self, group_id: str) -> Group | None:
+        """The group, when this broker coordinates it."""
+        core = self.runtime.shard_for(group_id)[0]
+        return None if core is None else core.groups.get(group_id)
+
+    def groups(self) -> dict[str, Group]:
+        """Every group this broker coordinates (of the loaded partitions)."""
+        return {g: group for core in self.runtime.shards.values()
+                for g, group in core.groups.items()}
 
     def partition_index(self, group_id: str, *, create: bool = False) -> int | None:
         """The group's partition of ``__consumer_offsets`` (Kafka's abs(hash) % its partition
@@ -145,13 +130,17 @@ class GroupService:
                            self._expire_offsets)
 
     def _tick(self) -> None:
-        self.execute(self.core.tick(now_ms()))
+        now = now_ms()
+        for core in self.runtime.shards.values():
+            self.execute(core.tick(now))
 
     def _expire_offsets(self) -> None:
         """Kafka's offsets.retention.check.interval.ms task: offsets (and groups left with
         none) past offsets.retention.minutes go, with their tombstones."""
         retention_ms = self.broker.config.int("offsets.retention.minutes") * 60_000
-        self.execute(self.core.expire_offsets(now_ms(), retention_ms))
+        now = now_ms()
+        for core in self.runtime.shards.values():
+            self.execute(core.expire_offsets(now, retention_ms))
 
     def close(self) -> None:
         self.runtime.close()
@@ -226,7 +215,10 @@ class GroupService:
     # -- requests -----------------------------------------------------------------------------
 
     async def join(self, group_id: str, member_id: str, *args, **kw) -> JoinResponse:
-        member_id, response, effects = self.core.join(group_id, member_id, *args, **kw)
+        core, refused = self.runtime.shard_for(group_id)
+        if core is None:
+            return JoinResponse(refused)
+        member_id, response, effects = core.join(group_id, member_id, *args, **kw)
         if response is not None:
             self.execute(effects)
             return response
@@ -241,8 +233,11 @@ class GroupService:
     async def sync(self, group_id: str, generation: int, member_id: str,
                    group_instance_id: str | None, assignments: dict[str, bytes] | None
                    ) -> SyncResponse:
-        response, effects = self.core.sync(group_id, generation, member_id, group_instance_id,
-                                           assignments, now_ms())
+        core, refused = self.runtime.shard_for(group_id)
+        if core is None:
+            return SyncResponse(refused)
+        response, effects = core.sync(group_id, generation, member_id, group_instance_id,
+                                      assignments, now_ms())
         if response is not None:
             self.execute(effects)
             return response
@@ -259,43 +254,50 @@ class GroupService:
     async def commit(self, group_id: str, generation: int, member_id: str,
                      group_instance_id: str | None, offsets: dict[TP, OffsetValue]
                      ) -> str | None:
-        error = self.core.validate_commit(group_id, generation, member_id, group_instance_id,
-                                          transactional=False)
+        core, error = self.runtime.shard_for(group_id)
+        if core is None:
+            return error
+        error = core.validate_commit(group_id, generation, member_id, group_instance_id,
+                                     transactional=False)
         if error:
             return error
-        error = self.append(self.core.commit_records(group_id, offsets))
+        error = self.append(core.commit_records(group_id, offsets))
         if error:
             return "not_coordinator" if error == "not_coordinator" \
                 else "coordinator_not_available"
         error = await self.replicated(group_id)
         if error:
             return error
-        self.core.apply_offsets(group_id, offsets)
+        core.apply_offsets(group_id, offsets)
         return None
 
     async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
                    generation: int, member_id: str, group_instance_id: str | None,
                    offsets: dict[TP, OffsetValue], *, verification=None,
                    require_verification: bool = False) -> str | None:
-        error = self.core.validate_commit(group_id, generation, member_id, group_instance_id,
-                                          transactional=True)
+        core, error = self.runtime.shard_for(group_id)
+        if core is None:
+            return error
+        error = core.validate_commit(group_id, generation, member_id, group_instance_id,
+                                     transactional=True)
         if error:
             return error
-        error = self.append(self.core.commit_records(group_id, offsets),
+        error = self.append(core.commit_records(group_id, offsets),
                             producer=(producer_id, producer_epoch), verification=verification,
                             require_verification=require_verification)
         if error:
             return error if error in ("invalid_producer_epoch", "invalid_txn_state",
                                       "not_coordinator") \
                 else "coordinator_not_available"
-        self.core.add_pending_txn_offsets(group_id, producer_id, offsets)
+        core.add_pending_txn_offsets(group_id, producer_id, offsets)
         return await self.replicated(group_id)
 
     def complete_txn_offsets(self, partition_index: int, producer_id: int, commit: bool) -> None:
-        """The transaction's marker is on this ``__consumer_offsets`` partition."""
-        n = self.runtime.partition_count() or 1
-        groups = [g for g in self.core.groups if coordinator_partition(g, n) == partition_index]
-        self.core.complete_txn_offsets(groups, producer_id, commit)
+        """The transaction's marker is on this ``__consumer_offsets`` partition (a partition
+        still loading replays the marker from its log)."""
+        core = self.runtime.active(partition_index)
+        if core is not None:
+            core.replay_end_transaction(producer_id, commit)
 
     # -- metrics ------------------------------------------------------------------------------
 
@@ -303,7 +305,7 @@ class GroupService:
         from .metrics import Sample
 
         yield Sample("oncelog_groups", "consumer groups the group coordinator holds",
-                     len(self.core.groups))
+                     len(self.groups()))
         from .group_lag import lag_samples
 
         yield from lag_samples(self.broker)

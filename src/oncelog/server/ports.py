@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .context import RequestContext
 
 if TYPE_CHECKING:
-    from ..group.coordinator import GroupCoordinator, JoinResponse, SyncResponse
+    from ..group.coordinator import Group, GroupCoordinator, JoinResponse, SyncResponse
     from ..group.log_format import OffsetValue
     from ..log import AppendResult
     from ..security.acls import Authorizer, Operation, ResourceType
@@ -102,8 +102,11 @@ class GroupCoordinatorPort(Protocol):
     """The group coordinator (server/group_service.py): its sans-IO core and the calls that
     write to ``__consumer_offsets``."""
 
-    @property
-    def core(self) -> GroupCoordinator: ...
+    def shard(self, group_id: str) -> GroupCoordinator: ...
+
+    def group(self, group_id: str) -> Group | None: ...
+
+    def groups(self) -> dict[str, Group]: ...
 
     def not_coordinator(self, group_id: str) -> str | None: ...
 
@@ -141,6 +144,8 @@ class TxnCoordinatorPort(Protocol):
                  ) -> tuple[TransactionCoordinator | None, str | None]: ...
 
     def all_cores(self) -> list[TransactionCoordinator]: ...
+
+    def loading(self) -> bool: ...
 
     async def execute(self, effects: list[Effect],
                       core: TransactionCoordinator | None) -> bool: ...

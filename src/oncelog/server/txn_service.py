@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 
 from ..protocol import ApiKey, RequestHeader, make, request_module
 from ..records import build_batch
@@ -34,16 +33,12 @@ from ..txn.coordinator import (
     WriteTxnLog,
 )
 from ..txn.log_format import (
-    TxnLogFormatError,
-    decode_key,
-    decode_value,
     encode_key,
     encode_value,
 )
-from ..txn.state import TransactionMetadata
 from .clock import now_ms
 from .context import RequestContext
-from .coordinator_runtime import AppendError, CoordinatorRuntime
+from .coordinator_runtime import AppendError, CoordinatorRuntime, ReplicaPartitionWriter
 from .topics import CONSUMER_OFFSETS, INTERNAL_TOPICS, TRANSACTION_STATE
 
 log = logging.getLogger("oncelog.txn")
@@ -68,10 +63,13 @@ class TxnService:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms")
         self.expire_interval_ms = cfg.int(
             "transaction.remove.expired.transaction.cleanup.interval.ms")
-        self.runtime = CoordinatorRuntime(broker, TRANSACTION_STATE, load=self._load_partition,
-                                          unload=self._unload_partition)
+        self.runtime: CoordinatorRuntime[TransactionCoordinator] = CoordinatorRuntime(
+            TRANSACTION_STATE, writer=ReplicaPartitionWriter(broker.replication, TRANSACTION_STATE),
+            leadership=broker.replication, partitions=broker.topics, metadata=broker.metadata,
+            new_shard=self._new_shard, on_loaded=self._loaded, on_unloaded=self._unloaded)
         broker.replication.load_details[TRANSACTION_STATE] = lambda: (
-            f"{sum(len(core.transactions) for core in self.all_cores())} transactional ids")
+            f"{sum(len(core.transactions) for core in self.all_cores())} transactional ids"
+            + self.runtime.loading_note())
         self._index_of: dict[int, int] = {}  # id(core) -> its partition
         self._last_expire = 0
 
@@ -88,20 +86,30 @@ class TxnService:
     def core_for(self, transactional_id: str) -> tuple[TransactionCoordinator | None,
                                                        str | None]:
         """The coordinator of this transactional id here, or the error to answer with
-        (NOT_COORDINATOR unless this broker leads its partition)."""
-        core, _index = self.runtime.shard_for(transactional_id)
-        return (core, None) if core is not None else (None, "not_coordinator")
+        (NOT_COORDINATOR unless this broker leads its partition, COORDINATOR_LOAD_IN_PROGRESS
+        while the partition is being loaded)."""
+        return self.runtime.shard_for(transactional_id)
 
     def all_cores(self) -> list[TransactionCoordinator]:
+        """The loaded cores (of the partitions this broker leads)."""
         return list(self.runtime.shards.values())
 
-    def _load_partition(self, index: int, partition, epoch: int) -> TransactionCoordinator:
+    def loading(self) -> bool:
+        """A partition this broker leads is still being loaded."""
+        return self.runtime.loading()
+
+    def _new_shard(self, index: int, epoch: int) -> TransactionCoordinator:
         """This broker became the leader of the partition, so the coordinator of its
-        transactional ids: replay it, roll forward what the previous coordinator left
-        prepared."""
+        transactional ids: a core the runtime replays the partition into."""
         core = self._new_core(epoch)
-        recovery = core.load(self._partition_records(partition))
         self._index_of[id(core)] = index
+        return core
+
+    def _loaded(self, index: int, core: TransactionCoordinator) -> None:
+        """The partition is replayed: roll forward what the previous coordinator left
+        prepared."""
+        recovery = core.loaded_effects()
+        epoch = core.coordinator_epoch
         # One summary line for all the partitions loaded (replication.py); a partition with
         # transactions to complete is worth its own.
         log.log(logging.INFO if recovery else logging.DEBUG,
@@ -109,23 +117,9 @@ class TxnService:
                 "roll forward)", TRANSACTION_STATE, index, epoch, len(core.transactions),
                 len(recovery))
         self._spawn(recovery, core)
-        return core
 
-    def _unload_partition(self, _index: int, core: TransactionCoordinator) -> None:
+    def _unloaded(self, _index: int, core: TransactionCoordinator) -> None:
         self._index_of.pop(id(core), None)
-
-    @staticmethod
-    def _partition_records(p) -> Iterator[tuple[str, TransactionMetadata | None]]:
-        for h, records in p.log.iter_records():
-            if h.is_control:
-                continue
-            for r in records:
-                try:
-                    txn_id = decode_key(r.key or b"")
-                    yield txn_id, (None if r.value is None else decode_value(txn_id, r.value))
-                except TxnLogFormatError as exc:
-                    log.error("skipping a bad record at %s-%d offset %d: %s",
-                              TRANSACTION_STATE, p.index, r.offset, exc)
 
     def start(self) -> None:
         self._last_expire = now_ms()

@@ -21,10 +21,15 @@ and requests for it answer CONCURRENT_TRANSACTIONS. server/txn_service.py carrie
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ..records.batch import Record
+from .log_format import TxnLogFormatError, decode_key, decode_value
 from .state import MAX_PRODUCER_EPOCH, TWO_PHASE_TIMEOUT, TransactionMetadata, TransactionState
+
+log = logging.getLogger("oncelog.txn")
 
 S = TransactionState
 NO_PRODUCER_ID = -1
@@ -101,10 +106,32 @@ class TransactionCoordinator:
         """Replay records in log order; returns the effects that finish what the previous
         coordinator left: markers for every PrepareCommit / PrepareAbort (rolled forward)."""
         for txn_id, metadata in records:
-            if metadata is None:
-                self.transactions.pop(txn_id, None)
-            else:
-                self.transactions[txn_id] = metadata
+            self._replay_metadata(txn_id, metadata)
+        return self.loaded_effects()
+
+    def replay(self, offset: int, producer_id: int | None, record: Record) -> None:
+        """One record of the transaction log partition (the runtime's replay); a record that
+        cannot be read is skipped."""
+        try:
+            txn_id = decode_key(record.key or b"")
+            metadata = None if record.value is None else decode_value(txn_id, record.value)
+        except TxnLogFormatError as exc:
+            log.error("skipping a bad transaction log record at offset %d: %s", offset, exc)
+            return
+        self._replay_metadata(txn_id, metadata)
+
+    def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
+        """The transaction log has no markers of its own: nothing to do."""
+
+    def _replay_metadata(self, txn_id: str, metadata: TransactionMetadata | None) -> None:
+        if metadata is None:
+            self.transactions.pop(txn_id, None)
+        else:
+            self.transactions[txn_id] = metadata
+
+    def loaded_effects(self) -> list[Effect]:
+        """The replay is done: the effects that finish what the previous coordinator left,
+        markers for every PrepareCommit / PrepareAbort (rolled forward)."""
         self.loaded = True
         return [self._markers(m) for m in self.transactions.values()
                 if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]

@@ -350,7 +350,7 @@ def _lag_holder(broker, e, now: int, by_pid: dict) -> LsoHolder | None:
 
 
 def groups_page(broker, viewer) -> tuple[str, str]:
-    groups = broker.group_coordinator.core.groups
+    groups = broker.group_coordinator.groups()
     names = sorted(g for g in groups if viewer.may_see(ResourceType.GROUP, g))
     names, more = _capped(names, "groups")
     lags: dict[str, list] = {}

@@ -80,8 +80,8 @@ async def handle_sync_group(broker: BrokerPort, ctx: RequestContext, request: An
 async def handle_heartbeat(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.HEARTBEAT, ctx.version)
     err = "group_authorization_failed" if _group_denied(broker, ctx, request.group_id) else \
-        _elsewhere(broker, request.group_id) or broker.group_coordinator.core.heartbeat(
-            request.group_id, request.generation_id, request.member_id,
+        _elsewhere(broker, request.group_id) or broker.group_coordinator.shard(
+            request.group_id).heartbeat(request.group_id, request.generation_id, request.member_id,
             getattr(request, "group_instance_id", None), now_ms())
     return make(mod.HeartbeatResponse, throttle_time=0, error_code=error_code(err))
 
@@ -101,7 +101,8 @@ async def handle_leave_group(broker: BrokerPort, ctx: RequestContext, request: A
             return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused))
         return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused),
                     members=())
-    errors, effects = broker.group_coordinator.core.leave(request.group_id, members, now_ms())
+    errors, effects = broker.group_coordinator.shard(request.group_id).leave(
+        request.group_id, members, now_ms())
     broker.group_coordinator.execute(effects)
     if ctx.version < 3:
         return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(errors[0]))
@@ -225,7 +226,8 @@ def _fetch_group(broker: BrokerPort, ctx: RequestContext, mod: ModuleType,
                  require_stable: bool) -> tuple:
     topic_cls, part_cls = names[0], names[1]
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    found = broker.group_coordinator.core.fetch_offsets(group_id, wanted, require_stable)
+    found = broker.group_coordinator.shard(group_id).fetch_offsets(group_id, wanted,
+                                                                   require_stable)
     described = acl.topics_checker(broker, ctx, acl.Op.DESCRIBE)
     by_topic: dict[str, list] = {}
     for (topic, p), value, err in found:
@@ -283,7 +285,7 @@ async def handle_describe_groups(broker: BrokerPort, ctx: RequestContext, reques
         return acl.authorized_operations(broker, ctx, acl.R.GROUP, group_id)
 
     for group_id in request.groups:
-        g = broker.group_coordinator.core.groups.get(group_id)
+        g = broker.group_coordinator.group(group_id)
         if _group_denied(broker, ctx, group_id, acl.Op.DESCRIBE):
             out.append(make(mod.DescribedGroup, error_code=error_code("group_authorization_failed"),
                             group_id=group_id, group_state="", protocol_type="",
@@ -331,7 +333,7 @@ async def handle_list_groups(broker: BrokerPort, ctx: RequestContext, request: A
     everything = acl.cluster(broker, ctx, acl.Op.DESCRIBE)  # Kafka: Describe on the cluster
     groups = tuple(make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
                         group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
-                   for g in broker.group_coordinator.core.groups.values()
+                   for g in broker.group_coordinator.groups().values()
                    if (not states or g.state.value.lower() in states)
                    and (not types or CLASSIC_GROUP_TYPE in types)
                    and (everything or not _group_denied(broker, ctx, g.group_id,
@@ -352,7 +354,8 @@ async def handle_delete_groups(broker: BrokerPort, ctx: RequestContext, request:
             results.append(make(mod.DeletableGroupResult, group_id=group_id,
                                 error_code=error_code(refused)))
             continue
-        err, effects = broker.group_coordinator.core.delete_group(group_id, now_ms())
+        err, effects = broker.group_coordinator.shard(group_id).delete_group(group_id,
+                                                                          now_ms())
         if err is None and not broker.group_coordinator.execute(effects):
             err = "coordinator_not_available"
         results.append(make(mod.DeletableGroupResult, group_id=group_id,
@@ -382,7 +385,7 @@ async def handle_offset_delete(broker: BrokerPort, ctx: RequestContext, request:
                     errors[tp] = "unknown_topic_or_partition"
                 else:
                     wanted.append(tp)
-        refused, decided, effects = broker.group_coordinator.core.delete_offsets(
+        refused, decided, effects = broker.group_coordinator.shard(group_id).delete_offsets(
             group_id, wanted, subscribed_topics)
         errors.update(decided)
         if refused is None and effects and not broker.group_coordinator.execute(effects):

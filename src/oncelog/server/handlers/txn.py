@@ -200,7 +200,7 @@ async def handle_list_transactions(broker: BrokerPort, ctx: RequestContext, requ
                  for m in core.list(states or None, set(request.producer_id_filters) or None,
                                     getattr(request, "duration_filter", -1), now_ms())]
     return make(mod.ListTransactionsResponse, throttle_time=0,
-                error_code=error_code(None if all(c.loaded for c in cores)
+                error_code=error_code(None if not broker.txn_coordinator.loading()
                                       else "coordinator_load_in_progress"),
                 unknown_state_filters=tuple(unknown),
                 transaction_states=tuple(make(mod.TransactionState,

@@ -1,0 +1,381 @@
+"""The coordinator runtime (server/coordinator_runtime.py) against in-memory doubles: a fake
+partition writer, a leadership source the test drives, the internal topic's metadata, and
+partitions whose logs are real record batches in memory. No broker, no sockets.
+
+A shard is created and loaded when its partition's leadership comes (LOADING, then ACTIVE), a
+key of a LOADING shard is answered COORDINATOR_LOAD_IN_PROGRESS, an unload cancels the
+partition's tasks and drops exactly its shard, and a replay that raises leaves the shard FAILED
+(NOT_COORDINATOR). The group coordinator's cores are such shards, one per partition."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from oncelog.group.coordinator import GroupCoordinator
+from oncelog.group.log_format import OffsetKey, OffsetValue, encode_key, encode_offset
+from oncelog.records.batch import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    BatchHeader,
+    Record,
+    build_batch,
+    build_control_batch,
+    decode_batch,
+    iter_batches,
+)
+from oncelog.server.coordinator_runtime import (
+    LOAD_CHUNK_BATCHES,
+    CoordinatorRuntime,
+    ShardState,
+)
+from oncelog.server.topics import coordinator_partition
+
+TOPIC = "__consumer_offsets"
+
+
+class InMemoryLog:
+    """Record batches, as the log holds them; read to the end as it is when the reader gets
+    there (as PartitionLog.iter_records)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.next_offset = 0
+
+    def append(self, batch: bytes) -> None:
+        buf = bytearray(batch)
+        buf[0:8] = self.next_offset.to_bytes(8, "big")  # the batch's base offset
+        self.data += buf
+        for _pos, h in iter_batches(bytes(buf)):
+            self.next_offset = h.next_offset
+
+    def iter_records(self) -> Iterator[tuple[BatchHeader, list[Record]]]:
+        pos = 0
+        while pos < len(self.data):
+            data = bytes(self.data)
+            for p, h in iter_batches(data, pos):
+                _, records = decode_batch(data, p)
+                pos = p + h.size
+                yield h, records
+                break
+
+
+class InMemoryPartition:
+    def __init__(self) -> None:
+        self.log = InMemoryLog()
+
+    def add(self, key: bytes, value: bytes | None = None, *, producer_id: int | None = None
+            ) -> None:
+        if producer_id is None:
+            self.log.append(build_batch([(key, value, (), 0)]))
+        else:
+            self.log.append(build_batch([(key, value, (), 0)], producer_id=producer_id,
+                                        producer_epoch=0, is_transactional=True))
+
+    def marker(self, producer_id: int, commit: bool) -> None:
+        self.log.append(build_control_batch(CONTROL_COMMIT if commit else CONTROL_ABORT,
+                                            producer_id=producer_id, producer_epoch=0,
+                                            coordinator_epoch=0, timestamp=0))
+
+
+class Partitions:
+    def __init__(self) -> None:
+        self.hosted: dict[tuple[str, int], InMemoryPartition] = {}
+
+    def partition(self, topic: str, index: int) -> InMemoryPartition | None:
+        return self.hosted.get((topic, index))
+
+
+class Leadership:
+    def __init__(self) -> None:
+        self.listeners: list[Any] = []
+
+    def tell(self, index: int, is_leader: bool, epoch: int = 1) -> None:
+        for listener in self.listeners:
+            listener(TOPIC, index, is_leader, epoch)
+
+
+class Metadata:
+    def __init__(self, count: int | None) -> None:
+        self.count = count
+        self.requested: list[str] = []
+
+    def internal_partition_count(self, name: str) -> int | None:
+        return self.count
+
+    def request_internal_topic(self, name: str) -> str | None:
+        self.requested.append(name)
+        return "leader_not_available"
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.appended: list[tuple[int, bytes]] = []
+
+    async def append(self, index: int, data: bytearray, *, verification: Any = None,
+                     require_verification: bool = False) -> Any:
+        self.appended.append((index, bytes(data)))
+
+    def append_now(self, index: int, data: bytearray, *, verification: Any = None,
+                   require_verification: bool = False) -> tuple[Any, Any]:
+        self.appended.append((index, bytes(data)))
+        return None, None
+
+    async def replicated(self, index: int, end_offset: int) -> str | None:
+        return None
+
+
+class RecordingShard:
+    def __init__(self, index: int, epoch: int, fail_on: bytes | None = None) -> None:
+        self.index, self.epoch = index, epoch
+        self.replayed: list[tuple[int, int | None, bytes | None]] = []
+        self.markers: list[tuple[int, bool]] = []
+        self.fail_on = fail_on
+
+    def replay(self, offset: int, producer_id: int | None, record: Record) -> None:
+        if self.fail_on is not None and record.key == self.fail_on:
+            raise ValueError("a record this shard cannot take")
+        self.replayed.append((offset, producer_id, record.key))
+
+    def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
+        self.markers.append((producer_id, committed))
+
+
+class Harness:
+    def __init__(self, count: int = 2, fail_on: bytes | None = None) -> None:
+        self.partitions = Partitions()
+        self.leadership = Leadership()
+        self.metadata = Metadata(count)
+        self.writer = FakeWriter()
+        self.loaded: list[int] = []
+        self.unloaded: list[tuple[int, Any]] = []
+        self.runtime: CoordinatorRuntime[RecordingShard] = CoordinatorRuntime(
+            TOPIC, writer=self.writer, leadership=self.leadership, partitions=self.partitions,
+            metadata=self.metadata,
+            new_shard=lambda i, e: RecordingShard(i, e, fail_on),
+            on_loaded=lambda i, _s: self.loaded.append(i),
+            on_unloaded=lambda i, s: self.unloaded.append((i, s)))
+
+    def host(self, index: int) -> InMemoryPartition:
+        p = self.partitions.hosted[(TOPIC, index)] = InMemoryPartition()
+        return p
+
+
+def key_of(partition: int, n: int = 2, prefix: str = "k") -> str:
+    return next(k for k in (f"{prefix}{i}" for i in range(1000))
+                if coordinator_partition(k, n) == partition)
+
+
+async def settle(runtime: CoordinatorRuntime, index: int) -> int:
+    """Let the loop run until the partition's shard is no longer LOADING: the turns it took
+    (bounded: a load that never ends fails the test)."""
+    for turn in range(10_000):
+        if runtime.state(index) is not ShardState.LOADING:
+            return turn
+        await asyncio.sleep(0)
+    raise AssertionError("the load did not end")
+
+
+def test_a_big_partition_loads_off_the_leadership_call_and_answers_load_in_progress():
+    async def main() -> None:
+        h = Harness()
+        p = h.host(0)
+        batches = 3 * LOAD_CHUNK_BATCHES + 5
+        for i in range(batches):
+            p.add(b"r%d" % i)
+        key = key_of(0)
+        h.leadership.tell(0, True, epoch=7)
+        # The leadership call returned with the partition still loading.
+        assert h.runtime.state(0) is ShardState.LOADING
+        assert h.runtime.shard_for(key) == (None, "coordinator_load_in_progress")
+        assert h.runtime.shards == {}
+        assert h.runtime.loading()
+        assert h.loaded == []
+        # Appended while it loads (a marker on __consumer_offsets): replayed too.
+        p.add(b"late", producer_id=5)
+        p.marker(5, commit=True)
+        turns = await settle(h.runtime, 0)
+        assert turns >= 3  # it yielded between its chunks
+        assert h.runtime.state(0) is ShardState.ACTIVE
+        shard, error = h.runtime.shard_for(key)
+        assert error is None and shard is not None
+        assert shard.epoch == 7
+        assert [k for _o, _p, k in shard.replayed] == [b"r%d" % i for i in range(batches)] \
+            + [b"late"]
+        assert [o for o, _p, _k in shard.replayed] == list(range(batches + 1))
+        assert shard.replayed[-1][1] == 5  # the transactional batch's producer
+        assert shard.markers == [(5, True)]
+        assert h.loaded == [0]
+        assert not h.runtime.loading()
+
+    asyncio.run(main())
+
+
+def test_an_empty_partition_is_active_at_once():
+    async def main() -> None:
+        h = Harness()
+        h.host(1)
+        h.leadership.tell(1, True)
+        assert h.runtime.state(1) is ShardState.ACTIVE
+        assert h.loaded == [1]
+        assert h.runtime.shard_for(key_of(1))[1] is None
+
+    asyncio.run(main())
+
+
+def test_keys_of_partitions_not_led_here_or_before_the_topic_exists():
+    async def main() -> None:
+        h = Harness(count=None)
+        assert h.runtime.shard_for("g") == (None, "not_coordinator")
+        assert h.metadata.requested == [TOPIC]  # asked to be created on first use
+        h.metadata.count = 2
+        h.host(0)
+        h.leadership.tell(0, True)
+        assert h.runtime.shard_for(key_of(1)) == (None, "not_coordinator")
+        h.leadership.tell(0, False)
+        assert h.runtime.shard_for(key_of(0)) == (None, "not_coordinator")
+        assert h.runtime.state(0) is None
+
+    asyncio.run(main())
+
+
+def test_unload_cancels_the_partitions_tasks_and_drops_only_its_shard():
+    async def main() -> None:
+        h = Harness()
+        p0 = h.host(0)
+        for i in range(2 * LOAD_CHUNK_BATCHES):
+            p0.add(b"a%d" % i)
+        h.host(1).add(b"b")
+        h.leadership.tell(0, True)
+        h.leadership.tell(1, True)
+        assert h.runtime.state(0) is ShardState.LOADING
+        assert h.runtime.state(1) is ShardState.ACTIVE
+        loading = h.runtime.shard_for(key_of(0))
+        assert loading == (None, "coordinator_load_in_progress")
+        await settle(h.runtime, 0)
+        shard0 = h.runtime.shards[0]
+        shard1 = h.runtime.shards[1]
+
+        forever = asyncio.Event()
+        t0 = h.runtime.spawn(0, forever.wait())
+        t1 = h.runtime.spawn(1, forever.wait())
+        await asyncio.sleep(0)
+        h.leadership.tell(0, False)
+        await asyncio.sleep(0)
+        assert t0.cancelled()
+        assert not t1.done()
+        assert h.unloaded == [(0, shard0)]
+        assert h.runtime.shards == {1: shard1}
+        assert h.runtime.state(0) is None
+        h.runtime.close()
+        await asyncio.sleep(0)
+        assert t1.cancelled()
+
+    asyncio.run(main())
+
+
+def test_unload_while_loading_stops_the_load():
+    async def main() -> None:
+        h = Harness()
+        p = h.host(0)
+        for i in range(4 * LOAD_CHUNK_BATCHES):
+            p.add(b"r%d" % i)
+        h.leadership.tell(0, True)
+        await asyncio.sleep(0)
+        assert h.runtime.state(0) is ShardState.LOADING
+        h.leadership.tell(0, False)
+        assert h.runtime.state(0) is None
+        dropped = h.unloaded[0][1]
+        replayed = len(dropped.replayed)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert len(dropped.replayed) == replayed < 4 * LOAD_CHUNK_BATCHES
+        assert h.loaded == []
+
+    asyncio.run(main())
+
+
+def test_a_replay_that_raises_leaves_the_shard_failed():
+    async def main() -> None:
+        h = Harness(fail_on=b"bad")
+        p = h.host(0)
+        for i in range(2 * LOAD_CHUNK_BATCHES):
+            p.add(b"r%d" % i)
+        p.add(b"bad")
+        p.add(b"after")
+        h.leadership.tell(0, True)
+        await settle(h.runtime, 0)
+        assert h.runtime.state(0) is ShardState.FAILED
+        assert h.runtime.shard_for(key_of(0)) == (None, "not_coordinator")
+        assert h.loaded == []
+        assert h.runtime.shards == {}
+        # A new leadership (another epoch) loads it anew.
+        h.leadership.tell(0, True, epoch=2)
+        await settle(h.runtime, 0)
+        assert h.runtime.state(0) is ShardState.FAILED
+        assert [s.epoch for _i, s in h.unloaded] == [1]
+
+    asyncio.run(main())
+
+
+def _group_harness() -> tuple[Harness, CoordinatorRuntime[GroupCoordinator]]:
+    h = Harness()
+    runtime: CoordinatorRuntime[GroupCoordinator] = CoordinatorRuntime(
+        TOPIC, writer=h.writer, leadership=h.leadership, partitions=h.partitions,
+        metadata=h.metadata,
+        new_shard=lambda _i, _e: GroupCoordinator(
+            min_session_timeout_ms=6000, max_session_timeout_ms=300000,
+            initial_rebalance_delay_ms=0, clock=lambda: 1000))
+    return h, runtime
+
+
+def _offset(p: InMemoryPartition, group: str, offset: int, producer_id: int | None = None
+            ) -> None:
+    p.add(encode_key(OffsetKey(group, "t", 0)), encode_offset(OffsetValue(offset)),
+          producer_id=producer_id)
+
+
+def test_group_cores_are_per_partition_shards():
+    async def main() -> None:
+        h, runtime = _group_harness()
+        g0, g1 = key_of(0, prefix="group-"), key_of(1, prefix="group-")
+        p0, p1 = h.host(0), h.host(1)
+        _offset(p0, g0, 5)
+        _offset(p0, g0, 9, producer_id=3)  # pending until its marker
+        p0.marker(3, commit=True)
+        _offset(p0, g0, 11, producer_id=4)
+        p0.marker(4, commit=False)
+        _offset(p1, g1, 7)
+        h.leadership.tell(0, True)
+        h.leadership.tell(1, True)
+        await settle(runtime, 0)
+        core0, core1 = runtime.shards[0], runtime.shards[1]
+        assert set(core0.groups) == {g0} and set(core1.groups) == {g1}
+        assert core0.groups[g0].offsets[("t", 0)].offset == 9  # committed; 11 aborted
+        assert core0.groups[g0].pending_txn_offsets == {}
+        assert core1.groups[g1].offsets[("t", 0)].offset == 7
+        h.leadership.tell(0, False)
+        assert runtime.shards == {1: core1}
+        assert runtime.shard_for(g0) == (None, "not_coordinator")
+        assert runtime.shard_for(g1) == (core1, None)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_group_shard_completes_pending_offsets_on_a_marker(commit):
+    core = GroupCoordinator(min_session_timeout_ms=1, max_session_timeout_ms=2,
+                            initial_rebalance_delay_ms=0)
+    p = InMemoryPartition()
+    _offset(p, "g", 1)
+    _offset(p, "g", 2, producer_id=8)
+    for h, records in p.log.iter_records():
+        for r in records:
+            core.replay(r.offset, h.producer_id if h.is_transactional else None, r)
+    assert core.groups["g"].offsets[("t", 0)].offset == 1
+    core.replay_end_transaction(8, commit)
+    assert core.groups["g"].offsets[("t", 0)].offset == (2 if commit else 1)
+    assert core.groups["g"].pending_txn_offsets == {}
