@@ -57,7 +57,7 @@ class AppendError(Exception):
         self.record_errors = record_errors  # (batch index, message): KIP-467
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass costs more to make, one per partition)
 class AppendEntry:
     """One partition's share of an ``append_records``: its record set (one or more batches;
     a bytearray is rewritten in place) and the options its origin needs. Data, no callable."""
