@@ -25,7 +25,12 @@ Files, one responsibility each (the split of aiokafka and the Java client):
 from .admin import Admin
 from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource, OpType
 from .consumer import Consumer
-from .errors import KafkaTimeoutError, NoOffsetForPartitionError
+from .errors import (
+    IllegalStateError,
+    KafkaTimeoutError,
+    NoOffsetForPartitionError,
+    TransactionError,
+)
 from .partitioner import murmur2
 from .producer import Producer
 from .scram_admin import (
@@ -33,7 +38,7 @@ from .scram_admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from .transaction_manager import IllegalStateError, PreparedTxnState, TransactionError
+from .transaction_manager import PreparedTxnState
 from .types import (
     ConsumerGroupDescription,
     ConsumerGroupListing,

@@ -35,16 +35,11 @@ from . import retries, serde
 from .accumulator import EncodedBatch, RecordAccumulator, estimate_record_size
 from .bulk_send import BatchGroup, route_rows
 from .config import producer_config
-from .errors import KafkaTimeoutError
+from .errors import IllegalStateError, KafkaTimeoutError, TransactionError
 from .network import NetworkClient
 from .partitioner import StickyPartitioner, partition_for_key
 from .sender import Sender
-from .transaction_manager import (
-    IllegalStateError,
-    PreparedTxnState,
-    TransactionError,
-    TransactionManager,
-)
+from .transaction_manager import PreparedTxnState, TransactionManager
 from .types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
