@@ -10,7 +10,7 @@ from support.inmemory import InMemoryBroker, TxnManagerPair
 
 from oncelog.client.errors import KafkaTimeoutError
 from oncelog.client.errors import TransactionError
-from oncelog.client.transaction_manager import PreparedTxnState, TxnState
+from oncelog.client.producer.transaction_manager import PreparedTxnState, TxnState
 from oncelog.client.types import TopicPartition
 from oncelog.errors import ConcurrentTransactionsError, ProducerFencedError
 from oncelog.protocol import ApiKey

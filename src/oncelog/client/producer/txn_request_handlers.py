@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import (
+from ...errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     FatalError,
@@ -18,16 +18,16 @@ from ..errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from ..protocol import ApiKey
-from .coordinator_request import (
+from ...protocol import ApiKey
+from ..coordinator_request import (
     COORDINATOR_MOVED,
     KEY_TYPE_GROUP,
     Action,
     BrokerVersions,
     CoordinatorRequestHandler,
 )
-from .errors import KafkaTimeoutError, TransactionError
-from .types import ConsumerGroupMetadata, TopicPartition
+from ..errors import KafkaTimeoutError, TransactionError
+from ..types import ConsumerGroupMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from .transaction_manager import TransactionManager

@@ -45,12 +45,13 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
-from ..errors import FatalError, InvalidTxnStateError, KafkaError
-from ..protocol import ApiKey
-from .backoff import retry_backoff
-from .config import ClientConfig
-from .coordinator_request import BrokerVersions, CoordinatorCall, Coordinators, Send
-from .errors import IllegalStateError, KafkaTimeoutError, TransactionError
+from ...errors import FatalError, InvalidTxnStateError, KafkaError
+from ...protocol import ApiKey
+from ..backoff import retry_backoff
+from ..config import ClientConfig
+from ..coordinator_request import BrokerVersions, CoordinatorCall, Coordinators, Send
+from ..errors import IllegalStateError, KafkaTimeoutError, TransactionError
+from ..types import ConsumerGroupMetadata, TopicPartition
 from .txn_request_handlers import (
     AddOffsetsToTxnHandler,
     AddPartitionsToTxnHandler,
@@ -59,7 +60,6 @@ from .txn_request_handlers import (
     TxnOffsetCommitHandler,
     TxnRequestHandler,
 )
-from .types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -368,8 +368,8 @@ class TransactionManager:
         with self.lock:
             self._require(T.UNINITIALIZED)
             self._transition(T.INITIALIZING)
-            return self._enqueue(InitProducerIdHandler(self, -1, -1, keep_prepared_txn=keep_prepared_txn),
-                                 deadline)
+            return self._enqueue(
+                InitProducerIdHandler(self, -1, -1, keep_prepared_txn=keep_prepared_txn), deadline)
 
     def begin_transaction(self) -> None:
         with self.lock:
