@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from oncelog.client.fetcher import consumer_records, decode_columns, decode_records
+from oncelog.client.consumer.fetcher import consumer_records, decode_columns, decode_records
 from oncelog.records.batch import HEADER_SIZE, encode_record, wrap_records
 from oncelog.records.columnar import encode_sections
 from oncelog.server.embedded import EmbeddedBroker

@@ -272,9 +272,9 @@ def test_gigabyte_zstd_bomb_keeps_the_broker_rss_bounded(tmp_path):
 
 
 def test_our_consumer_refuses_a_fetched_bomb_without_inflating_it():
-    """client/fetcher.py decodes fetched batches with the same bound: a 256 MiB zstd bomb (from a
+    """client/consumer/fetcher.py decodes fetched batches with the same bound: a 256 MiB zstd bomb (from a
     broker that let it in) is a CorruptMessageError, and this process's peak RSS barely moves."""
-    from oncelog.client.fetcher import decode_records
+    from oncelog.client.consumer.fetcher import decode_records
     from oncelog.client.types import TopicPartition
     from oncelog.errors import CorruptMessageError
 

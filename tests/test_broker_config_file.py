@@ -15,7 +15,7 @@ from oncelog import Admin
 from oncelog.cli.broker_command import broker_settings
 from oncelog.cli.main import build_parser
 from oncelog.cli.properties import PropertiesError, load_properties, parse_properties
-from oncelog.client.admin_configs import ConfigResource
+from oncelog.client.admin.admin_configs import ConfigResource
 from oncelog.harness.broker_process import BrokerProcess
 
 # -- the file format ------------------------------------------------------------------------------

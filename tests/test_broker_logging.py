@@ -19,7 +19,7 @@ from support.security import creds, sasl_config
 from support.waiting import wait_until
 
 from oncelog import Admin, NewTopic, Producer
-from oncelog.client.admin_configs import AlterConfigOp, ConfigResource
+from oncelog.client.admin.admin_configs import AlterConfigOp, ConfigResource
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, encode_request, make, request_module
 from oncelog.records import build_batch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncelog import Consumer, TopicPartition
-from oncelog.client.fetcher import decode_records
+from oncelog.client.consumer.fetcher import decode_records
 from oncelog.errors import CorruptMessageError
 from oncelog.protocol import ApiKey
 from oncelog.records import CONTROL_ABORT, CONTROL_COMMIT, build_batch, build_control_batch

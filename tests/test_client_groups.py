@@ -26,7 +26,7 @@ from kafka import KafkaConsumer
 from support.raw_wire import RawConnection
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from oncelog.client.assignors import (
+from oncelog.client.consumer.assignors import (
     ASSIGNORS,
     Subscription,
     decode_assignment,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from oncelog import Admin, NewTopic, Producer
-from oncelog.client.partitioner import StickyPartitioner, murmur2, partition_for_key
+from oncelog.client.producer.partitioner import StickyPartitioner, murmur2, partition_for_key
 
 # From Apache Kafka's UtilsTest.testMurmur2 (the Java client's own expectations).
 JAVA_MURMUR2 = {

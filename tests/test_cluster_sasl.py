@@ -17,7 +17,7 @@ from support.cli import oncelog
 from support.tls import make_certificates
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from oncelog.client.admin_configs import ConfigResource
+from oncelog.client.admin.admin_configs import ConfigResource
 from oncelog.errors import NotEnoughReplicasError
 
 USERS = {"admin": "admin-secret", "broker": "broker-secret"}

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.client.accumulator import ProducerBatch
-from oncelog.client.partitioner import partition_for_key
+from oncelog.client.producer.accumulator import ProducerBatch
+from oncelog.client.producer.partitioner import partition_for_key
 from oncelog.client.types import TopicPartition
 from oncelog.records import Compression, CorruptRecordError, build_batch, decode_batch
 from oncelog.records.batch import HEADER_SIZE, decode_record_set, encode_record

@@ -26,9 +26,9 @@ from support.raw_wire import RawConnection
 from support.waiting import wait_until
 
 from oncelog import Admin
-from oncelog.client.admin_configs import AlterConfigOp, OpType
-from oncelog.client.admin_configs import ConfigResource as Resource
-from oncelog.client.admin_configs import ConfigSource as Source
+from oncelog.client.admin.admin_configs import AlterConfigOp, OpType
+from oncelog.client.admin.admin_configs import ConfigResource as Resource
+from oncelog.client.admin.admin_configs import ConfigSource as Source
 from oncelog.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
 from oncelog.harness.broker_process import BrokerProcess
 from oncelog.protocol import ApiKey, make, request_module

@@ -16,9 +16,9 @@ from support.raw_wire import RawConnection
 from support.waiting import wait_until
 
 from oncelog import Admin, NewTopic
-from oncelog.client.admin_configs import AlterConfigOp
-from oncelog.client.admin_configs import ConfigResource as Resource
-from oncelog.client.admin_configs import ConfigSource as Source
+from oncelog.client.admin.admin_configs import AlterConfigOp
+from oncelog.client.admin.admin_configs import ConfigResource as Resource
+from oncelog.client.admin.admin_configs import ConfigSource as Source
 from oncelog.harness.local_cluster import LocalCluster
 from oncelog.protocol import ApiKey, make, request_module
 from oncelog.records import iter_batches

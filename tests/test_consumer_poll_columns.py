@@ -12,7 +12,7 @@ import pytest
 from support.interop import dataset, unique_topic
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from oncelog.client.fetcher import consumer_records, decode_columns, decode_records
+from oncelog.client.consumer.fetcher import consumer_records, decode_columns, decode_records
 from oncelog.errors import CorruptMessageError
 from oncelog.records import (
     CONTROL_ABORT,

@@ -1,5 +1,5 @@
 """The consumer fetches a partition again while it still returns that partition's records
-(client/fetcher.py, PREFETCH): a partition read across many fetches, beside idle ones, is never
+(client/consumer/fetcher.py, PREFETCH): a partition read across many fetches, beside idle ones, is never
 held up by a long poll (fetch.max.wait.ms) on the idle ones; records come in order, once each,
 through poll, poll_columns, both mixed, and a seek in the middle."""
 

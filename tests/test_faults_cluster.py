@@ -18,7 +18,7 @@ from support.netns import require_netns
 from support.zookeeper import require_zookeeper
 
 from oncelog.client import Consumer, Producer, TopicPartition
-from oncelog.client.admin import NewTopic
+from oncelog.client.admin.admin import NewTopic
 from oncelog.faults.cluster import NetCluster
 from oncelog.faults.nemesis import FAULTS, Nemesis, Window, cluster_options, parse_faults, schedule
 

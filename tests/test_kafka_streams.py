@@ -35,7 +35,7 @@ import pytest
 from support.interop import unique_topic
 
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from oncelog.client.admin_configs import ConfigResource, ConfigSource
+from oncelog.client.admin.admin_configs import ConfigResource, ConfigSource
 from oncelog.harness.broker_process import BrokerProcess
 
 JAVA_DIR = Path(__file__).with_name("java") / "streams"

@@ -1,4 +1,4 @@
-"""The Produce request the producer writes by hand (client/produce_request.py) is byte for byte
+"""The Produce request the producer writes by hand (client/producer/produce_request.py) is byte for byte
 what kio writes for the same request, in every version the client sends."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from oncelog.client.connection import _request_head
 from oncelog.client.messages import build_request
-from oncelog.client.produce_request import MAX_VERSION, MIN_VERSION, produce_body
+from oncelog.client.producer.produce_request import MAX_VERSION, MIN_VERSION, produce_body
 from oncelog.protocol import ApiKey, encode_request
 from oncelog.protocol.apis import SUPPORTED_VERSIONS
 from oncelog.records.batch import build_batch

@@ -18,7 +18,7 @@ from support.interop import (
 )
 
 from oncelog import Admin, Consumer, NewTopic, Producer
-from oncelog.client.transaction_manager import TransactionError
+from oncelog.client.errors import TransactionError
 from oncelog.errors import MessageTooLargeError, UnknownTopicOrPartitionError
 from oncelog.server.embedded import EmbeddedBroker
 

@@ -1,4 +1,4 @@
-"""The producer's RecordFuture (client/record_future.py) behaves as a concurrent.futures.Future
+"""The producer's RecordFuture (client/producer/record_future.py) behaves as a concurrent.futures.Future
 for everything a caller does with a send()'s future, whether it waits before or after the
 record is settled, from another thread, through concurrent.futures.wait/as_completed."""
 
@@ -10,7 +10,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 
 import pytest
 
-from oncelog.client.record_future import RecordFuture
+from oncelog.client.producer.record_future import RecordFuture
 
 
 def test_settled_before_anyone_looks():

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from support import spark_faults
 from support.spark_session import local_spark
 from support.waiting import wait_until
 
@@ -106,14 +107,17 @@ def test_a_row_for_a_partition_that_does_not_exist_fails_the_write(spark, broker
     assert out == [] and stable
 
 
-def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(spark, broker):
+def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(spark, broker,
+                                                                              tmp_path):
     """Task 0 fails at once; task 1, held back (5 s) before it begins its transaction, goes on
     after Spark cancelled it and after the driver's abort looked for open transactions: it finds
     the write marked aborted after preparing, and aborts. (Before, its two-phase transaction stayed
     prepared for good, holding back every read_committed reader of the topic.)"""
     sc = spark.sparkContext
     # The data source's Python workers get the environment it was registered with.
-    sc.environment["ONCELOG_SPARK_SLOW"] = "task:1:0:begin:5"
+    log = tmp_path / "faults"
+    plan = spark_faults.plan(slow="task:1:0:begin:5", log=log)
+    sc.environment.update(plan)
     oncelog.spark.register(spark)
     prefix = f"race-{uuid.uuid4().hex[:8]}"
     try:
@@ -125,7 +129,8 @@ def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(s
              .option("transactionalIdPrefix", prefix).option("topic", "race")
              .mode("append").save())
     finally:
-        del sc.environment["ONCELOG_SPARK_SLOW"]
+        for name in plan:
+            del sc.environment[name]
         oncelog.spark.register(spark)
     straggler, state = f"{prefix}-1-0", None
     with Admin(bootstrap_servers=broker.bootstrap_servers) as a:
@@ -137,5 +142,6 @@ def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(s
                 state = a.describe_transactions([straggler])[straggler].state
             except TransactionalIdNotFoundError:
                 state = None
+    assert spark_faults.acted(log) == ["task:1:0:begin"]
     out, stable = read_committed(broker, "race", 1)
     assert out == [] and stable

@@ -4,13 +4,12 @@ query restarts from its checkpoint: Spark runs the batch again, the new driver-s
 the dead driver's decision forward before any task runs, the replayed tasks find their batch
 committed and write nothing. Spark's part is played with real processes, as in
 test_spark_speculation.py: the tasks are executor processes, the dying driver a process that
-exits at once (os._exit(137), no cleanup) at the crash point (ONCELOG_SPARK_CRASH). The same crashes with the real
+exits at once (os._exit(137), no cleanup) at the crash point (support/spark_faults.py). The same crashes with the real
 Spark driver: test_spark_sink.py."""
 
 from __future__ import annotations
 
 import base64
-import os
 import pickle
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from support import spark_faults
 from support.spark_tasks import (  # noqa: F401 (broker: a fixture)
     attempt,
     broker,
@@ -61,7 +61,7 @@ def test_the_driver_dies_at_every_step_of_its_commit_and_the_restarted_query_res
         rows = {p: [f"{batch}-{p}-{i}".encode() for i in range(10)] for p in (0, 1)}
         messages = run_tasks(writer, batch, rows)
         assert all(m.state and not m.skipped for m in messages)
-        env = dict(os.environ, ONCELOG_SPARK_CRASH=crash)
+        env = spark_faults.env(crash=crash)
         payload = base64.b64encode(pickle.dumps((options, messages, batch))).decode()
         driver = subprocess.run([sys.executable, "-c", DRIVER, payload], env=env, check=False,
                                 capture_output=True, text=True, timeout=60)

@@ -15,6 +15,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from support import spark_faults
+
 from oncelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from oncelog.server.embedded import EmbeddedBroker
 
@@ -33,11 +35,11 @@ def broker():
         yield b
 
 
-def run_job(b, checkpoint, crash=None, until=N, timeout=180):
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env.pop("ONCELOG_SPARK_CRASH", None)
-    if crash:
-        env["ONCELOG_SPARK_CRASH"] = crash
+def run_job(b, checkpoint, crash=None, until=N, timeout=180, log=None):
+    """The copy job; ``crash``: the points its processes (driver, Spark's Python workers) die
+    at (support/spark_faults.py), each written to ``log``."""
+    env = spark_faults.env(crash=crash, log=log,
+                           base=dict(os.environ, PYSPARK_PYTHON=sys.executable))
     return subprocess.run([sys.executable, "-m", "oncelog.spark.copy_job", "--bootstrap-server",
                            b.bootstrap_servers, "--source", "in", "--sink", "out",
                            "--checkpoint", str(checkpoint), "--until", str(until),
@@ -79,8 +81,9 @@ def test_the_driver_dies_in_the_middle_of_its_commit_and_the_query_resumes(broke
     decision written, the others still prepared); the job, run again, resumes from the
     checkpoint and finishes. Every step of the commit, with Spark's part played by
     processes: test_spark_driver_crash.py."""
-    run = run_job(broker, tmp_path / "ck", crash="driver:mid-complete")
+    run = run_job(broker, tmp_path / "ck", crash="driver:mid-complete", log=tmp_path / "faults")
     assert run.returncode != 0, f"the crash point was never reached: {run.stdout}"
+    assert spark_faults.acted(tmp_path / "faults") == ["driver:mid-complete"]
     last = run_job(broker, tmp_path / "ck", until=0)
     assert last.returncode == 0, last.stderr[-3000:]
     check_exactly_once(broker)
@@ -91,6 +94,7 @@ def test_failed_task_attempts_are_retried_exactly_once(broker, tmp_path):
     preparing; partition 1 twice): Spark retries them as new attempts, whose transactions the
     driver commits; the dead attempts' ones are aborted."""
     crash = "task:0:0:start,task:1:0:before-prepare,task:1:1:after-prepare,task:0:1:after-prepare"
-    run = run_job(broker, tmp_path / "ck", crash=crash)
+    run = run_job(broker, tmp_path / "ck", crash=crash, log=tmp_path / "faults")
     assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(spark_faults.acted(tmp_path / "faults")) == sorted(crash.split(","))
     check_exactly_once(broker)

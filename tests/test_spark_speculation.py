@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from support import spark_faults
 from support.spark_tasks import (  # noqa: F401 (broker: a fixture)
     attempt,
     broker,
@@ -36,13 +37,15 @@ def test_a_straggler_whose_transaction_is_open_at_the_commit_is_aborted(
     driver aborts it with the other leftovers; the straggler fails, its rows never appear."""
     writer = writer_for(broker, tmp_path)
     rows = [f"r{i}".encode() for i in range(50)]
-    straggler = attempt(writer, 0, 0, rows, slow=f"task:0:0:{straggler_point}:8")
+    straggler = attempt(writer, 0, 0, rows, slow=f"task:0:0:{straggler_point}:8",
+                        log=tmp_path / "faults")
     wait_open(broker, f"{writer.opts.prefix}-0-0")
     winner, err = result(attempt(writer, 1, 0, rows))
     assert winner is not None and not winner.skipped and winner.state, err
     writer_for(broker, tmp_path).commit([winner], 0)  # PySpark commits with a new writer
     lost, _ = result(straggler)
     assert lost is None  # fenced: its prepare (or nothing after it) failed
+    assert spark_faults.acted(tmp_path / "faults") == [f"task:0:0:{straggler_point}"]
     assert committed_output(broker) == rows
     assert open_transactions(broker) == []
 
@@ -54,13 +57,14 @@ def test_a_straggler_that_opens_its_transaction_after_the_commit_aborts_itself(
     partition and aborts its own transaction."""
     writer = writer_for(broker, tmp_path)
     rows = [f"r{i}".encode() for i in range(50)]
-    straggler = attempt(writer, 0, 0, rows, slow="task:0:0:begin:8")
+    straggler = attempt(writer, 0, 0, rows, slow="task:0:0:begin:8", log=tmp_path / "faults")
     winner, err = result(attempt(writer, 1, 0, rows))
     assert winner is not None and winner.state, err
     writer_for(broker, tmp_path).commit([winner], 0)
     assert open_transactions(broker) == []
     late, err = result(straggler)
     assert late is not None and late.skipped and not late.state, err
+    assert spark_faults.acted(tmp_path / "faults") == ["task:0:0:begin"]
     assert committed_output(broker) == rows
     assert open_transactions(broker) == []
 
@@ -72,7 +76,8 @@ def test_the_next_micro_batch_is_not_held_up_by_a_straggler_of_the_last(
     writer = writer_for(broker, tmp_path)
     first = [f"a{i}".encode() for i in range(20)]
     second = [f"b{i}".encode() for i in range(20)]
-    straggler = attempt(writer, 0, 0, first, slow="task:0:0:after-prepare:15")
+    straggler = attempt(writer, 0, 0, first, slow="task:0:0:after-prepare:15",
+                        log=tmp_path / "faults")
     wait_open(broker, f"{writer.opts.prefix}-0-0")
     winner, _ = result(attempt(writer, 1, 0, first))
     # The driver is slow to commit batch 0 here: the straggler prepares in the meantime...
@@ -84,3 +89,4 @@ def test_the_next_micro_batch_is_not_held_up_by_a_straggler_of_the_last(
     assert committed_output(broker) == first + second
     result(straggler)
     assert open_transactions(broker) == []
+    assert spark_faults.acted(tmp_path / "faults") == ["task:0:0:after-prepare"]

@@ -20,7 +20,7 @@ from support.cli import oncelog
 from support.tls import KEY_PASSWORD, make_certificates
 
 from oncelog import Admin, Consumer, Producer, TopicPartition
-from oncelog.client.admin_configs import ConfigResource
+from oncelog.client.admin.admin_configs import ConfigResource
 from oncelog.client.errors import KafkaTimeoutError, SslAuthenticationError
 from oncelog.errors import NetworkError, SaslAuthenticationFailedError
 from oncelog.harness.broker_process import BrokerProcess

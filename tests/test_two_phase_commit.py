@@ -16,7 +16,7 @@ import pytest
 from support.raw_wire import RawConnection, create_topics_request, list_offsets_request
 
 from oncelog import Admin, Consumer, PreparedTxnState, Producer
-from oncelog.client.transaction_manager import IllegalStateError, TransactionError
+from oncelog.client.errors import IllegalStateError, TransactionError
 from oncelog.errors import (
     InvalidTxnStateError,
     ProducerFencedError,

@@ -9,7 +9,8 @@ import pytest
 from support.inmemory import InMemoryBroker, TxnManagerPair
 
 from oncelog.client.errors import KafkaTimeoutError
-from oncelog.client.transaction_manager import PreparedTxnState, TransactionError, TxnState
+from oncelog.client.errors import TransactionError
+from oncelog.client.producer.transaction_manager import PreparedTxnState, TxnState
 from oncelog.client.types import TopicPartition
 from oncelog.errors import ConcurrentTransactionsError, ProducerFencedError
 from oncelog.protocol import ApiKey

@@ -32,8 +32,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Self, TypeVar
 
 from .client import Consumer, Producer
-from .client.producer import HeadersArg
-from .client.transaction_manager import PreparedTxnState
+from .client.producer.producer import HeadersArg
+from .client.producer.transaction_manager import PreparedTxnState
 from .client.types import ConsumerGroupMetadata, ConsumerRecord, RecordMetadata, TopicPartition
 
 __all__ = ["AsyncConsumer", "AsyncProducer"]

@@ -90,8 +90,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-from .client.producer import Producer
-from .client.transaction_manager import PreparedTxnState
+from .client.producer.producer import Producer
+from .client.producer.transaction_manager import PreparedTxnState
 from .client.types import RecordMetadata
 from .errors import FatalError, TransactionalIdAuthorizationFailedError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from oncelog.client.fetcher import decode_records
+from oncelog.client.consumer.fetcher import decode_records
 from oncelog.client.types import TopicPartition
 from oncelog.log import PartitionLog
 from oncelog.log.cleaner_manager import CleanerManager

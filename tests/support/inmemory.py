@@ -21,7 +21,7 @@ from typing import Any
 from oncelog.client.config import producer_config
 from oncelog.client.coordinator_request import BrokerVersions, Send
 from oncelog.client.messages import build, build_request
-from oncelog.client.transaction_manager import TransactionManager
+from oncelog.client.producer.transaction_manager import TransactionManager
 from oncelog.protocol import (
     ApiKey,
     decode_request_body,

@@ -6,13 +6,14 @@ tests/test_spark_driver_crash.py (both import pyspark first, or skip)."""
 from __future__ import annotations
 
 import base64
-import os
 import pickle
 import subprocess
 import sys
 import time
 
 import pytest
+
+from support import spark_faults
 
 from oncelog import Admin, Consumer, NewTopic, TopicPartition
 from oncelog.server.embedded import EmbeddedBroker
@@ -40,10 +41,10 @@ def broker():
 
 
 def attempt(writer, n: int, batch: int, rows: list[bytes], slow: str | None = None,
-            partition: int = 0):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCELOG_SPARK_")}
-    if slow:
-        env["ONCELOG_SPARK_SLOW"] = slow
+            partition: int = 0, log=None):
+    """An executor process running attempt ``n`` of the task; ``slow``: ``<point>:<seconds>``
+    it stalls at (support/spark_faults.py), each stall written to ``log``."""
+    env = spark_faults.env(slow=slow, log=log)
     task = base64.b64encode(pickle.dumps((writer, partition, n, batch, rows))).decode()
     return subprocess.Popen([sys.executable, "-c", ATTEMPT, task], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)

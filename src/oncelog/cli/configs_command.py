@@ -53,7 +53,7 @@ def parse_add_config(texts: list[str]) -> dict[str, str]:
 def _resources(args, admin) -> list:
     """(resource, what it is called) of the entities named, or of every one of the type for
     --describe without a name, as kafka-configs."""
-    from ..client.admin_configs import ConfigResource
+    from ..client.admin.admin_configs import ConfigResource
 
     if args.topic is not None:
         args.entity_type, args.entity_name = "topics", args.topic
@@ -106,7 +106,7 @@ def run(args, connect) -> int:
 
 
 def _alter(args, admin, resource, what: str) -> int:
-    from ..client.admin_configs import AlterConfigOp, OpType
+    from ..client.admin.admin_configs import AlterConfigOp, OpType
 
     added = parse_add_config(args.add_config)
     deleted = [k.strip() for text in args.delete_config for k in text.split(",") if k.strip()]
@@ -131,7 +131,7 @@ def _alter(args, admin, resource, what: str) -> int:
 def _dynamic(admin, resource, all_configs: bool) -> dict:
     """The resource's entries: all of them, or those set at its own level (a topic's
     overrides, a broker's own dynamic configs, the cluster-wide defaults)."""
-    from ..client.admin_configs import ConfigResourceType, ConfigSource
+    from ..client.admin.admin_configs import ConfigResourceType, ConfigSource
 
     entries = admin.describe_configs([resource], include_synonyms=True)[resource]
     if all_configs:

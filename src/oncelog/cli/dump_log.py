@@ -151,7 +151,7 @@ def _txn_key_value(key: bytes | None, value: bytes | None) -> tuple[str, str | N
 def _consumer_protocol(field: str, data: bytes) -> Any:
     """A consumer group member's subscription or assignment as JSON (Kafka decodes them for
     groups of protocol type "consumer"); the bytes (base64) when they do not decode."""
-    from ..client.assignors import decode_assignment, decode_subscription
+    from ..client.consumer.assignors import decode_assignment, decode_subscription
     from ..protocol import ProtocolError
 
     try:

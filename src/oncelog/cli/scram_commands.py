@@ -62,7 +62,7 @@ def parse_add_config(text: str) -> list[tuple[str, int, str]]:
 
 def run_users(args, admin) -> int:
     """The users entity of ``oncelog configs`` (``admin``: an open Admin)."""
-    from ..client.scram_admin import (
+    from ..client.admin.scram_admin import (
         UserScramCredentialDeletion,
         UserScramCredentialUpsertion,
     )

@@ -81,7 +81,7 @@ def kafka_uuid(topic_id: uuid.UUID | None) -> str | None:
 
 
 def describe(admin, args) -> int:
-    from ..client.admin_configs import ConfigResource, ConfigSource
+    from ..client.admin.admin_configs import ConfigResource, ConfigSource
 
     exclude = getattr(args, "exclude_internal", False)
     names = args.topic or admin.list_topics(include_internal=not exclude)

@@ -94,7 +94,7 @@ def _new_password(args) -> str:
 
 
 def _add(admin, args) -> int:
-    from ..client.scram_admin import UserScramCredentialUpsertion
+    from ..client.admin.scram_admin import UserScramCredentialUpsertion
 
     password = _new_password(args)
     mechanisms = args.mechanism or MECHANISMS
@@ -105,7 +105,7 @@ def _add(admin, args) -> int:
 
 
 def _delete(admin, args) -> int:
-    from ..client.scram_admin import UserScramCredentialDeletion
+    from ..client.admin.scram_admin import UserScramCredentialDeletion
 
     # All of them by default: ask which it has (RESOURCE_NOT_FOUND for a user with none).
     mechanisms = args.mechanism or [

@@ -22,18 +22,23 @@ Files, one responsibility each (the split of aiokafka and the Java client):
 - errors.py              client-side errors (timeouts); broker errors are oncelog.errors
 """
 
-from .admin import Admin
-from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource, OpType
-from .consumer import Consumer
-from .errors import KafkaTimeoutError, NoOffsetForPartitionError
-from .partitioner import murmur2
-from .producer import Producer
-from .scram_admin import (
+from .admin.admin import Admin
+from .admin.admin_configs import AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource, OpType
+from .admin.scram_admin import (
     ScramCredentialInfo,
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from .transaction_manager import IllegalStateError, PreparedTxnState, TransactionError
+from .consumer.consumer import Consumer
+from .errors import (
+    IllegalStateError,
+    KafkaTimeoutError,
+    NoOffsetForPartitionError,
+    TransactionError,
+)
+from .producer.partitioner import murmur2
+from .producer.producer import Producer
+from .producer.transaction_manager import PreparedTxnState
 from .types import (
     ConsumerGroupDescription,
     ConsumerGroupListing,

@@ -6,7 +6,7 @@ They subclass the groups of ``oncelog.errors`` so that ``except RetriableError``
 
 from __future__ import annotations
 
-from ..errors import KafkaError, RetriableError
+from ..errors import AbortableError, KafkaError, RetriableError
 
 
 class KafkaTimeoutError(RetriableError, TimeoutError):
@@ -30,3 +30,12 @@ class NoOffsetForPartitionError(KafkaError):
 class SerializationError(KafkaError):
     """A key or value serializer (Producer) or deserializer (Consumer) raised (Kafka's
     SerializationException); the original exception is its ``__cause__``."""
+
+
+class TransactionError(AbortableError):
+    """The transaction cannot commit; abort it (and start a new one)."""
+
+
+class IllegalStateError(KafkaError):
+    """A transactional API called in a state that does not allow it (the Java client's
+    IllegalStateException)."""

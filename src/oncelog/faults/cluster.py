@@ -448,7 +448,7 @@ class NetCluster(LocalCluster):
     # -- observers ----------------------------------------------------------------------------
 
     def _admin(self, timeout_s: float = 5.0) -> Any:
-        from ..client.admin import Admin
+        from ..client.admin.admin import Admin
 
         ms = int(timeout_s * 1000)
         return Admin(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=ms,

@@ -460,7 +460,7 @@ class LocalCluster:
         answer, and a client made anew per attempt with a 1 s timeout (as before) then gave up
         on every answer, paid a new connection and handshake each time, and could run out the
         whole startup timeout with brokers that were up."""
-        from ..client.admin import Admin
+        from ..client.admin.admin import Admin
 
         admins: dict[int, Admin] = {}
         registered: set[int] = set()
@@ -514,7 +514,7 @@ class LocalCluster:
                             deadline: float) -> set[int] | None:
         """The brokers ``b`` names in its DescribeCluster answer; None when it did not answer
         (its client is dropped then, and made again at the next attempt)."""
-        from ..client.admin import Admin
+        from ..client.admin.admin import Admin
 
         admin = admins.get(b.node_id)
         try:
@@ -639,7 +639,7 @@ class LocalCluster:
     def describe(self, topic: str) -> dict[int, Any]:
         """Partition index -> PartitionInfo (leader, replicas, isr), as a running broker
         answers it (the Admin client's describe_topics)."""
-        from ..client.admin import Admin
+        from ..client.admin.admin import Admin
 
         last: Exception | None = None
         for n in self.running() or list(self.brokers):

@@ -1,7 +1,7 @@
 """Kafka's ConsumerProtocol (the metadata a consumer joins a group with, and the assignment
 its leader hands out) through kio's classes for Kafka's schemas, every version: a newer version
 than we know is read with the newest we know (later versions only append fields). The client's
-assignors (client/assignors.py) and the broker's OffsetDelete (which must know the topics a
+assignors (client/consumer/assignors.py) and the broker's OffsetDelete (which must know the topics a
 group is subscribed to) read it here."""
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def encode_records(values: Any, keys: Any = None, timestamps: Any = None,
 
 def partition_for_keys(keys: Any, num_partitions: int) -> bytes:
     """Kafka's default partitioner (``toPositive(murmur2(key)) % num_partitions``, as
-    client/partitioner.py) for a column of keys: native int32s, -1 where the key is null."""
+    client/producer/partitioner.py) for a column of keys: native int32s, -1 where the key is null."""
     return _partition_keys(column_arg(keys, "keys"), num_partitions)
 
 

@@ -3,7 +3,7 @@ test and demo driver): ``python -m oncelog.spark.copy_job --bootstrap-server HOS
 --source in --sink out --checkpoint DIR [--until N] [--max-offsets-per-trigger M]``.
 
 Runs until the sink has committed ``--until`` source offsets (as Spark's progress reports), or
-forever. A crash point can be set with ONCELOG_SPARK_CRASH (oncelog/spark/sink.py)."""
+forever. Tests crash or stall it at the sink's fault points (oncelog/spark/fault_points.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import json
 import os
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pyspark.sql.datasource import (
 )
 
 from ..spark_markers import MARKER_TOPIC
+from . import fault_points
 from .options import connection_settings, sink_settings
 from .write_checks import NULL_TOPIC, save_mode_error, validate_query
 
@@ -128,19 +128,6 @@ class SinkOptions:
 _SHARED_ADMINS: dict[str, Any] = {}
 # Brokers (bootstrap lists) on which this process has seen the marker topic exist.
 _MARKER_TOPIC_SEEN: set[str] = set()
-
-
-def _crash_hook(point: str) -> None:
-    """Tests: ONCELOG_SPARK_CRASH=<point>[,<point>...] kills this process there
-    (driver:before-complete, driver:mid-complete, driver:after-complete,
-    task:<partition>:<attempt>:<start | begin | before-prepare | after-prepare>);
-    ONCELOG_SPARK_SLOW=<point>:<seconds> stalls it there (a straggler, for speculation)."""
-    want = os.environ.get("ONCELOG_SPARK_CRASH", "")
-    if point in want.split(","):
-        os._exit(137)
-    slow = os.environ.get("ONCELOG_SPARK_SLOW")
-    if slow and slow.rsplit(":", 1)[0] == point:
-        time.sleep(float(slow.rsplit(":", 1)[1]))
 
 
 def _row_fields(opts: SinkOptions, d: dict) -> tuple:
@@ -269,7 +256,7 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
     if tc is None:
         raise SinkError("the oncelog sink's write() runs in a Spark task")
     partition, attempt = tc.partitionId(), tc.attemptNumber()
-    _crash_hook(f"task:{partition}:{attempt}:start")
+    fault_points.reached(f"task:{partition}:{attempt}:start")
     txn_id = f"{opts.prefix}-{partition}-{attempt}"
     marker_group, marker = _batch_marker(opts, partition)
 
@@ -300,13 +287,13 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
         p.init_transactions()
         if committed():
             return PreparedTask(txn_id, "", partition, skipped=True)  # a replay
-        _crash_hook(f"task:{partition}:{attempt}:begin")
+        fault_points.reached(f"task:{partition}:{attempt}:begin")
         p.begin_transaction()
         try:
             sent = _send_rows(opts, p, rows)
             if batch_id is not None:
                 p.send_offsets_to_transaction({marker: batch_id + 1}, marker_group)
-            _crash_hook(f"task:{partition}:{attempt}:before-prepare")
+            fault_points.reached(f"task:{partition}:{attempt}:before-prepare")
             p.flush()
             for topic, part, future in sent:
                 _check_sent(topic, part, future)
@@ -317,7 +304,7 @@ def _task_write(opts: SinkOptions, rows, batch_id: int | None,
             with contextlib.suppress(Exception):
                 p.abort_transaction()
             raise
-        _crash_hook(f"task:{partition}:{attempt}:after-prepare")
+        fault_points.reached(f"task:{partition}:{attempt}:after-prepare")
         if committed() or aborted():
             # A straggler (a speculative race lost): another attempt's transaction for this
             # batch and partition is already committed, and the driver, which aborts every
@@ -366,9 +353,9 @@ class _Driver:
             tmp = f.with_suffix(".tmp")
             tmp.write_text(json.dumps(decision))
             os.replace(tmp, f)
-        _crash_hook("driver:before-complete")
+        fault_points.reached("driver:before-complete")
         self._complete(tasks)
-        _crash_hook("driver:after-complete")
+        fault_points.reached("driver:after-complete")
         # Now whatever of this sink is still open is undecided, so never to be committed:
         # failed or speculative attempts, tasks of a batch whose driver died before deciding
         # (the replay's tasks reuse those ids and abort them themselves, but not always all).
@@ -398,7 +385,7 @@ class _Driver:
         if not tasks:
             return
         self._complete_one(*tasks[0])
-        _crash_hook("driver:mid-complete")
+        fault_points.reached("driver:mid-complete")
         if len(tasks) > 1:
             from concurrent.futures import ThreadPoolExecutor
 

@@ -8,7 +8,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ...client import Consumer, Producer, TopicPartition
-from ...client.transaction_manager import TransactionError
+from ...client.errors import TransactionError
 from ...errors import (
     AbortableError,
     FatalError,

@@ -9,14 +9,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import KafkaError, RetriableError, error_for_code
-from ..protocol import ApiKey, ProtocolError
-from ..protocol.consumer_protocol import read_assignment
-from ..security.acls import operations_from_bit_field
-from .coordinator_request import COORDINATOR_MOVED, KEY_TYPE_GROUP
-from .errors import KafkaTimeoutError
-from .metadata import BrokerNode
-from .types import (
+from ...errors import KafkaError, RetriableError, error_for_code
+from ...protocol import ApiKey, ProtocolError
+from ...protocol.consumer_protocol import read_assignment
+from ...security.acls import operations_from_bit_field
+from ..coordinator_request import COORDINATOR_MOVED, KEY_TYPE_GROUP
+from ..errors import KafkaTimeoutError
+from ..metadata import BrokerNode
+from ..types import (
     ConsumerGroupDescription,
     ListOffsetsResultInfo,
     MemberDescription,
@@ -24,7 +24,7 @@ from .types import (
 )
 
 if TYPE_CHECKING:
-    from .network import NetworkClient
+    from ..network import NetworkClient
 
 # The protocol type of groups of Kafka's ConsumerProtocol; "" is a group that only commits
 # offsets (assign() and commit, never joined), which Kafka also describes as a consumer group.

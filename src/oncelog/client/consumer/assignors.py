@@ -24,9 +24,9 @@ from kio.schema.consumer_protocol_subscription.v1 import data as sub_v1
 from kio.schema.types import TopicName
 from kio.static.primitive import i32
 
-from ..protocol import encode_data
-from ..protocol.consumer_protocol import VERSION, read_assignment, read_subscription
-from .types import TopicPartition
+from ...protocol import encode_data
+from ...protocol.consumer_protocol import VERSION, read_assignment, read_subscription
+from ..types import TopicPartition
 
 
 @dataclass(frozen=True)

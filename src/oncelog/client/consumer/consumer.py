@@ -7,7 +7,7 @@ committed offsets.
         ...
 
 Everything but the group heartbeats runs on the caller's thread; one consumer must not be used
-by two threads at once (as in the Java client). Group membership: client/group_coordinator.py.
+by two threads at once (as in the Java client). Group membership: group_coordinator.py.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
-from ..records.columnar import RecordColumns
-from . import serde
-from .config import consumer_config
+from ...records.columnar import RecordColumns
+from .. import serde
+from ..config import consumer_config
+from ..network import NetworkClient
+from ..types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from .fetcher import LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST, Fetcher
 from .group_coordinator import Callback, GroupCoordinator
-from .network import NetworkClient
 from .subscription_state import EARLIEST, LATEST, SubscriptionState
-from .types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ class Consumer:
         """Kafka's offsetsForTimes: per partition, the first offset whose record's timestamp is
         at or after the given one (ms), or None when no record is (ListOffsets by timestamp,
         with this consumer's isolation level)."""
-        from . import admin_groups
+        from ..admin import admin_groups
 
         wanted = {TopicPartition(*tp): int(ts) for tp, ts in timestamps.items()}
         for tp, ts in wanted.items():

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import KafkaError, error_for_code
-from ..protocol import ApiKey
-from ..security.scram import MAX_ITERATIONS, MECHANISM_CODES, MECHANISM_NAMES, salted_password
+from ...errors import KafkaError, error_for_code
+from ...protocol import ApiKey
+from ...security.scram import MAX_ITERATIONS, MECHANISM_CODES, MECHANISM_NAMES, salted_password
 
 DEFAULT_ITERATIONS = 4096  # Kafka's kafka-configs default
 

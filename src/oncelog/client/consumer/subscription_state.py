@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .types import TopicPartition
+from ..types import TopicPartition
 
 EARLIEST = "earliest"
 LATEST = "latest"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from ..primitives import encode_string, encode_uvarint
+from ...primitives import encode_string, encode_uvarint
 
 MIN_VERSION = 3
 MAX_VERSION = 12  # v13 names topics by id

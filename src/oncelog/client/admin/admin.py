@@ -16,15 +16,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from ..errors import (
+from ...errors import (
     KafkaError,
     NotControllerError,
     RetriableError,
     ThrottlingQuotaExceededError,
     error_for_code,
 )
-from ..protocol import ApiKey, millis
-from ..security.acls import (
+from ...protocol import ApiKey, millis
+from ...security.acls import (
     AclBinding,
     AclFilter,
     Operation,
@@ -33,10 +33,9 @@ from ..security.acls import (
     ResourceType,
     operations_from_bit_field,
 )
-from . import admin_configs, admin_groups, coordinator_request, scram_admin
-from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
-from .config import admin_config
-from .coordinator_request import (
+from .. import coordinator_request
+from ..config import admin_config
+from ..coordinator_request import (
     KEY_TYPE_GROUP,
     KEY_TYPE_TRANSACTION,
     Action,
@@ -44,10 +43,10 @@ from .coordinator_request import (
     CoordinatorRequestHandler,
     Coordinators,
 )
-from .errors import KafkaTimeoutError
-from .metadata import BrokerNode, metadata_request
-from .network import NetworkClient
-from .types import (
+from ..errors import KafkaTimeoutError
+from ..metadata import BrokerNode, metadata_request
+from ..network import NetworkClient
+from ..types import (
     ConsumerGroupDescription,
     ConsumerGroupListing,
     ListOffsetsResultInfo,
@@ -59,6 +58,8 @@ from .types import (
     TransactionDescription,
     TransactionListing,
 )
+from . import admin_configs, admin_groups, scram_admin
+from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 
 _client_ids = itertools.count(1)
 
@@ -324,7 +325,7 @@ class Admin:
                 for k in self._api_versions(node_id).api_keys}
 
     def _api_versions(self, node_id: int | None) -> Any:
-        from .connection import CLIENT_SOFTWARE_NAME, _software_version
+        from ..connection import CLIENT_SOFTWARE_NAME, _software_version
 
         if node_id is not None and self._net.address(node_id) is None:
             self._metadata([])  # the brokers' addresses
@@ -396,7 +397,7 @@ class Admin:
             out[result.resource_name] = {c.name: c.value for c in result.configs}
         return out
 
-    # --- configs (KIP-133, KIP-339, KIP-226; client/admin_configs.py) -------------------------
+    # --- configs (KIP-133, KIP-339, KIP-226; client/admin/admin_configs.py) -------------------
 
     def describe_configs(self, resources: Iterable[ConfigResource],
                          include_synonyms: bool = False

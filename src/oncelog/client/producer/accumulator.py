@@ -22,19 +22,19 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Protocol
 
-from ..records import Compression
-from ..records.batch import (
+from ...records import Compression
+from ...records.batch import (
     HEADER_SIZE,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     wrap_records,
 )
-from ..records.columnar import encode_sections
-from .errors import KafkaTimeoutError
-from .metadata import Cluster
+from ...records.columnar import encode_sections
+from ..errors import KafkaTimeoutError
+from ..metadata import Cluster
+from ..types import RecordMetadata, TopicPartition
 from .record_future import RecordFuture
-from .types import RecordMetadata, TopicPartition
 
 Headers = Sequence[tuple[str, bytes | None]]
 

@@ -4,7 +4,7 @@ client's TransactionManager, aiokafka's transaction_manager.py).
 States and their legal predecessors live in one table; ``_transition`` is the only place that
 changes the state. It is state, not IO (Kafka's TransactionManager): the API calls check the
 state and queue the coordinator request the step needs (InitProducerId, AddPartitionsToTxn,
-AddOffsetsToTxn, TxnOffsetCommit, EndTxn: handlers of coordinator_request.py), then wait on
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn: the handlers of txn_request_handlers.py), then wait on
 its future; the producer's sender thread takes the next request (``next_request``), sends it
 on its own network client, and hands the answer back (``on_response`` / ``on_failure``), where
 the request's handler moves the state on. One request is out at a time, in order; the
@@ -45,53 +45,27 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
-from ..errors import (
-    AbortableError,
-    ConcurrentTransactionsError,
-    CoordinatorLoadInProgressError,
-    FatalError,
-    InvalidTxnStateError,
-    KafkaError,
-    OperationNotAttemptedError,
-    UnsupportedVersionError,
-    error_for_code,
+from ...errors import FatalError, InvalidTxnStateError, KafkaError
+from ...protocol import ApiKey
+from ..backoff import retry_backoff
+from ..config import ClientConfig
+from ..coordinator_request import BrokerVersions, CoordinatorCall, Coordinators, Send
+from ..errors import IllegalStateError, KafkaTimeoutError, TransactionError
+from ..types import ConsumerGroupMetadata, TopicPartition
+from .txn_request_handlers import (
+    AddOffsetsToTxnHandler,
+    AddPartitionsToTxnHandler,
+    EndTxnHandler,
+    InitProducerIdHandler,
+    TxnOffsetCommitHandler,
+    TxnRequestHandler,
 )
-from ..protocol import ApiKey
-from .backoff import retry_backoff
-from .config import ClientConfig
-from .coordinator_request import (
-    COORDINATOR_MOVED,
-    KEY_TYPE_GROUP,
-    Action,
-    BrokerVersions,
-    CoordinatorCall,
-    CoordinatorRequestHandler,
-    Coordinators,
-    Send,
-)
-from .errors import KafkaTimeoutError
-from .types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
-# The last versions of the older protocol (transaction version 0/1).
-_V1_MAX = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 3}
-# AddPartitionsToTxn v4+ is the brokers' (verification, batched by transactional id).
-_CLIENT_MAX = {ApiKey.ADD_PARTITIONS_TO_TXN: 3}
-_BUSY = (CoordinatorLoadInProgressError.code, ConcurrentTransactionsError.code)
-_OPERATION_NOT_ATTEMPTED = OperationNotAttemptedError.code
 # How long a caller waits past its deadline for the sender to end the request (it checks the
 # deadline at least every second) before giving up on it itself.
 _GRACE_S = 2.0
-
-
-class TransactionError(AbortableError):
-    """The transaction cannot commit; abort it (and start a new one)."""
-
-
-class IllegalStateError(KafkaError):
-    """A transactional API called in a state that does not allow it (the Java client's
-    IllegalStateException)."""
 
 
 class PreparedTxnState:
@@ -217,7 +191,7 @@ class TransactionManager:
                   state.value)
         self.state = state
 
-    def _fail(self, error: KafkaError) -> KafkaError:
+    def fail(self, error: KafkaError) -> KafkaError:
         """Record ``error``: fatal ones end the producer, others the transaction."""
         if isinstance(error, FatalError):
             self.error = error
@@ -335,7 +309,7 @@ class TransactionManager:
 
     # -- what the handlers do on success (under lock, on the sender's thread) ------------------
 
-    def _initialized(self, response: Any, broker: BrokerVersions, keep_prepared_txn: bool,
+    def initialized(self, response: Any, broker: BrokerVersions, keep_prepared_txn: bool,
                      bump: bool) -> None:
         self.producer_id, self.producer_epoch = int(response.producer_id), \
             int(response.producer_epoch)
@@ -367,7 +341,7 @@ class TransactionManager:
                                and versions.get(ApiKey.PRODUCE, (0, 0))[1] >= 12)
         self._set_transaction_v2(self.transaction_v2)
 
-    def _ended(self, commit: bool, response: Any | None) -> TxnRequestHandler | None:
+    def ended(self, commit: bool, response: Any | None) -> TxnRequestHandler | None:
         """EndTxn succeeded (or was not needed): READY, after the epoch bump an abort may
         need (returned, to go out next)."""
         if self.transaction_v2 and response is not None \
@@ -380,7 +354,7 @@ class TransactionManager:
             # KIP-360: a new epoch, the same producer id; sequences restart at 0.
             # (Transaction version 2 bumped it with the abort itself.)
             self._transition(T.INITIALIZING)
-            return _InitProducerId(self, self.producer_id, self.producer_epoch, bump=True)
+            return InitProducerIdHandler(self, self.producer_id, self.producer_epoch, bump=True)
         if not commit:
             self.epoch_bump_needed = False
         self.prepared = None
@@ -394,8 +368,8 @@ class TransactionManager:
         with self.lock:
             self._require(T.UNINITIALIZED)
             self._transition(T.INITIALIZING)
-            return self._enqueue(_InitProducerId(self, -1, -1, keep_prepared_txn=keep_prepared_txn),
-                                 deadline)
+            return self._enqueue(
+                InitProducerIdHandler(self, -1, -1, keep_prepared_txn=keep_prepared_txn), deadline)
 
     def begin_transaction(self) -> None:
         with self.lock:
@@ -426,7 +400,7 @@ class TransactionManager:
             if self.transaction_v2:
                 self.partitions.update(new)  # the partition leader adds it (Produce v12)
                 return None
-            return self._enqueue(_AddPartitions(self, new), deadline)
+            return self._enqueue(AddPartitionsToTxnHandler(self, new), deadline)
 
     def add_offsets(self, offsets: Mapping[TopicPartition, int] | Iterable[Any],
                     group: ConsumerGroupMetadata | str, deadline: float) -> _Pending:
@@ -439,11 +413,11 @@ class TransactionManager:
                 "committed_leader_epoch": -1, "committed_metadata": ""})
         with self.lock:
             self._require(T.IN_TRANSACTION)
-            commit = _TxnOffsetCommit(self, meta, by_topic)
+            commit = TxnOffsetCommitHandler(self, meta, by_topic)
             if self.transaction_v2:  # the group coordinator adds it (TxnOffsetCommit v5)
                 self.offsets_added = True
                 return self._enqueue(commit, deadline)
-            return self._enqueue(_AddOffsets(self, meta.group_id, commit), deadline)
+            return self._enqueue(AddOffsetsToTxnHandler(self, meta.group_id, commit), deadline)
 
     def begin_end(self, commit: bool, before: TxnState, deadline: float) -> _Pending | None:
         """Commit or abort (Kafka's beginCommit / beginAbort), once the records are flushed;
@@ -454,8 +428,8 @@ class TransactionManager:
                 self._check_sent()
             self._transition(T.COMMITTING if commit else T.ABORTING)
             if self.partitions or self.offsets_added or self._kept:
-                return self._enqueue(_EndTxn(self, commit), deadline)
-            bump = self._ended(commit, None)
+                return self._enqueue(EndTxnHandler(self, commit), deadline)
+            bump = self.ended(commit, None)
             return None if bump is None else self._enqueue(bump, deadline)
 
     def _check_sent(self) -> None:
@@ -463,7 +437,7 @@ class TransactionManager:
         if failed is not None:
             error = failed if isinstance(failed, FatalError) else TransactionError(
                 f"a record of the transaction was not written: {failed}")
-            raise self._fail(error)
+            raise self.fail(error)
 
     # -- the API the producer calls (blocking) --------------------------------------------------
 
@@ -497,12 +471,12 @@ class TransactionManager:
             if self.state == T.FATAL_ERROR:
                 return
             if isinstance(error, FatalError):
-                self._fail(error)
+                self.fail(error)
             elif self.state == T.IN_TRANSACTION:  # already abortable: keep the first cause
                 failed = TransactionError(f"a record of the transaction was not written: "
                                           f"{type(error).__name__}: {error}")
                 failed.__cause__ = error
-                self._fail(failed)
+                self.fail(failed)
 
     def send_offsets(self, offsets: Mapping[TopicPartition, int] | Iterable[Any],
                      group: ConsumerGroupMetadata | str, timeout: float | None) -> None:
@@ -590,196 +564,6 @@ class TransactionManager:
                 pending = self._queue.popleft()
                 if not pending.future.done():
                     pending.future.set_exception(KafkaError("the producer was closed"))
-
-
-# -- the requests (Kafka's TxnRequestHandler subclasses) ------------------------------------------
-
-
-class TxnRequestHandler(CoordinatorRequestHandler):
-    """A request of the transaction manager. ``handle_response`` runs under the manager's
-    lock and moves its state on; a coordinator that moved or is busy is retried by the
-    coordinator loop, any other error fails the transaction (``_fail``) or the producer."""
-
-    follow_up: TxnRequestHandler | None = None
-
-    def __init__(self, manager: TransactionManager) -> None:
-        self.m = manager
-        self.key = manager.transactional_id
-
-    @property
-    def max_version(self) -> int | None:
-        return (_CLIENT_MAX if self.m.transaction_v2 else _V1_MAX).get(self.api)
-
-    def timeout_error(self, last: BaseException | None) -> BaseException:
-        return KafkaTimeoutError(f"transactional request did not complete in time: {last}")
-
-    def error_code(self, response: Any) -> int:
-        return int(response.error_code)
-
-    def handle_response(self, response: Any) -> Action:
-        code = self.error_code(response)
-        if code in COORDINATOR_MOVED or code in _BUSY:
-            return self.retriable(code, self.api.name)
-        if code:
-            raise self.m._fail(self.error(code))
-        self.done(response)
-        return Action.DONE
-
-    def error(self, code: int) -> KafkaError:
-        return _txn_error(code, self.api.name)
-
-    def done(self, response: Any) -> None:
-        pass
-
-
-class _InitProducerId(TxnRequestHandler):
-    api = ApiKey.INIT_PRODUCER_ID
-
-    def __init__(self, manager: TransactionManager, producer_id: int, producer_epoch: int,
-                 keep_prepared_txn: bool = False, bump: bool = False) -> None:
-        super().__init__(manager)
-        self.producer_id, self.producer_epoch = producer_id, producer_epoch
-        self.keep_prepared_txn, self.bump = keep_prepared_txn, bump
-        self.broker = BrokerVersions()
-
-    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
-        m = self.m
-        if (m.two_phase or self.keep_prepared_txn) and \
-                broker.api_versions.get(ApiKey.INIT_PRODUCER_ID, (0, 0))[1] < 6:
-            raise m._fail(UnsupportedVersionError(
-                "the transaction coordinator does not support two-phase commit "
-                "(InitProducerId v6, KIP-939)"))
-        self.broker = broker  # its versions decide the transaction version (KIP-890)
-        return {"transactional_id": m.transactional_id,
-                "transaction_timeout": -1 if m.two_phase else m.timeout_ms,
-                "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
-                "enable2_pc": m.two_phase, "keep_prepared_txn": self.keep_prepared_txn}
-
-    def error(self, code: int) -> KafkaError:
-        error = error_for_code(code)(f"InitProducerId {self.m.transactional_id!r}")
-        return error if isinstance(error, FatalError) else TransactionError(
-            f"InitProducerId failed: {error}")
-
-    def done(self, response: Any) -> None:
-        self.m._initialized(response, self.broker, self.keep_prepared_txn, self.bump)
-
-
-class _AddPartitions(TxnRequestHandler):
-    api = ApiKey.ADD_PARTITIONS_TO_TXN
-
-    def __init__(self, manager: TransactionManager, tps: list[TopicPartition]) -> None:
-        super().__init__(manager)
-        self.tps = tps
-
-    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
-        m = self.m
-        topics: dict[str, list[int]] = {}
-        for tp in self.tps:
-            topics.setdefault(tp.topic, []).append(tp.partition)
-        return {"v3_and_below_transactional_id": m.transactional_id,
-                "v3_and_below_producer_id": m.producer_id,
-                "v3_and_below_producer_epoch": m.producer_epoch,
-                "v3_and_below_topics": [{"name": t, "partitions": p}
-                                        for t, p in topics.items()]}
-
-    def error_code(self, response: Any) -> int:
-        return _partition_error(response)
-
-    def error(self, code: int) -> KafkaError:
-        named = ", ".join(f"{tp.topic}-{tp.partition}" for tp in self.tps[:5])
-        more = f" and {len(self.tps) - 5} more" if len(self.tps) > 5 else ""
-        return _txn_error(code, f"AddPartitionsToTxn {named}{more}")
-
-    def done(self, response: Any) -> None:
-        self.m.partitions.update(self.tps)
-
-
-class _AddOffsets(TxnRequestHandler):
-    api = ApiKey.ADD_OFFSETS_TO_TXN
-
-    def __init__(self, manager: TransactionManager, group_id: str,
-                 then: _TxnOffsetCommit) -> None:
-        super().__init__(manager)
-        self.group_id = group_id
-        self.follow_up = then
-
-    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
-        m = self.m
-        return {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
-                "producer_epoch": m.producer_epoch, "group_id": self.group_id}
-
-    def error(self, code: int) -> KafkaError:
-        return _txn_error(code, f"AddOffsetsToTxn {self.group_id!r}")
-
-    def done(self, response: Any) -> None:
-        self.m.offsets_added = True
-
-
-class _TxnOffsetCommit(TxnRequestHandler):
-    """To the group's coordinator, not the transaction's."""
-
-    api = ApiKey.TXN_OFFSET_COMMIT
-    key_type = KEY_TYPE_GROUP
-
-    def __init__(self, manager: TransactionManager, meta: ConsumerGroupMetadata,
-                 by_topic: dict[str, list[dict[str, Any]]]) -> None:
-        super().__init__(manager)
-        self.key = meta.group_id
-        self.meta, self.by_topic = meta, by_topic
-
-    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
-        m, meta = self.m, self.meta
-        return {"transactional_id": m.transactional_id, "group_id": meta.group_id,
-                "producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
-                "generation_id": meta.generation_id, "member_id": meta.member_id,
-                "group_instance_id": meta.group_instance_id,
-                "topics": [{"name": t, "partitions": ps} for t, ps in self.by_topic.items()]}
-
-    def error_code(self, response: Any) -> int:
-        return _offset_commit_error(response)
-
-    def error(self, code: int) -> KafkaError:
-        return _txn_error(code, f"TxnOffsetCommit {self.meta.group_id!r}")
-
-
-class _EndTxn(TxnRequestHandler):
-    api = ApiKey.END_TXN
-
-    def __init__(self, manager: TransactionManager, commit: bool) -> None:
-        super().__init__(manager)
-        self.commit = commit
-
-    def create_request(self, broker: BrokerVersions) -> dict[str, Any]:
-        m = self.m
-        return {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
-                "producer_epoch": m.producer_epoch, "committed": self.commit}
-
-    def error(self, code: int) -> KafkaError:
-        return _txn_error(code, "EndTxn")
-
-    def done(self, response: Any) -> None:
-        self.follow_up = self.m._ended(self.commit, response)
-
-
-def _txn_error(code: int, what: str) -> KafkaError:
-    error = error_for_code(code)(what)
-    return error if isinstance(error, FatalError) else TransactionError(f"{what}: {error}")
-
-
-def _partition_error(response: Any) -> int:
-    """The first partition's error; OPERATION_NOT_ATTEMPTED (the partitions the broker skipped
-    because of another's error) only when it is the only one."""
-    codes = [int(p.partition_error_code) for t in response.results_by_topic_v3_and_below
-             for p in t.results_by_partition if int(p.partition_error_code)]
-    return next((c for c in codes if c != _OPERATION_NOT_ATTEMPTED), codes[0] if codes else 0)
-
-
-def _offset_commit_error(response: Any) -> int:
-    for t in response.topics:
-        for p in t.partitions:
-            if int(p.error_code):
-                return int(p.error_code)
-    return 0
 
 
 def _offset_items(offsets: Mapping[TopicPartition, int] | Iterable[Any]

@@ -30,7 +30,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ..errors import (
+from ...errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
     KafkaError,
@@ -41,18 +41,18 @@ from ..errors import (
     UnknownProducerIdError,
     error_for_code,
 )
-from ..protocol import ApiKey, millis
-from ..records.batch import increment_sequence
+from ...protocol import ApiKey, millis
+from ...records.batch import increment_sequence
+from ..config import ClientConfig
+from ..connection import InFlightRequest
+from ..coordinator_request import BrokerVersions
+from ..errors import KafkaTimeoutError
+from ..metadata import metadata_request
+from ..network import NetworkClient
+from ..types import TopicPartition
 from .accumulator import ProducerBatch, RecordAccumulator
-from .config import ClientConfig
-from .connection import InFlightRequest
-from .coordinator_request import BrokerVersions
-from .errors import KafkaTimeoutError
-from .metadata import metadata_request
-from .network import NetworkClient
 from .produce_request import produce_body
 from .transaction_manager import TransactionManager
-from .types import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..errors import (
+from ...errors import (
     CoordinatorLoadInProgressError,
     FatalError,
     IllegalGenerationError,
@@ -36,8 +36,20 @@ from ..errors import (
     UnknownMemberIdError,
     error_for_code,
 )
-from ..protocol import ApiKey
-from . import coordinator_request
+from ...protocol import ApiKey
+from .. import coordinator_request
+from ..config import ClientConfig
+from ..coordinator_request import (
+    COORDINATOR_MOVED,
+    KEY_TYPE_GROUP,
+    Action,
+    BrokerVersions,
+    CoordinatorRequestHandler,
+    Coordinators,
+)
+from ..errors import KafkaTimeoutError
+from ..network import NetworkClient
+from ..types import ConsumerGroupMetadata, TopicPartition
 from .assignors import (
     ASSIGNORS,
     COOPERATIVE,
@@ -47,19 +59,7 @@ from .assignors import (
     encode_assignment,
     encode_subscription,
 )
-from .config import ClientConfig
-from .coordinator_request import (
-    COORDINATOR_MOVED,
-    KEY_TYPE_GROUP,
-    Action,
-    BrokerVersions,
-    CoordinatorRequestHandler,
-    Coordinators,
-)
-from .errors import KafkaTimeoutError
-from .network import NetworkClient
 from .subscription_state import SubscriptionState
-from .types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -16,36 +16,31 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Self
 
-from ..errors import (
+from ...errors import (
     FatalError,
     KafkaError,
     MessageTooLargeError,
     RetriableError,
     UnknownTopicOrPartitionError,
 )
-from ..records.batch import HEADER_SIZE
-from ..records.columnar import (
+from ...records.batch import HEADER_SIZE
+from ...records.columnar import (
     column_arg,
     column_rows,
     encode_sections,
     headers_arg,
     int64_column,
 )
-from . import retries, serde
+from .. import retries, serde
+from ..config import producer_config
+from ..errors import IllegalStateError, KafkaTimeoutError, TransactionError
+from ..network import NetworkClient
+from ..types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 from .accumulator import EncodedBatch, RecordAccumulator, estimate_record_size
 from .bulk_send import BatchGroup, route_rows
-from .config import producer_config
-from .errors import KafkaTimeoutError
-from .network import NetworkClient
 from .partitioner import StickyPartitioner, partition_for_key
 from .sender import Sender
-from .transaction_manager import (
-    IllegalStateError,
-    PreparedTxnState,
-    TransactionError,
-    TransactionManager,
-)
-from .types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
+from .transaction_manager import PreparedTxnState, TransactionManager
 
 log = logging.getLogger(__name__)
 

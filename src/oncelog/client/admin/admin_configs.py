@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import error_for_code
-from ..protocol import ApiKey
-from .network import NetworkClient
+from ...errors import error_for_code
+from ...protocol import ApiKey
+from ..network import NetworkClient
 
 
 class ConfigResourceType(enum.IntEnum):

@@ -8,8 +8,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from ..errors import UnknownTopicOrPartitionError
-from ..records.columnar import group_rows, int32_column, partition_for_keys
+from ...errors import UnknownTopicOrPartitionError
+from ...records.columnar import group_rows, int32_column, partition_for_keys
 
 # (partition, row numbers as int32s or None for rows start..stop in order, start, stop)
 RowGroup = tuple[int, bytes | None, int, int]

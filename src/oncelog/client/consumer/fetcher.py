@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import (
+from ...errors import (
     CorruptMessageError,
     KafkaError,
     OffsetOutOfRangeError,
@@ -40,9 +40,9 @@ from ..errors import (
     TopicAuthorizationFailedError,
     error_for_code,
 )
-from ..protocol import ApiKey
-from ..protocol.fetch_reader import FetchedPartition, decode_fetch_response
-from ..records import (
+from ...protocol import ApiKey
+from ...protocol.fetch_reader import FetchedPartition, decode_fetch_response
+from ...records import (
     CONTROL_ABORT,
     BatchHeader,
     CorruptRecordError,
@@ -51,14 +51,14 @@ from ..records import (
     parse_control_record,
     validate_batch,
 )
-from ..records.batch import batch_payload
-from ..records.columnar import RecordColumns
-from .config import ClientConfig
-from .connection import InFlightRequest
-from .errors import KafkaTimeoutError, NoOffsetForPartitionError
-from .network import NetworkClient
+from ...records.batch import batch_payload
+from ...records.columnar import RecordColumns
+from ..config import ClientConfig
+from ..connection import InFlightRequest
+from ..errors import KafkaTimeoutError, NoOffsetForPartitionError
+from ..network import NetworkClient
+from ..types import ConsumerRecord, TopicPartition
 from .subscription_state import EARLIEST, LATEST, SubscriptionState
-from .types import ConsumerRecord, TopicPartition
 
 log = logging.getLogger(__name__)
 
