@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
 from ..records.batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -95,9 +97,9 @@ __all__ = [
 
 
 class LogAppendError(Exception):
-    """An append the log refuses; ``error_name`` is the Kafka error code's name."""
+    """An append the log refuses; ``error_name`` is the Kafka error code (ErrorCode)."""
 
-    def __init__(self, error_name: str, message: str,
+    def __init__(self, error_name: ErrorCode, message: str,
                  record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error_name = error_name
@@ -109,7 +111,7 @@ class UnexpectedAppendOffsetError(LogAppendError):
     that overlaps the log's last one): the replica must truncate or refetch first."""
 
     def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
-        super().__init__("unknown_server_error", message)
+        super().__init__(ErrorCode.unknown_server_error, message)
         self.first_offset = first_offset
         self.log_end_offset = log_end_offset
 
@@ -316,7 +318,7 @@ class PartitionLog:
         for _pos, h in batches:
             if h.size > self.config.max_message_bytes:
                 raise LogAppendError(
-                    "message_too_large",
+                    ErrorCode.message_too_large,
                     f"batch of {h.size} bytes exceeds max.message.bytes "
                     f"{self.config.max_message_bytes}",
                 )
@@ -331,7 +333,7 @@ class PartitionLog:
             for _pos, h in batches:
                 if h.size > self.config.max_message_bytes:
                     raise LogAppendError(
-                        "message_too_large",
+                        ErrorCode.message_too_large,
                         f"batch of {h.size} bytes once recompressed ({self.config.compression_type})"
                         f" exceeds max.message.bytes {self.config.max_message_bytes}")
         if len(batches) == 1:
@@ -345,7 +347,7 @@ class PartitionLog:
             for _pos, h in batches:
                 if self._check_producer(h) is not None:
                     raise LogAppendError(
-                        "duplicate_sequence_number",
+                        ErrorCode.duplicate_sequence_number,
                         "a multi-batch record set repeats an earlier batch",
                     )
         assigned, log_append_time = self._write(data, batches, now_ms, leader_epoch)
@@ -422,7 +424,7 @@ class PartitionLog:
                 expected = h.next_offset
                 pos += h.size
         except CorruptRecordError as exc:
-            raise LogAppendError("corrupt_message",
+            raise LogAppendError(ErrorCode.corrupt_message,
                                  f"replicated batch at offset {expected}: {exc}") from None
         if not batches:
             return FollowerAppendResult(-1, -1, 0, 0, self.log_end_offset)

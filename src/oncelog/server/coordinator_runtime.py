@@ -17,6 +17,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ..records import split_batches
 from .clock import now_ms
 from .replication import AppendError
@@ -117,14 +119,14 @@ class CoordinatorRuntime:
 
         return self.broker.replication.append_local(self.topic, index, write, required_acks=1)
 
-    async def replicated(self, index: int, end_offset: int) -> str | None:
+    async def replicated(self, index: int, end_offset: int) -> ErrorCode | None:
         """Wait until the partition's ISR has everything below ``end_offset``: None, or the
         error that stopped it."""
         replication = self.broker.replication
         try:
             r = replication.leader_replica(self.topic, index)
         except Exception as exc:  # noqa: BLE001 - ReplicationError: leadership moved
-            return getattr(exc, "error_name", "not_leader_or_follower")
+            return getattr(exc, "error_name", ErrorCode.not_leader_or_follower)
         return await replication.wait_replicated(r, end_offset, APPEND_TIMEOUT_MS)
 
     # -- tasks and timers ---------------------------------------------------------------------

@@ -99,15 +99,15 @@ class Replica:
 
 
 class ReplicationError(Exception):
-    def __init__(self, error_name: str, message: str) -> None:
+    def __init__(self, error_name: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_name = error_name
 
 
 class AppendError(Exception):
-    """An append refused or failed; ``error_name`` is the Kafka error code's name."""
+    """An append refused or failed; ``error_name`` is the Kafka error code (ErrorCode)."""
 
-    def __init__(self, error_name: str, message: str,
+    def __init__(self, error_name: ErrorCode, message: str,
                  record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error_name = error_name
@@ -166,7 +166,7 @@ class ReplicaManager:
         for t in list(self._fetchers.values()) + list(self._tasks):
             t.cancel()
         for r in self.replicas.values():
-            self._fail_waiters(r, "not_leader_or_follower")
+            self._fail_waiters(r, ErrorCode.not_leader_or_follower)
         for leader in list(self._fetch_connections):
             self._close_fetch_connection(leader)
         self.client.close()
@@ -249,7 +249,7 @@ class ReplicaManager:
         if r is None:
             return
         was_leader = r.is_leader
-        self._fail_waiters(r, "not_leader_or_follower")
+        self._fail_waiters(r, ErrorCode.not_leader_or_follower)
         if was_leader:
             self._tell(r, False)
 
@@ -286,7 +286,7 @@ class ReplicaManager:
         r.leader, r.leader_epoch = state.leader, state.leader_epoch
         r.followers = {}
         r.needs_truncation = True
-        self._fail_waiters(r, "not_leader_or_follower")
+        self._fail_waiters(r, ErrorCode.not_leader_or_follower)
         if was_leader:
             self._tell(r, False)
 
@@ -308,22 +308,22 @@ class ReplicaManager:
             known = self.view is not None and topic in self.view.topics and \
                 index in self.view.topics[topic].partitions
             if known:
-                raise ReplicationError("not_leader_or_follower",
+                raise ReplicationError(ErrorCode.not_leader_or_follower,
                                        f"broker {self.node_id} is not a replica of "
                                        f"{topic}-{index}")
-            raise ReplicationError("unknown_topic_or_partition",
+            raise ReplicationError(ErrorCode.unknown_topic_or_partition,
                                    f"{topic}-{index} does not exist")
         if not r.is_leader:
-            raise ReplicationError("not_leader_or_follower",
+            raise ReplicationError(ErrorCode.not_leader_or_follower,
                                    f"broker {self.node_id} does not lead {topic}-{index} "
                                    f"(the leader is {r.leader})")
         if current_leader_epoch >= 0:
             if current_leader_epoch < r.leader_epoch:
-                raise ReplicationError("fenced_leader_epoch",
+                raise ReplicationError(ErrorCode.fenced_leader_epoch,
                                        f"leader epoch {current_leader_epoch} is old "
                                        f"({r.leader_epoch})")
             if current_leader_epoch > r.leader_epoch:
-                raise ReplicationError("unknown_leader_epoch",
+                raise ReplicationError(ErrorCode.unknown_leader_epoch,
                                        f"leader epoch {current_leader_epoch} is newer than "
                                        f"{r.leader_epoch}")
         return r
@@ -332,7 +332,7 @@ class ReplicaManager:
         """acks=all: refuse before appending when the ISR is below min.insync.replicas."""
         need = r.log.config.min_insync_replicas
         if len(r.isr) < need:
-            raise ReplicationError("not_enough_replicas",
+            raise ReplicationError(ErrorCode.not_enough_replicas,
                                    f"{len(r.isr)} in-sync replicas of {r.partition.topic}-"
                                    f"{r.partition.index}, min.insync.replicas is {need}")
 
@@ -354,7 +354,7 @@ class ReplicaManager:
             raise AppendError(exc.error_name, str(exc), exc.record_errors) from None
         except LogWriteError as exc:
             log.error("append to %s-%d failed: %s", topic, index, exc)
-            raise AppendError("kafka_storage_error",
+            raise AppendError(ErrorCode.kafka_storage_error,
                               f"the log could not be written: {exc}") from None
         if not getattr(result, "duplicate", False):
             self.appended(r)
@@ -368,7 +368,7 @@ class ReplicaManager:
         its AppendResult, or the AppendError that stopped it."""
         out: dict[TP, Any] = {}
         waits: dict[TP, tuple[Replica, asyncio.Future]] = {}
-        errors: dict[TP, str | None] = {}
+        errors: dict[TP, ErrorCode | None] = {}
         for tp, write in writes.items():
             try:
                 r, result = self.append_local(tp[0], tp[1], write,
@@ -390,7 +390,7 @@ class ReplicaManager:
             errors.update(await self._until_replicated(waits, timeout_ms))
         for tp, err in errors.items():
             if err is not None:
-                out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err}")
+                out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err.name}")
         return out
 
     async def append(self, topic: str, index: int, write: Write, *, required_acks: int = -1,
@@ -411,7 +411,8 @@ class ReplicaManager:
             r.partition.notify_high_watermark()
         r.partition.notify_log_end()
 
-    async def wait_replicated(self, r: Replica, end_offset: int, timeout_ms: int) -> str | None:
+    async def wait_replicated(self, r: Replica, end_offset: int, timeout_ms: int
+                              ) -> ErrorCode | None:
         """acks=all: wait until the high watermark reaches ``end_offset`` (the offset after
         the batch); None, or the error to answer with."""
         if r.log.high_watermark < end_offset:
@@ -420,7 +421,7 @@ class ReplicaManager:
             try:
                 err = await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000)
             except TimeoutError:
-                return "request_timed_out"
+                return ErrorCode.request_timed_out
             finally:
                 r.waiters = [(o, f) for o, f in r.waiters if f is not fut]
             if err is not None:
@@ -428,7 +429,7 @@ class ReplicaManager:
         return self._isr_error(r)
 
     async def _until_replicated(self, waits: dict[TP, tuple[Replica, asyncio.Future]],
-                                timeout_ms: int) -> dict[TP, str | None]:
+                                timeout_ms: int) -> dict[TP, ErrorCode | None]:
         """The answer for each waiter of ``append_records`` once the high watermark passed its
         batch (``_maybe_advance_hw`` completes it) or ``timeout_ms`` ran out: one timer for
         the request, no task per partition."""
@@ -437,10 +438,10 @@ class ReplicaManager:
         def expire() -> None:
             for _r, fut in waits.values():
                 if not fut.done():
-                    fut.set_result("request_timed_out")
+                    fut.set_result(ErrorCode.request_timed_out)
 
         timer = loop.call_later(max(timeout_ms, 0) / 1000, expire)
-        out: dict[TP, str | None] = {}
+        out: dict[TP, ErrorCode | None] = {}
         try:
             for tp, (r, fut) in waits.items():
                 err = await fut
@@ -448,19 +449,19 @@ class ReplicaManager:
         finally:
             timer.cancel()
             for r, fut in waits.values():
-                if not fut.done() or fut.result() == "request_timed_out":
+                if not fut.done() or fut.result() == ErrorCode.request_timed_out:
                     fut.cancel()  # (our caller was cancelled)
                     r.waiters = [(o, f) for o, f in r.waiters if f is not fut]
         return out
 
-    def _isr_error(self, r: Replica) -> str | None:
+    def _isr_error(self, r: Replica) -> ErrorCode | None:
         """After an acks=all write reached the high watermark: the ISR may have shrunk below
         min.insync.replicas meanwhile (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
         if len(r.isr) < r.log.config.min_insync_replicas:
-            return "not_enough_replicas_after_append"
+            return ErrorCode.not_enough_replicas_after_append
         return None
 
-    def _fail_waiters(self, r: Replica, error: str) -> None:
+    def _fail_waiters(self, r: Replica, error: ErrorCode) -> None:
         for _offset, fut in r.waiters + r.start_waiters:
             if not fut.done():
                 fut.set_result(error)
@@ -544,11 +545,11 @@ class ReplicaManager:
         policy = str((topic_meta.configs if topic_meta else {}).get("cleanup.policy")
                      or self.broker.config.topic_defaults().get("cleanup.policy", "delete"))
         if "delete" not in policy.split(","):
-            raise ReplicationError("policy_violation", f"records of {topic}-{index} can not be "
+            raise ReplicationError(ErrorCode.policy_violation, f"records of {topic}-{index} can not be "
                                    "deleted due to the configured policy")
         target = plog.high_watermark if offset == -1 else offset
         if target < 0 or target > plog.high_watermark:
-            raise ReplicationError("offset_out_of_range", f"offset {target} is not in "
+            raise ReplicationError(ErrorCode.offset_out_of_range, f"offset {target} is not in "
                                    f"[0, high watermark {plog.high_watermark}]")
         if plog.increment_log_start_offset(target, now_ms()):
             log.info("%s-%d: log start offset %d (DeleteRecords)", topic, index, target)
@@ -559,7 +560,7 @@ class ReplicaManager:
             try:
                 err = await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000)
             except TimeoutError:
-                err = "request_timed_out"
+                err = ErrorCode.request_timed_out
             finally:
                 r.start_waiters = [(o, f) for o, f in r.start_waiters if f is not fut]
             if err is not None:
@@ -807,10 +808,10 @@ class ReplicaManager:
             r = fr
             if p.error_code:
                 errors += 1
-                name = ErrorCode(p.error_code).name
-                if name == "offset_out_of_range":
+                if p.error_code == ErrorCode.offset_out_of_range:
                     self._out_of_range(r, p.log_start_offset)
-                log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, name)
+                log.debug("%s-%d: fetch from %d: %s", *r.tp, leader,
+                          ErrorCode(p.error_code).name)
                 continue
             plog = r.log
             if p.records:

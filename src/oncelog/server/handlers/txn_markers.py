@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ..clock import now_ms
 from ..context import RequestContext
@@ -55,14 +57,14 @@ async def handle_write_txn_markers(broker: BrokerPort, ctx: RequestContext, requ
     # Spec 000: only brokers (ClusterAction on the cluster) may write markers.
     allowed = acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION)
     for marker in request.markers:
-        errors: dict[tuple[str, int], str | None] = {}
+        errors: dict[tuple[str, int], ErrorCode | None] = {}
         writes = {}
         for t in marker.topics:
             for index in t.partition_indexes:
                 if allowed:
                     writes[(t.name, index)] = _marker_writer(broker, t.name, index, marker, now)
                 else:
-                    errors[(t.name, index)] = "cluster_authorization_failed"
+                    errors[(t.name, index)] = ErrorCode.cluster_authorization_failed
         # Kafka writes markers with acks=all.
         appended = await broker.replication.append_records(
             writes, required_acks=-1, timeout_ms=MARKER_REPLICATION_TIMEOUT_MS,
