@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from oncelog.client.producer.accumulator import RecordAccumulator
 from oncelog.client.metadata import Cluster, TopicMetadata
+from oncelog.client.producer.accumulator import RecordAccumulator
 from oncelog.client.types import BrokerNode, PartitionInfo, TopicPartition
 from oncelog.records import Compression
 

@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
+from kio.schema.errors import ErrorCode
 from support.replica_views import HeldStore
 
 from oncelog.cluster.model import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
@@ -60,11 +61,11 @@ def test_a_client_may_not_append_a_control_batch_a_marker_is_one(tmp_path):
         for origin in (AppendOrigin.CLIENT, AppendOrigin.COORDINATOR):
             out = await rm.append_records({tp: AppendEntry(marker(5))}, origin=origin,
                                           required_acks=1, timeout_ms=1000)
-            assert isinstance(out[tp], AppendError) and out[tp].error_name == "invalid_record"
+            assert isinstance(out[tp], AppendError) and out[tp].error_name == ErrorCode.invalid_record
         # ... and a marker is a control batch, nothing else.
         out = await rm.append_records({tp: AppendEntry(data())}, origin=AppendOrigin.MARKER,
                                       required_acks=1, timeout_ms=1000)
-        assert isinstance(out[tp], AppendError) and out[tp].error_name == "invalid_record"
+        assert isinstance(out[tp], AppendError) and out[tp].error_name == ErrorCode.invalid_record
         plog = rm.leader_replica(*tp).log
         assert plog.log_end_offset == 0
         out = await rm.append_records({tp: AppendEntry(marker(5))},
@@ -87,7 +88,7 @@ def test_a_coordinator_write_is_refused_below_min_insync_replicas_a_marker_is_no
                 if asyncio.iscoroutine(result):
                     await result
             except AppendError as exc:
-                assert exc.error_name == "not_enough_replicas"
+                assert exc.error_name == ErrorCode.not_enough_replicas
             else:
                 raise AssertionError(f"{append.__name__} appended below min.insync.replicas")
         assert plog.log_end_offset == 0  # refused before the log was written
@@ -97,7 +98,7 @@ def test_a_coordinator_write_is_refused_below_min_insync_replicas_a_marker_is_no
         out = await rm.append_records({tp: AppendEntry(marker(9))}, origin=AppendOrigin.MARKER,
                                       required_acks=-1, timeout_ms=1000)
         assert isinstance(out[tp], AppendError)
-        assert out[tp].error_name == "not_enough_replicas_after_append"
+        assert out[tp].error_name == ErrorCode.not_enough_replicas_after_append
         assert plog.log_end_offset == 1
         rm.close()
 

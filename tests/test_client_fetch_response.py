@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.protocol.fetch_reader import MAX_VERSION, MIN_VERSION, decode_fetch_response
 from oncelog.client.messages import build
 from oncelog.protocol import (
     ApiKey,
@@ -20,6 +19,7 @@ from oncelog.protocol import (
     response_class,
 )
 from oncelog.protocol.apis import SUPPORTED_VERSIONS
+from oncelog.protocol.fetch_reader import MAX_VERSION, MIN_VERSION, decode_fetch_response
 from oncelog.records import build_batch
 
 BATCH = build_batch([(b"k", b"v" * 300, [("h", b"1")], 1000)] * 2)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from oncelog.group.coordinator import GroupCoordinator
 from oncelog.group.log_format import OffsetKey, OffsetValue, encode_key, encode_offset
@@ -108,7 +109,7 @@ class Metadata:
 
     def request_internal_topic(self, name: str) -> str | None:
         self.requested.append(name)
-        return "leader_not_available"
+        return ErrorCode.leader_not_available
 
 
 class FakeWriter:
@@ -190,7 +191,7 @@ def test_a_big_partition_loads_off_the_leadership_call_and_answers_load_in_progr
         h.leadership.tell(0, True, epoch=7)
         # The leadership call returned with the partition still loading.
         assert h.runtime.state(0) is ShardState.LOADING
-        assert h.runtime.shard_for(key) == (None, "coordinator_load_in_progress")
+        assert h.runtime.shard_for(key) == (None, ErrorCode.coordinator_load_in_progress)
         assert h.runtime.shards == {}
         assert h.runtime.loading()
         assert h.loaded == []
@@ -229,14 +230,14 @@ def test_an_empty_partition_is_active_at_once():
 def test_keys_of_partitions_not_led_here_or_before_the_topic_exists():
     async def main() -> None:
         h = Harness(count=None)
-        assert h.runtime.shard_for("g") == (None, "not_coordinator")
+        assert h.runtime.shard_for("g") == (None, ErrorCode.not_coordinator)
         assert h.metadata.requested == [TOPIC]  # asked to be created on first use
         h.metadata.count = 2
         h.host(0)
         h.leadership.tell(0, True)
-        assert h.runtime.shard_for(key_of(1)) == (None, "not_coordinator")
+        assert h.runtime.shard_for(key_of(1)) == (None, ErrorCode.not_coordinator)
         h.leadership.tell(0, False)
-        assert h.runtime.shard_for(key_of(0)) == (None, "not_coordinator")
+        assert h.runtime.shard_for(key_of(0)) == (None, ErrorCode.not_coordinator)
         assert h.runtime.state(0) is None
 
     asyncio.run(main())
@@ -254,7 +255,7 @@ def test_unload_cancels_the_partitions_tasks_and_drops_only_its_shard():
         assert h.runtime.state(0) is ShardState.LOADING
         assert h.runtime.state(1) is ShardState.ACTIVE
         loading = h.runtime.shard_for(key_of(0))
-        assert loading == (None, "coordinator_load_in_progress")
+        assert loading == (None, ErrorCode.coordinator_load_in_progress)
         await settle(h.runtime, 0)
         shard0 = h.runtime.shards[0]
         shard1 = h.runtime.shards[1]
@@ -309,7 +310,7 @@ def test_a_replay_that_raises_leaves_the_shard_failed():
         h.leadership.tell(0, True)
         await settle(h.runtime, 0)
         assert h.runtime.state(0) is ShardState.FAILED
-        assert h.runtime.shard_for(key_of(0)) == (None, "not_coordinator")
+        assert h.runtime.shard_for(key_of(0)) == (None, ErrorCode.not_coordinator)
         assert h.loaded == []
         assert h.runtime.shards == {}
         # A new leadership (another epoch) loads it anew.
@@ -359,7 +360,7 @@ def test_group_cores_are_per_partition_shards():
         assert core1.groups[g1].offsets[("t", 0)].offset == 7
         h.leadership.tell(0, False)
         assert runtime.shards == {1: core1}
-        assert runtime.shard_for(g0) == (None, "not_coordinator")
+        assert runtime.shard_for(g0) == (None, ErrorCode.not_coordinator)
         assert runtime.shard_for(g1) == (core1, None)
 
     asyncio.run(main())

@@ -73,7 +73,11 @@ def test_dump_log_decodes_the_internal_topics(tmp_path):
         '"commitTimestamp":1234}}' in out
     assert 'key: {"type":"1","data":{"group":"g","topic":"orders","partition":4}} ' \
         "payload: <DELETE>" in out
-    from oncelog.client.consumer.assignors import Subscription, encode_assignment, encode_subscription
+    from oncelog.client.consumer.assignors import (
+        Subscription,
+        encode_assignment,
+        encode_subscription,
+    )
     from oncelog.client.types import TopicPartition
     from oncelog.group.log_format import GroupKey, GroupValue, MemberValue, encode_group
 

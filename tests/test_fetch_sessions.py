@@ -3,6 +3,7 @@
 import uuid
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from oncelog.server.fetch_sessions import FetchSessionCache, FetchSessionError
 
@@ -29,10 +30,10 @@ def test_wrong_epoch_and_unknown_session_are_errors():
     s, _ = cache.begin(0, 0, [(("t", 0), 0, 100)], [])
     with pytest.raises(FetchSessionError) as e:
         cache.begin(s.session_id, 5, [], [])
-    assert e.value.error_name == "invalid_fetch_session_epoch"
+    assert e.value.error_name == ErrorCode.invalid_fetch_session_epoch
     with pytest.raises(FetchSessionError) as e:
         cache.begin(12345, 1, [], [])
-    assert e.value.error_name == "fetch_session_id_not_found"
+    assert e.value.error_name == ErrorCode.fetch_session_id_not_found
 
 
 def test_final_epoch_closes_the_session():
@@ -63,11 +64,11 @@ def test_a_session_keeps_the_kind_of_topic_names_it_was_opened_with():
     for s, ids in ((by_id, False), (by_name, True)):
         with pytest.raises(FetchSessionError) as e:
             cache.begin(s.session_id, 1, [], [], uses_topic_ids=ids)
-        assert e.value.error_name == "fetch_session_topic_id_error"
+        assert e.value.error_name == ErrorCode.fetch_session_topic_id_error
         assert s.next_epoch == 1
         with pytest.raises(FetchSessionError) as e:
             cache.begin(s.session_id, 7, [], [], uses_topic_ids=ids)
-        assert e.value.error_name == "invalid_fetch_session_epoch"
+        assert e.value.error_name == ErrorCode.invalid_fetch_session_epoch
     s, full = cache.begin(by_id.session_id, 1, [], [(tid, 0)], uses_topic_ids=True)
     assert not full and not s.partitions
 

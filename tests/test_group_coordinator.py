@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from oncelog.group.coordinator import (
     GroupCoordinator,
@@ -53,7 +54,7 @@ def joins(effects):
 def test_first_member_must_come_back_with_its_id_then_leads_alone():
     c = coordinator()
     member, response, _ = join(c)
-    assert response.error == "member_id_required" and member
+    assert response.error == ErrorCode.member_id_required and member
     member2, response, effects = join(c, member)
     assert member2 == member and response is None  # held until the rebalance completes
     done = joins(effects)[member]
@@ -74,7 +75,7 @@ def _stable_pair(c):
     c.sync("g", 1, a, None, {a: b"a-all"}, T0)
     b, response, _ = join(c, known=False, now=T0 + 1)  # a second member: a rebalance
     assert response is None and c.groups["g"].state == G.PREPARING_REBALANCE
-    assert c.heartbeat("g", 1, a, None, T0 + 2) == "rebalance_in_progress"
+    assert c.heartbeat("g", 1, a, None, T0 + 2) == ErrorCode.rebalance_in_progress
     _, response, effects = join(c, a, now=T0 + 3)  # a rejoins: everyone is in
     done = joins(effects)
     assert set(done) == {a, b} and done[a].generation == 2
@@ -99,10 +100,10 @@ def test_heartbeat_and_sync_errors():
     c = coordinator()
     a, b = _stable_pair(c)
     assert c.heartbeat("g", 2, a, None, T0 + 5) is None
-    assert c.heartbeat("g", 1, a, None, T0 + 5) == "illegal_generation"
-    assert c.heartbeat("g", 2, "nobody", None, T0 + 5) == "unknown_member_id"
-    assert c.heartbeat("nogroup", 2, a, None, T0 + 5) == "unknown_member_id"
-    assert c.sync("g", 1, a, None, None, T0 + 5)[0].error == "illegal_generation"
+    assert c.heartbeat("g", 1, a, None, T0 + 5) == ErrorCode.illegal_generation
+    assert c.heartbeat("g", 2, "nobody", None, T0 + 5) == ErrorCode.unknown_member_id
+    assert c.heartbeat("nogroup", 2, a, None, T0 + 5) == ErrorCode.unknown_member_id
+    assert c.sync("g", 1, a, None, None, T0 + 5)[0].error == ErrorCode.illegal_generation
     assert c.sync("g", 2, a, None, None, T0 + 5)[0].assignment == b"a-half"  # Stable: at once
 
 
@@ -112,7 +113,7 @@ def test_a_member_whose_session_expires_is_removed_and_the_group_rebalances():
     c.heartbeat("g", 2, a, None, T0 + 9_000)
     effects = c.tick(T0 + 10_010)  # b's last heartbeat was at T0 + 4
     assert b not in c.groups["g"].members and c.groups["g"].state == G.PREPARING_REBALANCE
-    assert joins(effects)[b].error == "unknown_member_id"  # a held join of b's is answered
+    assert joins(effects)[b].error == ErrorCode.unknown_member_id  # a held join of b's is answered
     _, response, effects = join(c, a, now=T0 + 10_020)
     assert joins(effects)[a].generation == 3 and joins(effects)[a].leader == a
 
@@ -121,7 +122,7 @@ def test_leave_group_rebalances_and_the_last_leaving_empties_it():
     c = coordinator()
     a, b = _stable_pair(c)
     errors, _ = c.leave("g", [(b, None), ("ghost", None)], T0 + 10)
-    assert errors == [None, "unknown_member_id"]
+    assert errors == [None, ErrorCode.unknown_member_id]
     assert c.groups["g"].state == G.PREPARING_REBALANCE
     errors, effects = c.leave("g", [(a, None)], T0 + 11)
     assert errors == [None] and c.groups["g"].state == G.EMPTY
@@ -142,13 +143,13 @@ def test_initial_rebalance_delay_waits_for_more_members():
 
 def test_session_timeout_bounds_and_protocol_checks():
     c = coordinator()
-    assert join(c, session=500)[1].error == "invalid_session_timeout"
-    assert join(c, session=60_001)[1].error == "invalid_session_timeout"
-    assert join(c, group="")[1].error == "invalid_group_id"
+    assert join(c, session=500)[1].error == ErrorCode.invalid_session_timeout
+    assert join(c, session=60_001)[1].error == ErrorCode.invalid_session_timeout
+    assert join(c, group="")[1].error == ErrorCode.invalid_group_id
     a, _, _ = join(c, known=False)
     assert join(c, known=False, protocols=[("other", b"")])[1].error == \
-        "inconsistent_group_protocol"
-    assert join(c, "unknown-id")[1].error == "unknown_member_id"
+        ErrorCode.inconsistent_group_protocol
+    assert join(c, "unknown-id")[1].error == ErrorCode.unknown_member_id
     assert a in c.groups["g"].members
 
 
@@ -168,7 +169,7 @@ def test_a_restarted_static_member_takes_its_place_without_a_rebalance():
     assert c.groups["g"].state == G.STABLE
     assert c.sync("g", 2, new, follower_instance, None, T0 + 6)[0].assignment == \
         c.groups["g"].members[new].assignment != b""
-    assert c.heartbeat("g", 2, follower, follower_instance, T0 + 7) == "fenced_instance_id"
+    assert c.heartbeat("g", 2, follower, follower_instance, T0 + 7) == ErrorCode.fenced_instance_id
     # a leader's restart does not rebalance either (Kafka's updateStaticMemberAndRebalance):
     # it gets the members back with skip_assignment (KIP-814) and its current assignment
     leader_instance = "i-1" if leader == a else "i-2"
@@ -180,7 +181,7 @@ def test_a_restarted_static_member_takes_its_place_without_a_rebalance():
     assert c.groups["g"].state == G.STABLE
     assert any(isinstance(e, WriteRecords) for e in effects)  # the new member id is stored
     assert c.sync("g", 2, new_leader, leader_instance, {}, T0 + 9)[0].assignment == assignment
-    assert c.heartbeat("g", 2, leader, leader_instance, T0 + 10) == "fenced_instance_id"
+    assert c.heartbeat("g", 2, leader, leader_instance, T0 + 10) == ErrorCode.fenced_instance_id
 
 
 def test_a_static_member_rejoining_with_another_protocol_rebalances():
@@ -207,12 +208,12 @@ def test_offset_commits_are_validated_against_the_generation():
     c = coordinator()
     a, b = _stable_pair(c)
     assert c.validate_commit("g", 2, a, None, transactional=False) is None
-    assert c.validate_commit("g", 1, a, None, transactional=False) == "illegal_generation"
-    assert c.validate_commit("g", 2, "x", None, transactional=False) == "unknown_member_id"
-    assert c.validate_commit("g", -1, "", None, transactional=False) == "unknown_member_id"
+    assert c.validate_commit("g", 1, a, None, transactional=False) == ErrorCode.illegal_generation
+    assert c.validate_commit("g", 2, "x", None, transactional=False) == ErrorCode.unknown_member_id
+    assert c.validate_commit("g", -1, "", None, transactional=False) == ErrorCode.unknown_member_id
     assert c.validate_commit("solo", -1, "", None, transactional=False) is None  # simple
     # KIP-447: a zombie's TxnOffsetCommit with an old generation is fenced...
-    assert c.validate_commit("g", 1, a, None, transactional=True) == "illegal_generation"
+    assert c.validate_commit("g", 1, a, None, transactional=True) == ErrorCode.illegal_generation
     # ...an old client sending no group metadata is not.
     assert c.validate_commit("g", -1, "", None, transactional=True) is None
 
@@ -223,7 +224,7 @@ def test_pending_transactional_offsets_until_the_marker():
     c.apply_offsets("g", {tp: OffsetValue(3)})
     c.add_pending_txn_offsets("g", 77, {tp: OffsetValue(10)})
     assert c.fetch_offsets("g", [tp], require_stable=True) == [(tp, None,
-                                                                "unstable_offset_commit")]
+                                                                ErrorCode.unstable_offset_commit)]
     assert c.fetch_offsets("g", [tp], require_stable=False)[0][1].offset == 3
     c.complete_txn_offsets(["g"], 77, commit=False)
     assert c.fetch_offsets("g", [tp], require_stable=True)[0][1].offset == 3
@@ -245,8 +246,8 @@ def test_replay_of_transactional_offsets():
 def test_delete_group():
     c = coordinator()
     _stable_pair(c)
-    assert c.delete_group("g", T0)[0] == "non_empty_group"
-    assert c.delete_group("nope", T0)[0] == "group_id_not_found"
+    assert c.delete_group("g", T0)[0] == ErrorCode.non_empty_group
+    assert c.delete_group("nope", T0)[0] == ErrorCode.group_id_not_found
     c.apply_offsets("solo", {("t", 0): OffsetValue(1)})
     err, effects = c.delete_group("solo", T0)
     assert err is None and "solo" not in c.groups
@@ -291,7 +292,7 @@ def test_offset_delete_follows_the_group_state():
     _stable_pair(c)  # group "g", protocol type consumer, members subscribed to "t"
     c.apply_offsets("g", {("t", 0): value, ("x", 0): value})
     err, per, effects = c.delete_offsets("g", [("t", 0), ("x", 0)], lambda meta: ("t",))
-    assert (err, per) == (None, {("t", 0): "group_subscribed_to_topic", ("x", 0): None})
+    assert (err, per) == (None, {("t", 0): ErrorCode.group_subscribed_to_topic, ("x", 0): None})
     c.groups["g"].protocol_type = "connect"
-    assert c.delete_offsets("g", [("x", 0)], lambda meta: ())[0] == "non_empty_group"
-    assert c.delete_offsets("nobody", [("t", 0)], lambda meta: ())[0] == "group_id_not_found"
+    assert c.delete_offsets("g", [("x", 0)], lambda meta: ())[0] == ErrorCode.non_empty_group
+    assert c.delete_offsets("nobody", [("t", 0)], lambda meta: ())[0] == ErrorCode.group_id_not_found

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 from support.raw_wire import (
     RawConnection,
     create_topics_request,
@@ -215,7 +216,7 @@ def test_the_race_with_a_marker_written_after_the_answer_is_closed(tmp_path):
     with pytest.raises(LogAppendError) as exc:
         log.append(data, split_batches(data), 1_000, verification=guard,
                    require_verification=True)
-    assert exc.value.error_name == "invalid_txn_state"
+    assert exc.value.error_name == ErrorCode.invalid_txn_state
     # A fresh verification (the coordinator said yes again) lets it through, once.
     guard = state.start_verification(7, 0)
     log.append(data, split_batches(data), 1_000, verification=guard, require_verification=True)
@@ -354,15 +355,15 @@ def test_coordinator_errors_become_what_each_kind_of_client_handles():
     from oncelog.errors import AbortableError, TransactionAbortableError, error_for_code
     from oncelog.server.txn_verification import offset_commit_error, produce_error
 
-    for busy in ("concurrent_transactions", "coordinator_load_in_progress",
-                 "coordinator_not_available", "not_coordinator"):
+    for busy in (ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_progress,
+                 ErrorCode.coordinator_not_available, ErrorCode.not_coordinator):
         assert produce_error(busy, False)[0] == produce_error(busy, True)[0] == \
-            "not_enough_replicas"
-        assert offset_commit_error(busy) == "coordinator_not_available"
-    assert produce_error("invalid_txn_state", False)[0] == "invalid_txn_state"
-    assert produce_error("invalid_txn_state", True)[0] == "transaction_abortable"
-    assert produce_error("producer_fenced", True)[0] == "invalid_producer_epoch"
-    assert produce_error("invalid_producer_id_mapping", True)[0] == \
-        "invalid_producer_id_mapping"
+            ErrorCode.not_enough_replicas
+        assert offset_commit_error(busy) == ErrorCode.coordinator_not_available
+    assert produce_error(ErrorCode.invalid_txn_state, False)[0] == ErrorCode.invalid_txn_state
+    assert produce_error(ErrorCode.invalid_txn_state, True)[0] == ErrorCode.transaction_abortable
+    assert produce_error(ErrorCode.producer_fenced, True)[0] == ErrorCode.invalid_producer_epoch
+    assert produce_error(ErrorCode.invalid_producer_id_mapping, True)[0] == \
+        ErrorCode.invalid_producer_id_mapping
     assert issubclass(error_for_code(120), AbortableError)
     assert error_for_code(120) is TransactionAbortableError

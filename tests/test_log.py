@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 from support.logs import advance_high_watermark, open_log
 
 from oncelog.log import LogAppendError, LogConfig, OffsetOutOfRangeError
@@ -122,7 +123,7 @@ def test_oversized_batch_is_refused(tmp_path):
     log = open_log(tmp_path / "t-0", LogConfig(max_message_bytes=200), 0)
     with pytest.raises(LogAppendError) as e:
         produce(log, [b"x" * 300])
-    assert e.value.error_name == "message_too_large"
+    assert e.value.error_name == ErrorCode.message_too_large
     assert log.log_end_offset == 0
 
 
@@ -317,7 +318,7 @@ def test_append_refuses_a_batch_whose_records_disagree_with_its_header(tmp_path)
     size = log.size_bytes
     with pytest.raises(LogAppendError) as err:
         log.append(data, split_batches(data), 1_000)
-    assert err.value.error_name == "invalid_record"
+    assert err.value.error_name == ErrorCode.invalid_record
     assert (log.log_end_offset, log.size_bytes) == (1, size)
 
 

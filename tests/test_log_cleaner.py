@@ -12,6 +12,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 from support.compaction import History, clean_now, latest_values, read_log
 from support.logs import advance_high_watermark, open_log
 
@@ -215,7 +216,7 @@ def test_an_emptied_batch_keeps_the_producers_last_sequence(tmp_path):
     plog = compacted(tmp_path / "t-0")
     with pytest.raises(LogAppendError) as err:
         write(plog, [(b"d", b"gap")], t, pid=7, seq=5)
-    assert err.value.error_name == "out_of_order_sequence_number"
+    assert err.value.error_name == ErrorCode.out_of_order_sequence_number
     assert write(plog, [(b"a", b"x"), (b"a", b"y"), (b"b", b"z")], t, pid=7, seq=0).duplicate
     write(plog, [(b"d", b"next")], t, pid=7, seq=3)
 
@@ -353,7 +354,7 @@ def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
     plog = compacted(tmp_path / "t-0")
     with pytest.raises(LogAppendError) as err:
         write(plog, [(None, b"no key")], 1_000)
-    assert err.value.error_name == "invalid_record"
+    assert err.value.error_name == ErrorCode.invalid_record
 
 
 def test_a_cleaned_log_reopens_with_its_indexes(tmp_path):

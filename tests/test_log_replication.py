@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from kio.schema.errors import ErrorCode
 from support.logs import open_log
 
 from oncelog.log import (
@@ -180,7 +181,7 @@ def test_follower_refuses_corrupt_batches_and_appends_nothing(tmp_path):
     data[second + 63] ^= 0xFF  # a record byte of the second batch
     with pytest.raises(LogAppendError) as e:
         follower.append_as_follower(data)
-    assert e.value.error_name == "corrupt_message"
+    assert e.value.error_name == ErrorCode.corrupt_message
     assert follower.log_end_offset == 0 and follower.size_bytes == 0
     bad_length = bytearray(log_bytes(leader))
     bad_length[8:12] = (5).to_bytes(4, "big")

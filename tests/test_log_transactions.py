@@ -5,6 +5,7 @@ Transaction Index"), through appends, restarts and crashes."""
 from __future__ import annotations
 
 import pytest
+from kio.schema.errors import ErrorCode
 from support.logs import advance_high_watermark, open_log
 
 from oncelog.log import LogAppendError
@@ -75,12 +76,12 @@ def test_markers_from_old_producer_or_coordinator_epochs_are_refused(tmp_path):
     txn_produce(log, 7, 3, 0, [b"x"])
     with pytest.raises(LogAppendError) as e:
         marker(log, 7, 2, True, 0, 1_000)
-    assert e.value.error_name == "invalid_producer_epoch"
+    assert e.value.error_name == ErrorCode.invalid_producer_epoch
     marker(log, 7, 3, True, 5, 1_000)
     txn_produce(log, 7, 3, 1, [b"y"])
     with pytest.raises(LogAppendError) as e:
         marker(log, 7, 3, True, 4, 1_000)
-    assert e.value.error_name == "transaction_coordinator_fenced"
+    assert e.value.error_name == ErrorCode.transaction_coordinator_fenced
     assert log.last_stable_offset == 2  # the refused markers ended nothing
 
 
@@ -93,7 +94,7 @@ def test_a_marker_with_a_newer_epoch_fences_the_zombie(tmp_path):
     assert log.aborted_transactions(0, 10) == [AbortedTxn(7, 0, 1, 2)]
     with pytest.raises(LogAppendError) as e:
         txn_produce(log, 7, 0, 1, [b"zombie-2"])
-    assert e.value.error_name == "invalid_producer_epoch"
+    assert e.value.error_name == ErrorCode.invalid_producer_epoch
     assert txn_produce(log, 7, 1, 0, [b"new"]).base_offset == 2  # new epoch starts at 0
 
 
@@ -105,10 +106,10 @@ def test_sequenceless_transactional_batches_are_checked_for_their_epoch_only(tmp
     assert log.last_stable_offset == 0
     with pytest.raises(LogAppendError) as e:
         txn_produce(log, 9, 1, -1, [b"stale"])
-    assert e.value.error_name == "invalid_producer_epoch"
+    assert e.value.error_name == ErrorCode.invalid_producer_epoch
     with pytest.raises(LogAppendError) as e:
         txn_produce(log, 10, 0, -1, [b"not transactional"], transactional=False)
-    assert e.value.error_name == "invalid_record"
+    assert e.value.error_name == ErrorCode.invalid_record
     marker(log, 9, 2, True, 0, 1_000)
     assert log.last_stable_offset == 3
 

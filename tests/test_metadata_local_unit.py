@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from oncelog.cluster.model import LeaderAndIsr
 from oncelog.server.config import BrokerConfig
@@ -144,13 +145,13 @@ def test_validate_only_creates_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("num, rf, assignment, error", [
-    (1, 2, None, "invalid_replication_factor"),  # one broker
-    (0, 1, None, "invalid_partitions"),
-    (1, 0, None, "invalid_replication_factor"),
-    (2, -1, {0: [NODE], 1: [NODE]}, "invalid_request"),  # a count and an assignment
-    (-1, -1, {0: [NODE], 2: [NODE]}, "invalid_replica_assignment"),  # not 0..n-1
-    (-1, -1, {0: [NODE, NODE]}, "invalid_replica_assignment"),  # a replica twice
-    (-1, -1, {0: [NODE + 1]}, "invalid_replica_assignment"),  # no such broker
+    (1, 2, None, ErrorCode.invalid_replication_factor),  # one broker
+    (0, 1, None, ErrorCode.invalid_partitions),
+    (1, 0, None, ErrorCode.invalid_replication_factor),
+    (2, -1, {0: [NODE], 1: [NODE]}, ErrorCode.invalid_request),  # a count and an assignment
+    (-1, -1, {0: [NODE], 2: [NODE]}, ErrorCode.invalid_replica_assignment),  # not 0..n-1
+    (-1, -1, {0: [NODE, NODE]}, ErrorCode.invalid_replica_assignment),  # a replica twice
+    (-1, -1, {0: [NODE + 1]}, ErrorCode.invalid_replica_assignment),  # no such broker
 ])
 def test_create_topics_checks(tmp_path, num, rf, assignment, error):
     m = _started(_Broker(tmp_path))
@@ -171,7 +172,7 @@ def test_names_that_differ_only_by_dot_and_underscore_collide(tmp_path):
     _create(m, "a_b")
     with pytest.raises(TopicError) as e:
         _create(m, "a.b")
-    assert e.value.error_name == "invalid_topic_exception"
+    assert e.value.error_name == ErrorCode.invalid_topic_exception
     _create(m, "ab")  # neither: no collision to look for
 
 
@@ -192,17 +193,17 @@ def test_added_partitions_get_leaders_and_the_checks_of_create_partitions(tmp_pa
     asyncio.run(m.create_partitions("t", 3, None, validate_only=False, timeout_ms=0))
     assert m.view.state("t", 2) == LeaderAndIsr(NODE, 0, (NODE,), 0)
     assert len(broker.topics.topics["t"].partitions) == 3
-    for count, assignment, error in ((3, None, "invalid_partitions"),
-                                     (2, None, "invalid_partitions"),
-                                     (5, [[NODE]], "invalid_replica_assignment"),
-                                     (4, [[NODE + 1]], "invalid_replica_assignment")):
+    for count, assignment, error in ((3, None, ErrorCode.invalid_partitions),
+                                     (2, None, ErrorCode.invalid_partitions),
+                                     (5, [[NODE]], ErrorCode.invalid_replica_assignment),
+                                     (4, [[NODE + 1]], ErrorCode.invalid_replica_assignment)):
         with pytest.raises(TopicError) as e:
             asyncio.run(m.create_partitions("t", count, assignment, validate_only=False,
                                             timeout_ms=0))
         assert e.value.error_name == error, (count, assignment)
     with pytest.raises(TopicError) as e:
         asyncio.run(m.create_partitions("nope", 2, None, validate_only=False, timeout_ms=0))
-    assert e.value.error_name == "unknown_topic_or_partition"
+    assert e.value.error_name == ErrorCode.unknown_topic_or_partition
 
 
 def test_a_deleted_topic_leaves_the_view_its_states_and_the_fetch_sessions(tmp_path):
@@ -217,7 +218,7 @@ def test_a_deleted_topic_leaves_the_view_its_states_and_the_fetch_sessions(tmp_p
     assert broker.removed == ["gone"]
     with pytest.raises(TopicError) as e:
         asyncio.run(m.delete_topic("gone", timeout_ms=0))
-    assert e.value.error_name == "unknown_topic_or_partition"
+    assert e.value.error_name == ErrorCode.unknown_topic_or_partition
 
 
 def test_the_coordinator_topic_is_created_on_first_lookup_with_the_broker_settings(tmp_path):
@@ -234,11 +235,11 @@ def test_the_coordinator_topic_is_created_on_first_lookup_with_the_broker_settin
     assert m.request_internal_topic(CONSUMER_OFFSETS) is None  # there already
     with pytest.raises(TopicError) as e:
         asyncio.run(m.delete_topic(CONSUMER_OFFSETS, timeout_ms=0))
-    assert e.value.error_name == "invalid_topic_exception"
+    assert e.value.error_name == ErrorCode.invalid_topic_exception
     with pytest.raises(TopicError) as e:
         asyncio.run(m.create_partitions(CONSUMER_OFFSETS, 6, None, validate_only=False,
                                         timeout_ms=0))
-    assert e.value.error_name == "invalid_topic_exception"
+    assert e.value.error_name == ErrorCode.invalid_topic_exception
 
 
 def test_advertised_listeners(tmp_path):

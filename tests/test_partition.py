@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from kio.schema.errors import ErrorCode
+
 from oncelog.cluster.model import LeaderAndIsr
 from oncelog.records import build_batch, split_batches
 from oncelog.server.clock import now_ms
@@ -75,6 +77,6 @@ def test_losing_leadership_answers_the_acks_all_waiters(tmp_path):
         await asyncio.sleep(0)
         assert not waiting.done() and p.waiters
         p.make_follower(LeaderAndIsr(2, 5, (2, 3), 1))
-        assert await asyncio.wait_for(waiting, 5) == "not_leader_or_follower"
+        assert await asyncio.wait_for(waiting, 5) == ErrorCode.not_leader_or_follower
         assert not p.waiters and not p.is_leader and p.needs_truncation
     asyncio.run(main())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from oncelog.log.producer_state import ProducerStateError, ProducerStateManager
 from oncelog.records import build_batch, parse_header
@@ -39,11 +40,11 @@ def test_an_unknown_producer_may_start_at_any_sequence_as_in_kafka():
     assert mgr.check_batch(transactional) is None
     with pytest.raises(ProducerStateError) as e:
         mgr.check_batch(transactional, new_client=True)
-    assert e.value.error_name == "out_of_order_sequence_number"
+    assert e.value.error_name == ErrorCode.out_of_order_sequence_number
     append(mgr, batch(seq=5))
     with pytest.raises(ProducerStateError) as e:  # known from then on: in sequence
         mgr.check_batch(batch(seq=7, offset=1))
-    assert e.value.error_name == "out_of_order_sequence_number"
+    assert e.value.error_name == ErrorCode.out_of_order_sequence_number
 
 
 def test_gap_is_out_of_order():
@@ -51,7 +52,7 @@ def test_gap_is_out_of_order():
     append(mgr, batch(seq=0, count=3, offset=0))
     with pytest.raises(ProducerStateError) as e:
         mgr.check_batch(batch(seq=4, offset=3))
-    assert e.value.error_name == "out_of_order_sequence_number"
+    assert e.value.error_name == ErrorCode.out_of_order_sequence_number
     assert mgr.check_batch(batch(seq=3, offset=3)) is None
 
 
@@ -72,10 +73,10 @@ def test_older_epoch_is_fenced_newer_epoch_restarts_at_zero():
     append(mgr, batch(epoch=3, seq=0, offset=0))
     with pytest.raises(ProducerStateError) as e:
         mgr.check_batch(batch(epoch=2, seq=1))
-    assert e.value.error_name == "invalid_producer_epoch"
+    assert e.value.error_name == ErrorCode.invalid_producer_epoch
     with pytest.raises(ProducerStateError) as e:
         mgr.check_batch(batch(epoch=4, seq=1))
-    assert e.value.error_name == "out_of_order_sequence_number"
+    assert e.value.error_name == ErrorCode.out_of_order_sequence_number
     append(mgr, batch(epoch=4, seq=0, offset=1))
     assert mgr.producers[1].producer_epoch == 4
 

@@ -8,6 +8,7 @@ import struct
 from dataclasses import dataclass
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from oncelog.log.validator import KEYLESS_MESSAGE, RecordsError, validate_records
 from oncelog.records import build_batch
@@ -102,7 +103,7 @@ def test_keyless_records_on_a_compacted_topic_are_listed_by_batch_index():
     with pytest.raises(RecordsError) as caught:
         validate(data, Config(cleanup_policy=frozenset({"compact"})))
     exc = caught.value
-    assert exc.error_name == "invalid_record"
+    assert exc.error_name == ErrorCode.invalid_record
     assert [i for i, _m in exc.record_errors] == list(range(9, 100, 10))
     assert {m for _i, m in exc.record_errors} == {KEYLESS_MESSAGE.format("t-0")}
     assert str(exc).startswith("One or more records have been rejected due to 10 record "
@@ -130,7 +131,7 @@ def test_timestamps_out_of_range_are_listed_and_records_without_one_pass():
     with pytest.raises(RecordsError) as caught:
         validate(data, config)
     exc = caught.value
-    assert exc.error_name == "invalid_timestamp"
+    assert exc.error_name == ErrorCode.invalid_timestamp
     assert [i for i, _m in exc.record_errors] == [2, 3]
     assert exc.record_errors[0][1].startswith(f"Timestamp {NOW + 2 * HOUR} of message with "
                                               "offset 2 is out of range")
@@ -152,7 +153,7 @@ def test_keyless_and_timestamp_errors_together_are_invalid_timestamp():
     data = bytearray(build_batch([(None, b"v", [], NOW), (b"k", b"v", [], NOW + 2 * HOUR)]))
     with pytest.raises(RecordsError) as caught:
         validate(data, config)
-    assert caught.value.error_name == "invalid_timestamp"
+    assert caught.value.error_name == ErrorCode.invalid_timestamp
     assert [i for i, _m in caught.value.record_errors] == [0, 1]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from kio.schema.errors import ErrorCode
 from support.replica_views import TOPIC, HeldStore, append, view
 
 from oncelog.records import build_batch
@@ -94,7 +95,7 @@ def test_acks_all_is_answered_when_the_isr_has_the_batch_and_times_out_otherwise
         result = (await rm.append_records({(TOPIC, 0): write(batch)}, origin=AppendOrigin.CLIENT,
                                           required_acks=-1,
                                           timeout_ms=100))[(TOPIC, 0)]
-        assert isinstance(result, AppendError) and result.error_name == "request_timed_out"
+        assert isinstance(result, AppendError) and result.error_name == ErrorCode.request_timed_out
         assert not r.waiters
         rm.close()
 

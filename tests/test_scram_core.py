@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from oncelog.cluster.zk_user_configs import desanitize, sanitize
 from oncelog.security.sasl import ScramClient, ScramServer, scram_credential
@@ -60,15 +61,15 @@ def test_plan_alteration_as_kafka():
         [Deletion("fay", SHA256), Deletion("gus", SHA512), Deletion("hal", 0)],
         lambda user: current.get(user, {}))
     assert plan.errors == {
-        "": ("unacceptable_credential", "Username must not be empty"),
-        "bob": ("unsupported_sasl_mechanism", "Unknown SCRAM mechanism"),
-        "carol": ("unacceptable_credential", "Too few iterations"),
-        "dan": ("unacceptable_credential", "Too many iterations"),
-        "erin": ("unacceptable_credential", "Empty salt or salted password"),
-        "fay": ("duplicate_resource",
+        "": (ErrorCode.unacceptable_credential, "Username must not be empty"),
+        "bob": (ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"),
+        "carol": (ErrorCode.unacceptable_credential, "Too few iterations"),
+        "dan": (ErrorCode.unacceptable_credential, "Too many iterations"),
+        "erin": (ErrorCode.unacceptable_credential, "Empty salt or salted password"),
+        "fay": (ErrorCode.duplicate_resource,
                 "A user credential cannot be altered twice in the same request"),
-        "gus": ("resource_not_found", "Attempt to delete a user credential that does not exist"),
-        "hal": ("unsupported_sasl_mechanism", "Unknown SCRAM mechanism")}
+        "gus": (ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist"),
+        "hal": (ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")}
     assert set(plan.changes) == {"alice"}
     assert plan.changes["alice"]["SCRAM-SHA-256"] == "kept"  # the other mechanism untouched
     assert credential_from_string(plan.changes["alice"]["SCRAM-SHA-512"]).iterations == 5000

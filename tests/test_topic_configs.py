@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from kio.schema.errors import ErrorCode
 from support.logs import advance_high_watermark, open_log
 
 from oncelog.log import LogAppendError, LogConfig
@@ -184,7 +185,7 @@ def test_a_batch_too_large_once_recompressed_is_refused(tmp_path):
                    LogConfig(compression_type="uncompressed", max_message_bytes=2000))
     with pytest.raises(LogAppendError) as info:
         _append(log, Compression.GZIP)  # 4 KB of records, gzipped to far less
-    assert info.value.error_name == "message_too_large"
+    assert info.value.error_name == ErrorCode.message_too_large
     assert log.log_end_offset == 0
 
 

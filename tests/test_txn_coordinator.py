@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from oncelog.txn.coordinator import (
     COMPLETE_RETRY_MS,
@@ -99,16 +100,16 @@ def test_init_gives_a_new_id_then_bumps_the_epoch():
 
 def test_timeout_above_the_maximum_is_refused():
     h = Harness(max_timeout_ms=10_000)
-    assert h.init(timeout=10_001).error == "invalid_transaction_timeout"
-    assert h.init(timeout=0).error == "invalid_transaction_timeout"
+    assert h.init(timeout=10_001).error == ErrorCode.invalid_transaction_timeout
+    assert h.init(timeout=0).error == ErrorCode.invalid_transaction_timeout
     assert h.init(timeout=10_000).error is None
 
 
 def test_requests_wait_for_loading():
     core = TransactionCoordinator(allocate_producer_id=lambda: 1, max_timeout_ms=10_000,
                                   expiration_ms=10_000)
-    assert core.init_producer_id("t", 1000, T0).error == "coordinator_load_in_progress"
-    assert core.end_txn("t", 1, 0, True, T0).error == "coordinator_load_in_progress"
+    assert core.init_producer_id("t", 1000, T0).error == ErrorCode.coordinator_load_in_progress
+    assert core.end_txn("t", 1, 0, True, T0).error == ErrorCode.coordinator_load_in_progress
 
 
 def test_commit_flow_writes_prepare_markers_then_complete():
@@ -135,31 +136,31 @@ def test_commit_flow_writes_prepare_markers_then_complete():
 def test_end_txn_retries_and_wrong_ways():
     h = Harness()
     pid = h.init().producer_id
-    assert h.call("end_txn", "t1", pid, 0, True, T0).error == "invalid_txn_state"  # Empty
+    assert h.call("end_txn", "t1", pid, 0, True, T0).error == ErrorCode.invalid_txn_state  # Empty
     h.call("add_partitions", "t1", pid, 0, [TP], T0)
     # markers not yet written: a retry is told to wait, the opposite is refused
     assert h.call("end_txn", "t1", pid, 0, False, T0, markers_succeed=False).error is None
     assert h.state().state == S.PREPARE_ABORT
-    assert h.call("end_txn", "t1", pid, 0, False, T0).error == "concurrent_transactions"
-    assert h.call("end_txn", "t1", pid, 0, True, T0).error == "invalid_txn_state"
-    assert h.call("add_partitions", "t1", pid, 0, [TP], T0).error == "concurrent_transactions"
+    assert h.call("end_txn", "t1", pid, 0, False, T0).error == ErrorCode.concurrent_transactions
+    assert h.call("end_txn", "t1", pid, 0, True, T0).error == ErrorCode.invalid_txn_state
+    assert h.call("add_partitions", "t1", pid, 0, [TP], T0).error == ErrorCode.concurrent_transactions
     h.run(h.core.markers_done("t1", T0))
     assert h.state().state == S.COMPLETE_ABORT
     assert h.call("end_txn", "t1", pid, 0, False, T0).error is None  # retried: done
-    assert h.call("end_txn", "t1", pid, 0, True, T0).error == "invalid_txn_state"
+    assert h.call("end_txn", "t1", pid, 0, True, T0).error == ErrorCode.invalid_txn_state
 
 
 def test_wrong_producer_id_or_epoch():
     h = Harness()
     pid = h.init().producer_id
     assert h.call("add_partitions", "t1", pid + 1, 0, [TP], T0).error == \
-        "invalid_producer_id_mapping"
+        ErrorCode.invalid_producer_id_mapping
     assert h.call("add_partitions", "nope", pid, 0, [TP], T0).error == \
-        "invalid_producer_id_mapping"
-    assert h.call("add_partitions", "t1", pid, 1, [TP], T0).error == "producer_fenced"
+        ErrorCode.invalid_producer_id_mapping
+    assert h.call("add_partitions", "t1", pid, 1, [TP], T0).error == ErrorCode.producer_fenced
     assert h.call("add_partitions", "t1", pid, 1, [TP], T0, version=1).error == \
-        "invalid_producer_epoch"  # KIP-588: older clients get the older code
-    assert h.call("end_txn", "t1", pid, 5, True, T0, version=1).error == "invalid_producer_epoch"
+        ErrorCode.invalid_producer_epoch  # KIP-588: older clients get the older code
+    assert h.call("end_txn", "t1", pid, 5, True, T0, version=1).error == ErrorCode.invalid_producer_epoch
 
 
 def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction():
@@ -168,15 +169,15 @@ def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction():
     pid = h.init().producer_id
     h.call("add_partitions", "t1", pid, 0, [TP], T0)
     fencing = h.init()
-    assert fencing.error == "concurrent_transactions"  # the client retries...
+    assert fencing.error == ErrorCode.concurrent_transactions  # the client retries...
     (marker,) = h.markers
     assert (marker.commit, marker.producer_epoch) == (False, 1)  # aborted with the new epoch
     assert h.state().state == S.COMPLETE_ABORT
     retried = h.init()
     assert (retried.error, retried.producer_id, retried.producer_epoch) == (None, pid, 2)
     # the zombie, still at epoch 0
-    assert h.call("add_partitions", "t1", pid, 0, [TP], T0).error == "producer_fenced"
-    assert h.call("end_txn", "t1", pid, 0, True, T0).error == "producer_fenced"
+    assert h.call("add_partitions", "t1", pid, 0, [TP], T0).error == ErrorCode.producer_fenced
+    assert h.call("end_txn", "t1", pid, 0, True, T0).error == ErrorCode.producer_fenced
 
 
 def test_kip360_recovery_with_the_current_id_and_epoch_is_not_fenced():
@@ -188,8 +189,8 @@ def test_kip360_recovery_with_the_current_id_and_epoch_is_not_fenced():
     assert (bumped.error, bumped.producer_id, bumped.producer_epoch) == (None, pid, 1)
     retry = h.init(producer_id=pid, producer_epoch=0)  # its response was lost: same answer
     assert (retry.error, retry.producer_id, retry.producer_epoch) == (None, pid, 1)
-    assert h.init(producer_id=pid, producer_epoch=7).error == "producer_fenced"
-    assert h.init(producer_id=pid + 9, producer_epoch=1).error == "producer_fenced"
+    assert h.init(producer_id=pid, producer_epoch=7).error == ErrorCode.producer_fenced
+    assert h.init(producer_id=pid + 9, producer_epoch=1).error == ErrorCode.producer_fenced
     assert h.init(producer_id=pid, producer_epoch=1, version=3).producer_epoch == 2
 
 
@@ -212,11 +213,11 @@ def test_timed_out_transactions_are_aborted_with_a_bumped_epoch(transaction_vers
     h.run(h.core.abort_timed_out(T0 + 1001), now=T0 + 1001)
     assert h.state().state == S.COMPLETE_ABORT and h.state().producer_epoch == 1
     assert h.markers[-1].commit is False and h.markers[-1].producer_epoch == 1
-    assert h.call("end_txn", "t1", pid, 0, True, T0).error == "producer_fenced"
+    assert h.call("end_txn", "t1", pid, 0, True, T0).error == ErrorCode.producer_fenced
     retry = h.init(producer_id=pid, producer_epoch=0)
     if transaction_version < 2:
         # below transaction version 2 its own KIP-360 attempt to carry on is fenced too
-        assert retry.error == "producer_fenced"
+        assert retry.error == ErrorCode.producer_fenced
     else:
         # at version 2 the abort keeps the epoch it held as the last one: Kafka 4.3 answers
         # its KIP-360 InitProducerId with the bumped epoch (the differential test's timeout
@@ -258,7 +259,7 @@ def test_failed_log_write_changes_nothing():
     h = Harness()
     pid = h.init().producer_id
     outcome = h.core.add_partitions("t1", pid, 0, [TP], T0)
-    assert h.core.add_partitions("t1", pid, 0, [TP], T0).error == "concurrent_transactions"
+    assert h.core.add_partitions("t1", pid, 0, [TP], T0).error == ErrorCode.concurrent_transactions
     h.core.write_done("t1", False)
     assert h.state().state == S.EMPTY and outcome.error is None
 
@@ -279,7 +280,7 @@ def test_a_failed_completion_write_is_written_again(commit):
     assert again == [Pause(COMPLETE_RETRY_MS), complete[0]]
     prepared = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
     assert h.state().state == prepared
-    assert h.core.init_producer_id("t1", 60_000, T0 + 10).error == "concurrent_transactions"
+    assert h.core.init_producer_id("t1", 60_000, T0 + 10).error == ErrorCode.concurrent_transactions
     assert h.core.write_done("t1", False) == again  # and again, while the log refuses it
     h.run([WriteTxnLog("t1", complete[0].metadata)])  # the write goes through this time
     assert h.state().state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT)
@@ -331,10 +332,10 @@ def test_init_producer_id_retried_while_its_fencing_abort_is_written_waits():
     pid = h.init().producer_id
     h.call("add_partitions", "t1", pid, 0, [TP], T0)
     first = h.init(producer_id=pid, producer_epoch=0, markers_succeed=False)
-    assert first.error == "concurrent_transactions"
+    assert first.error == ErrorCode.concurrent_transactions
     assert h.state().state == S.PREPARE_ABORT
-    assert h.init(producer_id=pid, producer_epoch=0).error == "concurrent_transactions"
-    assert h.init(producer_id=pid + 1, producer_epoch=0).error == "producer_fenced"
+    assert h.init(producer_id=pid, producer_epoch=0).error == ErrorCode.concurrent_transactions
+    assert h.init(producer_id=pid + 1, producer_epoch=0).error == ErrorCode.producer_fenced
     h.run(h.core.markers_done("t1", T0))
     retry = h.init(producer_id=pid, producer_epoch=0)
     assert (retry.error, retry.producer_id, retry.producer_epoch) == (None, pid, 1)

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from oncelog.txn.coordinator import SendMarkers, TransactionCoordinator, WriteTxnLog
 from oncelog.txn.log_format import decode_value, encode_value
@@ -82,7 +83,7 @@ def test_every_commit_and_abort_bumps_the_epoch():
         assert m.client_txn_version == 2
         epoch += 1
     # The old epoch is fenced everywhere at the coordinator.
-    assert h.add(pid, epoch - 1).error == "producer_fenced"
+    assert h.add(pid, epoch - 1).error == ErrorCode.producer_fenced
 
 
 def test_a_retried_end_txn_is_answered_not_fenced():
@@ -94,12 +95,12 @@ def test_a_retried_end_txn_is_answered_not_fenced():
     first = h.end(pid, 0)
     assert (first.producer_id, first.producer_epoch) == (pid, 1)
     # While the markers are written: retry later; the other way is refused.
-    assert h.end(pid, 0).error == "concurrent_transactions"
+    assert h.end(pid, 0).error == ErrorCode.concurrent_transactions
     h.hold_markers = False
     h.run(h.core.markers_done("t1", T0))
     again = h.end(pid, 0)
     assert again.error is None and (again.producer_id, again.producer_epoch) == (pid, 1)
-    assert h.end(pid, 0, commit=False).error == "producer_fenced"
+    assert h.end(pid, 0, commit=False).error == ErrorCode.producer_fenced
     assert h.state().state == S.COMPLETE_COMMIT
 
 
@@ -131,7 +132,7 @@ def test_an_abort_with_nothing_open_still_bumps_the_epoch():
     assert o.error is None and o.producer_epoch == 1
     assert h.state().state == S.COMPLETE_ABORT
     assert all(not m.partitions for m in h.markers)  # no partition to write a marker to
-    assert h.end(pid, 1, commit=True).error == "invalid_txn_state"
+    assert h.end(pid, 1, commit=True).error == ErrorCode.invalid_txn_state
 
 
 def test_old_protocol_end_txn_keeps_the_epoch():
@@ -154,17 +155,17 @@ def test_verify_only_checks_the_transaction_without_changing_it():
     h = Harness()
     pid = h.init().producer_id
     core = h.core
-    assert core.verify_partitions("t1", pid, 0, [TP]) == {TP: "invalid_txn_state"}
+    assert core.verify_partitions("t1", pid, 0, [TP]) == {TP: ErrorCode.invalid_txn_state}
     h.add(pid, 0)
     assert core.verify_partitions("t1", pid, 0, [TP, ("t", 1)]) == {
-        TP: None, ("t", 1): "invalid_txn_state"}
-    assert core.verify_partitions("t1", pid, 1, [TP]) == {TP: "producer_fenced"}
+        TP: None, ("t", 1): ErrorCode.invalid_txn_state}
+    assert core.verify_partitions("t1", pid, 1, [TP]) == {TP: ErrorCode.producer_fenced}
     assert core.verify_partitions("t1", pid + 1, 0, [TP]) == {
-        TP: "invalid_producer_id_mapping"}
+        TP: ErrorCode.invalid_producer_id_mapping}
     assert core.verify_partitions("nobody", pid, 0, [TP]) == {
-        TP: "invalid_producer_id_mapping"}
+        TP: ErrorCode.invalid_producer_id_mapping}
     h.end(pid, 0)
-    assert core.verify_partitions("t1", pid, 1, [TP]) == {TP: "invalid_txn_state"}
+    assert core.verify_partitions("t1", pid, 1, [TP]) == {TP: ErrorCode.invalid_txn_state}
     assert h.state().state == S.COMPLETE_COMMIT
 
 
@@ -173,7 +174,7 @@ def test_verify_only_checks_the_transaction_without_changing_it():
 
 def test_two_phase_commit_needs_the_broker_setting():
     assert Harness(two_phase=False).init(enable_2pc=True).error == \
-        "transactional_id_authorization_failed"
+        ErrorCode.transactional_id_authorization_failed
     h = Harness(two_phase=True)
     o = h.init(enable_2pc=True)
     assert o.error is None and h.state().txn_timeout_ms == 2**31 - 1 and h.state().two_phase
@@ -201,8 +202,8 @@ def test_keep_prepared_txn_survives_a_crash_loop_and_fences_each_incarnation():
     assert identities == [(pid, 1), (pid, 2), (pid, 3), (pid, 4)]
     # Every earlier incarnation is fenced; the transaction itself takes nothing more.
     for old in [(pid, 0)] + identities[:-1]:
-        assert h.end(*old).error == "producer_fenced"
-    assert h.add(*identities[-1]).error == "producer_fenced"
+        assert h.end(*old).error == ErrorCode.producer_fenced
+    assert h.add(*identities[-1]).error == ErrorCode.producer_fenced
     # The last one commits: markers with the transaction's own id and epoch + 1.
     o = h.end(*identities[-1])
     assert o.error is None and (o.producer_id, o.producer_epoch) == (pid, 5)
@@ -236,7 +237,7 @@ def test_without_keep_prepared_the_transaction_is_aborted_as_before():
     pid = h.init(enable_2pc=True).producer_id
     h.add(pid, 0)
     o = h.init(enable_2pc=True)
-    assert o.error == "concurrent_transactions"  # fencing: the abort is under way
+    assert o.error == ErrorCode.concurrent_transactions  # fencing: the abort is under way
     assert h.state().state == S.COMPLETE_ABORT
     assert (h.markers[-1].producer_epoch, h.markers[-1].commit) == (1, False)
     again = h.init(enable_2pc=True)

@@ -6,10 +6,10 @@ requests, and checks both sides: the manager's state and the coordinator's."""
 from __future__ import annotations
 
 import pytest
+from kio.schema.errors import ErrorCode
 from support.inmemory import InMemoryBroker, TxnManagerPair
 
-from oncelog.client.errors import KafkaTimeoutError
-from oncelog.client.errors import TransactionError
+from oncelog.client.errors import KafkaTimeoutError, TransactionError
 from oncelog.client.producer.transaction_manager import PreparedTxnState, TxnState
 from oncelog.client.types import TopicPartition
 from oncelog.errors import ConcurrentTransactionsError, ProducerFencedError
@@ -136,7 +136,7 @@ def test_a_second_manager_with_the_same_id_fences_the_first():
     assert second.manager.producer_id == first.manager.producer_id
     assert second.manager.producer_epoch == epoch + 2
     errors = [e[2] for e in broker.exchanges if e[0] == ApiKey.INIT_PRODUCER_ID]
-    assert errors[1:] == ["concurrent_transactions", None]
+    assert errors[1:] == [ErrorCode.concurrent_transactions, None]
     assert [mk.commit for mk in broker.markers] == [False]
 
     # The first one is a zombie now: fenced for good, every later call says so.
@@ -170,7 +170,7 @@ def test_concurrent_transactions_is_retried_after_a_backoff(tv):
 
     m.begin_transaction()
     pair.run(m.add_offsets({TopicPartition("in", 0): 7}, "g", pair.deadline()))
-    busy = [e for e in broker.exchanges if e[2] == "concurrent_transactions"]
+    busy = [e for e in broker.exchanges if e[2] == ErrorCode.concurrent_transactions]
     assert busy, "the coordinator was still busy with the last transaction"
     # Backed off, not hammered: 0.3 s of markers took only a handful of attempts.
     assert 1 <= len(busy) <= 4
@@ -257,7 +257,7 @@ def test_the_next_transaction_after_a_kept_one_waits_for_its_markers():
     m.begin_transaction()
     second.run(m.maybe_add_partition(TopicPartition("t", 1), second.deadline()))
     pid, epoch = m.producer_id, m.producer_epoch
-    assert broker.produce(TXN, pid, epoch, ("t", 1)) == "concurrent_transactions"
+    assert broker.produce(TXN, pid, epoch, ("t", 1)) == ErrorCode.concurrent_transactions
     broker.advance(0.2)  # the markers are written
     assert broker.produce(TXN, pid, epoch, ("t", 1)) is None
     _end(second, commit=True)

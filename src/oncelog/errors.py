@@ -45,21 +45,21 @@ class FatalError(KafkaError):
 
 # Codes the Java producer treats as fatal (fenced, unauthorized, unsupported) or abortable.
 _FATAL = {
-    "invalid_producer_epoch",
-    "producer_fenced",
-    "transactional_id_authorization_failed",
-    "cluster_authorization_failed",
-    "unsupported_version",
-    "unsupported_for_message_format",
-    "invalid_producer_id_mapping",
-    "invalid_txn_state",
-    "fenced_instance_id",
-    "unknown_producer_id",
+    ErrorCode.invalid_producer_epoch,
+    ErrorCode.producer_fenced,
+    ErrorCode.transactional_id_authorization_failed,
+    ErrorCode.cluster_authorization_failed,
+    ErrorCode.unsupported_version,
+    ErrorCode.unsupported_for_message_format,
+    ErrorCode.invalid_producer_id_mapping,
+    ErrorCode.invalid_txn_state,
+    ErrorCode.fenced_instance_id,
+    ErrorCode.unknown_producer_id,
 }
 _ABORTABLE = {
-    "transaction_abortable",
-    "topic_authorization_failed",
-    "group_authorization_failed",
+    ErrorCode.transaction_abortable,
+    ErrorCode.topic_authorization_failed,
+    ErrorCode.group_authorization_failed,
 }
 
 
@@ -85,9 +85,9 @@ def _make_classes() -> None:
     for member in ErrorCode:
         if member.name == "none":
             continue
-        if member.name in _FATAL:
+        if member in _FATAL:
             base: type[KafkaError] = FatalError
-        elif member.name in _ABORTABLE:
+        elif member in _ABORTABLE:
             base = AbortableError
         elif member.retriable:
             base = RetriableError

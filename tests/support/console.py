@@ -12,9 +12,8 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-from support.waiting import wait_until
-
 from oncelog.harness.broker_process import BrokerProcess
+from support.waiting import wait_until
 
 
 def get(url: str, user: str | None = None, password: str = "",

@@ -13,10 +13,9 @@ import time
 
 import pytest
 
-from support import spark_faults
-
 from oncelog import Admin, Consumer, NewTopic, TopicPartition
 from oncelog.server.embedded import EmbeddedBroker
+from support import spark_faults
 
 # An executor running one task attempt: unpickles the writer, sets the task context, writes.
 ATTEMPT = r"""

@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from kio.schema.errors import ErrorCode
+
 from ..records.batch import Record
 from .log_format import (
     GroupKey,
@@ -110,7 +112,7 @@ class Group:
 
 @dataclass(frozen=True)
 class JoinResponse:
-    error: str | None
+    error: ErrorCode | None
     member_id: str = ""
     generation: int = -1
     protocol_type: str | None = None
@@ -124,7 +126,7 @@ class JoinResponse:
 
 @dataclass(frozen=True)
 class SyncResponse:
-    error: str | None
+    error: ErrorCode | None
     protocol_type: str | None = None
     protocol: str | None = None
     assignment: bytes = b""
@@ -229,25 +231,25 @@ class GroupCoordinator:
              rebalance_timeout_ms: int, client_id: str, client_host: str, now_ms: int, *,
              require_known_member_id: bool) -> tuple[str, JoinResponse | None, list[Effect]]:
         """Returns (member id, the answer now or None if it is held, effects)."""
-        def fail(error: str) -> tuple[str, JoinResponse, list[Effect]]:
+        def fail(error: ErrorCode) -> tuple[str, JoinResponse, list[Effect]]:
             return member_id, JoinResponse(error, member_id), []
 
         if not group_id:
-            return fail("invalid_group_id")
+            return fail(ErrorCode.invalid_group_id)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
-            return fail("invalid_session_timeout")
+            return fail(ErrorCode.invalid_session_timeout)
         if not protocol_type or not protocols:
-            return fail("inconsistent_group_protocol")
+            return fail(ErrorCode.inconsistent_group_protocol)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return fail("unknown_member_id")
+                return fail(ErrorCode.unknown_member_id)
             group = self.groups[group_id] = Group(group_id)
         if group.state == G.DEAD:
-            return fail("coordinator_not_available")
+            return fail(ErrorCode.coordinator_not_available)
         if group.members and (group.protocol_type != protocol_type or
                               not self._common_protocols(group, protocols)):
-            return fail("inconsistent_group_protocol")
+            return fail(ErrorCode.inconsistent_group_protocol)
         effects: list[Effect] = []
         replaced = False  # a static member restarted and took its old place
         if not member_id:
@@ -261,19 +263,19 @@ class GroupCoordinator:
                 group.static_members[group_instance_id] = new_id  # type: ignore[index]
                 if group.leader == known:
                     group.leader = new_id
-                effects += self._fence_pending(group, known, "fenced_instance_id")
+                effects += self._fence_pending(group, known, ErrorCode.fenced_instance_id)
                 replaced = True
             elif require_known_member_id and not group_instance_id:
                 group.pending_members.add(new_id)  # KIP-394: come back with this id
-                return new_id, JoinResponse("member_id_required", new_id), []
+                return new_id, JoinResponse(ErrorCode.member_id_required, new_id), []
             member_id = new_id
         elif member_id not in group.members and member_id not in group.pending_members:
-            return fail("unknown_member_id")
+            return fail(ErrorCode.unknown_member_id)
         elif group_instance_id and group.static_members.get(group_instance_id,
                                                              member_id) != member_id:
-            return fail("fenced_instance_id")
+            return fail(ErrorCode.fenced_instance_id)
         if member_id not in group.members and len(group.members) >= self.max_group_size:
-            return fail("group_max_size_reached")
+            return fail(ErrorCode.group_max_size_reached)
         group.pending_members.discard(member_id)
         member = group.members.get(member_id)
         is_new = member is None
@@ -328,7 +330,7 @@ class GroupCoordinator:
                 if m.awaiting_sync:
                     m.awaiting_sync = False
                     effects.append(RespondSync(group.group_id, m.member_id,
-                                               SyncResponse("rebalance_in_progress")))
+                                               SyncResponse(ErrorCode.rebalance_in_progress)))
         group.transition_to(G.PREPARING_REBALANCE, now_ms)
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.rebalance_deadline_ms = now_ms + timeout
@@ -391,7 +393,7 @@ class GroupCoordinator:
         return m
 
     def _fence_pending(self, group: Group, member_id: str,
-                       error: str = "unknown_member_id") -> list[Effect]:
+                       error: ErrorCode = ErrorCode.unknown_member_id) -> list[Effect]:
         """Answer a removed member's held JoinGroup / SyncGroup, if any."""
         return [RespondJoin(group.group_id, member_id, JoinResponse(error, member_id)),
                 RespondSync(group.group_id, member_id, SyncResponse(error))]
@@ -409,7 +411,7 @@ class GroupCoordinator:
         member = group.members[member_id]
         member.last_heartbeat_ms = now_ms
         if group.state == G.PREPARING_REBALANCE:
-            return SyncResponse("rebalance_in_progress"), []
+            return SyncResponse(ErrorCode.rebalance_in_progress), []
         if group.state == G.STABLE:
             return SyncResponse(None, group.protocol_type, group.protocol, member.assignment), []
         # CompletingRebalance: wait for the leader's assignment.
@@ -428,27 +430,27 @@ class GroupCoordinator:
         return None, effects
 
     def _check_member(self, group: Group | None, member_id: str, group_instance_id: str | None,
-                      generation: int) -> str | None:
+                      generation: int) -> ErrorCode | None:
         if group is None or group.state == G.DEAD:
-            return "unknown_member_id" if member_id else "group_id_not_found"
+            return ErrorCode.unknown_member_id if member_id else ErrorCode.group_id_not_found
         if group_instance_id and group.static_members.get(group_instance_id) not in (
                 None, member_id):
-            return "fenced_instance_id"
+            return ErrorCode.fenced_instance_id
         if member_id not in group.members:
-            return "unknown_member_id"
+            return ErrorCode.unknown_member_id
         if generation != group.generation:
-            return "illegal_generation"
+            return ErrorCode.illegal_generation
         return None
 
     # -- Heartbeat, LeaveGroup, session expiry ------------------------------------------------
 
     def heartbeat(self, group_id: str, generation: int, member_id: str,
-                  group_instance_id: str | None, now_ms: int) -> str | None:
+                  group_instance_id: str | None, now_ms: int) -> ErrorCode | None:
         group = self.groups.get(group_id)
         if group is not None and group.state == G.PREPARING_REBALANCE and \
                 member_id in group.members:
             group.members[member_id].last_heartbeat_ms = now_ms
-            return "rebalance_in_progress"
+            return ErrorCode.rebalance_in_progress
         error = self._check_member(group, member_id, group_instance_id, generation)
         if error:
             return error
@@ -457,27 +459,27 @@ class GroupCoordinator:
         return None
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]], now_ms: int
-              ) -> tuple[list[str | None], list[Effect]]:
+              ) -> tuple[list[ErrorCode | None], list[Effect]]:
         """Per leaving member: its error (or None); and the effects."""
         group = self.groups.get(group_id)
-        errors: list[str | None] = []
+        errors: list[ErrorCode | None] = []
         effects: list[Effect] = []
         removed = False
         for member_id, instance_id in members:
             if group is None:
-                errors.append("unknown_member_id")
+                errors.append(ErrorCode.unknown_member_id)
                 continue
             if instance_id:
                 current = group.static_members.get(instance_id)
                 if current is None:
-                    errors.append("unknown_member_id")
+                    errors.append(ErrorCode.unknown_member_id)
                     continue
                 if member_id and member_id != current:
-                    errors.append("fenced_instance_id")
+                    errors.append(ErrorCode.fenced_instance_id)
                     continue
                 member_id = current
             if member_id not in group.members:
-                errors.append("unknown_member_id")
+                errors.append(ErrorCode.unknown_member_id)
                 continue
             self._remove(group, member_id)
             effects += self._fence_pending(group, member_id)
@@ -523,25 +525,25 @@ class GroupCoordinator:
     # -- offsets ------------------------------------------------------------------------------
 
     def validate_commit(self, group_id: str, generation: int, member_id: str,
-                        group_instance_id: str | None, transactional: bool) -> str | None:
+                        group_instance_id: str | None, transactional: bool) -> ErrorCode | None:
         """OffsetCommit / TxnOffsetCommit: may this member commit for this group now?
         A commit without group metadata (generation -1, no member id: a "simple" consumer, or
         an old transactional client) is accepted for a group with no members."""
         if not group_id:
-            return "invalid_group_id"
+            return ErrorCode.invalid_group_id
         group = self.groups.get(group_id)
         simple = generation < 0 and not member_id
         if group is None or not group.members:
             if simple or transactional and not member_id:
                 return None
-            return "unknown_member_id" if member_id else None
+            return ErrorCode.unknown_member_id if member_id else None
         if simple and transactional:
             return None  # KIP-447's fencing needs the metadata; older clients send none
         error = self._check_member(group, member_id, group_instance_id, generation)
         if error:
             return error
         if group.state == G.COMPLETING_REBALANCE and not transactional:
-            return "rebalance_in_progress"
+            return ErrorCode.rebalance_in_progress
         return None
 
     def commit_records(self, group_id: str, offsets: dict[TP, OffsetValue]) -> WriteRecords:
@@ -571,14 +573,14 @@ class GroupCoordinator:
                 group.offsets.update(pending)
 
     def fetch_offsets(self, group_id: str, partitions: list[TP] | None, require_stable: bool
-                      ) -> list[tuple[TP, OffsetValue | None, str | None]]:
+                      ) -> list[tuple[TP, OffsetValue | None, ErrorCode | None]]:
         group = self.groups.get(group_id)
         if partitions is None:
             partitions = sorted(group.offsets) if group else []
-        out: list[tuple[TP, OffsetValue | None, str | None]] = []
+        out: list[tuple[TP, OffsetValue | None, ErrorCode | None]] = []
         for tp in partitions:
             if group is not None and require_stable and group.has_pending_offsets(tp):
-                out.append((tp, None, "unstable_offset_commit"))
+                out.append((tp, None, ErrorCode.unstable_offset_commit))
             else:
                 out.append((tp, group.offsets.get(tp) if group else None, None))
         return out
@@ -587,7 +589,7 @@ class GroupCoordinator:
 
     def delete_offsets(self, group_id: str, partitions: list[TP],
                        subscribed_topics: Callable[[bytes], Iterable[str]]
-                       ) -> tuple[str | None, dict[TP, str | None], list[Effect]]:
+                       ) -> tuple[ErrorCode | None, dict[TP, ErrorCode | None], list[Effect]]:
         """OffsetDelete (KIP-496), as Kafka's classic groups: an Empty group loses the offsets
         of these partitions; a consumer group with members keeps those of topics a member is
         subscribed to (GROUP_SUBSCRIBED_TO_TOPIC: ``subscribed_topics`` reads a member's
@@ -596,18 +598,18 @@ class GroupCoordinator:
         effects: the tombstones)."""
         group = self.groups.get(group_id)
         if group is None or group.state == G.DEAD:
-            return "group_id_not_found", {}, []
+            return ErrorCode.group_id_not_found, {}, []
         subscribed: set[str] = set()
         if group.state != G.EMPTY:
             if group.protocol_type != "consumer":
-                return "non_empty_group", {}, []
+                return ErrorCode.non_empty_group, {}, []
             for m in group.members.values():
                 subscribed.update(subscribed_topics(m.metadata(group.protocol)))
-        errors: dict[TP, str | None] = {}
+        errors: dict[TP, ErrorCode | None] = {}
         gone: list[TP] = []
         for tp in partitions:
             if tp[0] in subscribed:
-                errors[tp] = "group_subscribed_to_topic"
+                errors[tp] = ErrorCode.group_subscribed_to_topic
                 continue
             errors[tp] = None
             for pending in group.pending_txn_offsets.values():
@@ -647,13 +649,14 @@ class GroupCoordinator:
                 effects.append(WriteRecords(group.group_id, tuple(records)))
         return effects
 
-    def delete_group(self, group_id: str, now_ms: int) -> tuple[str | None, list[Effect]]:
+    def delete_group(self, group_id: str, now_ms: int
+                     ) -> tuple[ErrorCode | None, list[Effect]]:
         group = self.groups.get(group_id)
         if group is None or (group.state == G.EMPTY and not group.offsets
                              and not group.generation):
-            return "group_id_not_found", []
+            return ErrorCode.group_id_not_found, []
         if group.members:
-            return "non_empty_group", []
+            return ErrorCode.non_empty_group, []
         records: list = [(OffsetKey(group_id, t, p), None) for t, p in group.offsets]
         records.append((GroupKey(group_id), None))
         group.transition_to(G.DEAD, now_ms)

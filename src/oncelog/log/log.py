@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
 from ..records.batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -96,9 +98,9 @@ __all__ = [
 
 
 class LogAppendError(Exception):
-    """An append the log refuses; ``error_name`` is the Kafka error code's name."""
+    """An append the log refuses; ``error_name`` is the Kafka error code (ErrorCode)."""
 
-    def __init__(self, error_name: str, message: str,
+    def __init__(self, error_name: ErrorCode, message: str,
                  record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error_name = error_name
@@ -110,7 +112,7 @@ class UnexpectedAppendOffsetError(LogAppendError):
     that overlaps the log's last one): the replica must truncate or refetch first."""
 
     def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
-        super().__init__("unknown_server_error", message)
+        super().__init__(ErrorCode.unknown_server_error, message)
         self.first_offset = first_offset
         self.log_end_offset = log_end_offset
 
@@ -323,11 +325,11 @@ class PartitionLog:
                     raise LogAppendError(exc.error_name, str(exc)) from None
         for _pos, h in batches:
             if h.is_control:  # Kafka's LogValidator: only markers are control batches
-                raise LogAppendError("invalid_record",
+                raise LogAppendError(ErrorCode.invalid_record,
                                      f"a {origin.value} append may not write control batches")
             if h.size > self.config.max_message_bytes:
                 raise LogAppendError(
-                    "message_too_large",
+                    ErrorCode.message_too_large,
                     f"batch of {h.size} bytes exceeds max.message.bytes "
                     f"{self.config.max_message_bytes}",
                 )
@@ -342,7 +344,7 @@ class PartitionLog:
             for _pos, h in batches:
                 if h.size > self.config.max_message_bytes:
                     raise LogAppendError(
-                        "message_too_large",
+                        ErrorCode.message_too_large,
                         f"batch of {h.size} bytes once recompressed ({self.config.compression_type})"
                         f" exceeds max.message.bytes {self.config.max_message_bytes}")
         if len(batches) == 1:
@@ -356,7 +358,7 @@ class PartitionLog:
             for _pos, h in batches:
                 if self._check_producer(h) is not None:
                     raise LogAppendError(
-                        "duplicate_sequence_number",
+                        ErrorCode.duplicate_sequence_number,
                         "a multi-batch record set repeats an earlier batch",
                     )
         assigned, log_append_time = self._write(data, batches, now_ms, leader_epoch)
@@ -383,7 +385,7 @@ class PartitionLog:
         on, and an abort is added to the aborted-transaction index."""
         if len(batches) != 1 or not batches[0][1].is_control \
                 or not batches[0][1].is_transactional:
-            raise LogAppendError("invalid_record",
+            raise LogAppendError(ErrorCode.invalid_record,
                                  "a marker is one transactional control batch")
         pos, h = batches[0]
         if type(data) is not bytearray:
@@ -392,10 +394,10 @@ class PartitionLog:
             _, records = decode_batch(data, pos, verify_crc=False)
             ctype, coordinator_epoch = parse_control_record(records[0])
         except (CorruptRecordError, IndexError) as exc:
-            raise LogAppendError("corrupt_message", f"a marker that cannot be read: {exc}") \
+            raise LogAppendError(ErrorCode.corrupt_message, f"a marker that cannot be read: {exc}") \
                 from None
         if ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
-            raise LogAppendError("invalid_record", f"control type {ctype} is no marker")
+            raise LogAppendError(ErrorCode.invalid_record, f"control type {ctype} is no marker")
         try:
             self.producer_state.check_marker(h.producer_id, h.producer_epoch, coordinator_epoch,
                                              transaction_version)
@@ -450,7 +452,7 @@ class PartitionLog:
                 expected = h.next_offset
                 pos += h.size
         except CorruptRecordError as exc:
-            raise LogAppendError("corrupt_message",
+            raise LogAppendError(ErrorCode.corrupt_message,
                                  f"replicated batch at offset {expected}: {exc}") from None
         if not batches:
             return FollowerAppendResult(-1, -1, 0, 0, self.log_end_offset)

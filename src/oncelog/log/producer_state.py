@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 
 from ..records.batch import INT32_MAX, NO_SEQUENCE, BatchHeader
 
@@ -36,9 +37,9 @@ NUM_BATCHES_TO_RETAIN = 5  # spec: the broker dedupes up to 5 in-flight requests
 
 
 class ProducerStateError(Exception):
-    """A batch the producer state rejects; ``error_name`` is the Kafka error code's name."""
+    """A batch the producer state rejects; ``error_name`` is the Kafka error code (ErrorCode)."""
 
-    def __init__(self, error_name: str, message: str) -> None:
+    def __init__(self, error_name: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_name = error_name
 
@@ -144,7 +145,7 @@ class ProducerStateManager:
         if guard is None or self.verifications.get(pid) is not guard \
                 or guard.producer_epoch != epoch:
             raise ProducerStateError(
-                "invalid_txn_state",
+                ErrorCode.invalid_txn_state,
                 f"producer {pid} epoch {epoch} has no verified ongoing transaction on this "
                 "partition (it ended, or was never added)")
 
@@ -193,18 +194,18 @@ class ProducerStateManager:
         if transaction_version >= 2 and producer_epoch == entry.producer_epoch \
                 and entry.current_txn_first_offset >= 0 and producer_epoch != MAX_EPOCH:
             raise ProducerStateError(
-                "invalid_producer_epoch",
+                ErrorCode.invalid_producer_epoch,
                 f"transaction version 2 marker for producer {producer_id} has epoch "
                 f"{producer_epoch}, not newer than the epoch {entry.producer_epoch} of its "
                 f"open transaction")
         if producer_epoch < entry.producer_epoch:
             raise ProducerStateError(
-                "invalid_producer_epoch",
+                ErrorCode.invalid_producer_epoch,
                 f"marker for producer {producer_id} has epoch {producer_epoch}, older than "
                 f"its current epoch {entry.producer_epoch}")
         if coordinator_epoch < entry.coordinator_epoch:
             raise ProducerStateError(
-                "transaction_coordinator_fenced",
+                ErrorCode.transaction_coordinator_fenced,
                 f"marker for producer {producer_id} comes from coordinator epoch "
                 f"{coordinator_epoch}, older than {entry.coordinator_epoch}")
 
@@ -251,11 +252,11 @@ class ProducerStateManager:
         if first_seq == NO_SEQUENCE:
             if not header.is_transactional:
                 raise ProducerStateError(
-                    "invalid_record",
+                    ErrorCode.invalid_record,
                     f"producer {pid} sent a batch without sequence numbers")
             if entry is not None and epoch < entry.producer_epoch:
                 raise ProducerStateError(
-                    "invalid_producer_epoch",
+                    ErrorCode.invalid_producer_epoch,
                     f"producer {pid} epoch {epoch} is older than current epoch "
                     f"{entry.producer_epoch}")
             return None
@@ -267,19 +268,19 @@ class ProducerStateManager:
             # (Produce v12+) producer, which must start at 0.
             if first_seq != 0 and new_client and header.is_transactional:
                 raise ProducerStateError(
-                    "out_of_order_sequence_number",
+                    ErrorCode.out_of_order_sequence_number,
                     f"producer {pid} is unknown to this partition and sent sequence {first_seq}",
                 )
             return None
         if epoch < entry.producer_epoch:
             raise ProducerStateError(
-                "invalid_producer_epoch",
+                ErrorCode.invalid_producer_epoch,
                 f"producer {pid} epoch {epoch} is older than current epoch {entry.producer_epoch}",
             )
         if epoch > entry.producer_epoch:
             if first_seq != 0:
                 raise ProducerStateError(
-                    "out_of_order_sequence_number",
+                    ErrorCode.out_of_order_sequence_number,
                     f"producer {pid} new epoch {epoch} must start at sequence 0, got {first_seq}",
                 )
             return None
@@ -290,11 +291,11 @@ class ProducerStateManager:
             # The epoch was set by a marker (transaction version 2 bumps it on every
             # transaction): the producer's sequences start again at 0.
             raise ProducerStateError(
-                "out_of_order_sequence_number",
+                ErrorCode.out_of_order_sequence_number,
                 f"producer {pid} epoch {epoch} must start at sequence 0, got {first_seq}")
         if entry.batches and not in_sequence(entry.last_seq, first_seq):
             raise ProducerStateError(
-                "out_of_order_sequence_number",
+                ErrorCode.out_of_order_sequence_number,
                 f"producer {pid} epoch {epoch}: expected sequence "
                 f"{entry.last_seq + 1 if entry.last_seq < INT32_MAX else 0}, got {first_seq}",
             )

@@ -21,6 +21,8 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from kio.schema.errors import ErrorCode
+
 from ..records.batch import (
     ATTR_COMPRESSION_MASK,
     ATTRIBUTES_OFFSET,
@@ -71,11 +73,11 @@ RecordError = tuple[int, str]
 
 
 class RecordsError(Exception):
-    """Batches the log refuses; ``error_name`` is the Kafka error code's name;
+    """Batches the log refuses; ``error_name`` is the Kafka error code (ErrorCode);
     ``record_errors`` lists the refused records of the failing batch (KIP-467), when the
     refusal is about single records."""
 
-    def __init__(self, error_name: str, message: str,
+    def __init__(self, error_name: ErrorCode, message: str,
                  record_errors: tuple[RecordError, ...] = ()) -> None:
         super().__init__(message)
         self.error_name = error_name
@@ -107,7 +109,7 @@ def validate_records(config: ValidatorConfig, data, batches: list[tuple[int, Bat
     out = batches
     for i, (pos, h) in enumerate(batches):
         if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-            raise RecordsError("invalid_timestamp", "a producer may not set the timestamp type "
+            raise RecordsError(ErrorCode.invalid_timestamp, "a producer may not set the timestamp type "
                                                     "to LogAppendTime")
         try:
             got = checked.get(pos) if checked else None
@@ -195,10 +197,10 @@ def _check_each_record(data, pos: int, h: BatchHeader, timestamps: bool, keys: b
     if not errors:
         return
     if bad_timestamp:
-        raise RecordsError("invalid_timestamp", "One or more records have been rejected due "
+        raise RecordsError(ErrorCode.invalid_timestamp, "One or more records have been rejected due "
                            "to invalid timestamp", tuple(errors))
     shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-    raise RecordsError("invalid_record", "One or more records have been rejected due to "
+    raise RecordsError(ErrorCode.invalid_record, "One or more records have been rejected due to "
                        f"{len(errors)} record errors in total, and only showing the first "
                        f"three errors at most: [{shown}]", tuple(errors))
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 
 try:
     from ._recordwalk import scan_records
@@ -88,7 +89,7 @@ class CorruptRecordError(ValueError):
     """A batch failed validation: bad CRC, bad magic, unknown codec, truncated, a payload that
     does not decompress (Kafka's CORRUPT_MESSAGE)."""
 
-    error_name = "corrupt_message"
+    error_name = ErrorCode.corrupt_message
 
 
 class UnreadableFrameError(CorruptRecordError):
@@ -96,7 +97,7 @@ class UnreadableFrameError(CorruptRecordError):
     its KafkaException is no CorruptRecordException, and Kafka's broker answers the produce
     with UNKNOWN_SERVER_ERROR (measured on Kafka 4.3), which a client does not retry."""
 
-    error_name = "unknown_server_error"
+    error_name = ErrorCode.unknown_server_error
 
 
 class InvalidRecordError(CorruptRecordError):
@@ -104,7 +105,7 @@ class InvalidRecordError(CorruptRecordError):
     count or offset range that does not match the records, malformed records, trailing bytes
     (Kafka's InvalidRecordException: INVALID_RECORD)."""
 
-    error_name = "invalid_record"
+    error_name = ErrorCode.invalid_record
 
 
 class BatchHeader(NamedTuple):

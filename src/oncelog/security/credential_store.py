@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from .sasl import ScramCredential, scram_credential
 from .scram import (
     MECHANISM_CODES,
@@ -159,12 +161,12 @@ class ScramCredentials:
             return out
 
     def alter(self, upsertions: Iterable[Upsertion], deletions: Iterable[Deletion]
-              ) -> dict[str, tuple[str, str] | None]:
+              ) -> dict[str, tuple[ErrorCode, str] | None]:
         """user -> None (done) or (error name, message), in the order Kafka answers: the
         refused users first, then the others."""
         store = self._store()
         ups, dels = list(upsertions), list(deletions)
-        out: dict[str, tuple[str, str] | None] = {}
+        out: dict[str, tuple[ErrorCode, str] | None] = {}
         with self._lock:
             for _ in range(ALTER_ATTEMPTS):
                 versions: dict[str, int] = {}
@@ -182,7 +184,7 @@ class ScramCredentials:
                 ups = [u for u in ups if u.user in lost]
                 dels = [d for d in dels if d.user in lost]
             for user in lost:
-                out[user] = ("unknown_server_error",
+                out[user] = (ErrorCode.unknown_server_error,
                              "the user's credentials kept changing under this request")
         return out
 

@@ -21,6 +21,8 @@ import hmac
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from .sasl import ScramCredential
 
 # Kafka's org.apache.kafka.clients.admin.ScramMechanism: the wire's int8 codes.
@@ -90,7 +92,7 @@ class AlterPlan:
     """Per user: (error name, message) for those refused, and the full new config (mechanism
     name -> credential string) of those to write."""
 
-    errors: dict[str, tuple[str, str]]
+    errors: dict[str, tuple[ErrorCode, str]]
     changes: dict[str, dict[str, str]]
 
 
@@ -98,38 +100,38 @@ def plan_alteration(upsertions: Iterable[Upsertion], deletions: Iterable[Deletio
                     fetch: Callable[[str], Mapping[str, str]]) -> AlterPlan:
     """Kafka's checks, in Kafka's order; ``fetch(user)`` is the user's current config."""
     ups, dels = list(upsertions), list(deletions)
-    errors: dict[str, tuple[str, str]] = {}
+    errors: dict[str, tuple[ErrorCode, str]] = {}
     for d in dels:
         if not d.user:
-            errors[d.user] = ("unacceptable_credential", "Username must not be empty")
+            errors[d.user] = (ErrorCode.unacceptable_credential, "Username must not be empty")
         elif d.mechanism not in MECHANISM_NAMES:
-            errors[d.user] = ("unsupported_sasl_mechanism", "Unknown SCRAM mechanism")
+            errors[d.user] = (ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
     for u in ups:
         if not u.user:
-            errors[u.user] = ("unacceptable_credential", "Username must not be empty")
+            errors[u.user] = (ErrorCode.unacceptable_credential, "Username must not be empty")
         elif u.mechanism not in MECHANISM_NAMES:
-            errors[u.user] = ("unsupported_sasl_mechanism", "Unknown SCRAM mechanism")
+            errors[u.user] = (ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
         elif u.iterations < MIN_ITERATIONS[MECHANISM_NAMES[u.mechanism]]:
-            errors[u.user] = ("unacceptable_credential", "Too few iterations")
+            errors[u.user] = (ErrorCode.unacceptable_credential, "Too few iterations")
         elif u.iterations > MAX_ITERATIONS:
-            errors[u.user] = ("unacceptable_credential", "Too many iterations")
+            errors[u.user] = (ErrorCode.unacceptable_credential, "Too many iterations")
         elif not u.salt or not u.salted_password:
             # Kafka derives keys from whatever it gets; an empty salt or salted password is
             # no credential at all.
-            errors[u.user] = ("unacceptable_credential", "Empty salt or salted password")
+            errors[u.user] = (ErrorCode.unacceptable_credential, "Empty salt or salted password")
     pairs = [(x.user, x.mechanism) for x in ups if x.user not in errors]
     pairs += [(x.user, x.mechanism) for x in dels if x.user not in errors]
     seen: set[tuple[str, int]] = set()
     for pair in pairs:
         if pair in seen:
-            errors[pair[0]] = ("duplicate_resource",
+            errors[pair[0]] = (ErrorCode.duplicate_resource,
                                "A user credential cannot be altered twice in the same request")
         seen.add(pair)
     users = list(dict.fromkeys(user for user, _ in pairs if user not in errors))
     configs = {user: dict(fetch(user)) for user in users}
     for d in dels:
         if d.user in configs and MECHANISM_NAMES[d.mechanism] not in configs[d.user]:
-            errors[d.user] = ("resource_not_found",
+            errors[d.user] = (ErrorCode.resource_not_found,
                               "Attempt to delete a user credential that does not exist")
     changes: dict[str, dict[str, str]] = {}
     for user in users:

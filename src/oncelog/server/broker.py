@@ -217,7 +217,7 @@ class Broker:
                 raise CloseConnection("a Produce with acks=0 failed") from None
             if api_key == ApiKey.PRODUCE:  # read by hand: not a kio entity to mirror
                 from .handlers.produce import answer_every_partition
-                response = answer_every_partition(version, request, "unknown_server_error",
+                response = answer_every_partition(version, request, ErrorCode.unknown_server_error,
                                                   "the broker failed to handle the request")
             else:
                 response = error_response(protocol.response_class(api_key, version), request)

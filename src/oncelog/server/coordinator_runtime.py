@@ -34,6 +34,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from ..log import AppendResult
 from ..log.producer_state import VerificationGuard
 from ..records.batch import CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, Record, parse_control_record
@@ -46,8 +48,8 @@ APPEND_TIMEOUT_MS = 30_000
 # Batches replayed between two yields to the event loop while a shard loads.
 LOAD_CHUNK_BATCHES = 64
 
-NOT_COORDINATOR = "not_coordinator"
-COORDINATOR_LOAD_IN_PROGRESS = "coordinator_load_in_progress"
+NOT_COORDINATOR = ErrorCode.not_coordinator
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.coordinator_load_in_progress
 
 
 # -- ports --------------------------------------------------------------------------------------
@@ -121,7 +123,7 @@ class PartitionWriter(Protocol):
         rest."""
         ...
 
-    async def replicated(self, index: int, end_offset: int) -> str | None:
+    async def replicated(self, index: int, end_offset: int) -> ErrorCode | None:
         """Wait until the partition's ISR has everything below ``end_offset``: None, or the
         error that stopped it."""
         ...
@@ -158,7 +160,7 @@ class ReplicaPartitionWriter:
                                                  origin=AppendOrigin.COORDINATOR,
                                                  required_acks=-1)
 
-    async def replicated(self, index: int, end_offset: int) -> str | None:
+    async def replicated(self, index: int, end_offset: int) -> ErrorCode | None:
         return await self.replication.replicated((self.topic, index), end_offset,
                                                  self.timeout_ms)
 
@@ -332,7 +334,7 @@ class CoordinatorRuntime(Generic[S]):
         n = self.partition_count(create=create)
         return None if n is None else coordinator_partition(key, n)
 
-    def shard_for(self, key: str) -> tuple[S | None, str | None]:
+    def shard_for(self, key: str) -> tuple[S | None, ErrorCode | None]:
         """(shard, None) for a key whose shard is ACTIVE here, else (None, the error to answer
         with): COORDINATOR_LOAD_IN_PROGRESS while it loads, NOT_COORDINATOR when this broker
         does not lead the key's partition (or its shard failed or closed)."""

@@ -22,6 +22,8 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from kio.schema.errors import ErrorCode
+
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 MAX_SESSIONS = 1000  # Kafka's max.incremental.fetch.session.cache.slots
@@ -32,7 +34,7 @@ SessionKey = tuple[TopicKey, int]
 
 
 class FetchSessionError(Exception):
-    def __init__(self, error_name: str, message: str) -> None:
+    def __init__(self, error_name: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_name = error_name
 
@@ -100,15 +102,15 @@ class FetchSessionCache:
             return session, True
         found = self.sessions.get(session_id)
         if found is None:
-            raise FetchSessionError("fetch_session_id_not_found",
+            raise FetchSessionError(ErrorCode.fetch_session_id_not_found,
                                     f"fetch session {session_id} not found")
         session = found
         if epoch != session.next_epoch:
-            raise FetchSessionError("invalid_fetch_session_epoch",
+            raise FetchSessionError(ErrorCode.invalid_fetch_session_epoch,
                                     f"fetch session {session_id} expected epoch "
                                     f"{session.next_epoch}, got {epoch}")
         if session.uses_topic_ids != uses_topic_ids:
-            raise FetchSessionError("fetch_session_topic_id_error",
+            raise FetchSessionError(ErrorCode.fetch_session_topic_id_error,
                                     f"fetch session {session_id} names topics by "
                                     f"{'id' if session.uses_topic_ids else 'name'}, the request "
                                     f"by {'id' if uses_topic_ids else 'name'}")

@@ -21,6 +21,8 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from kio.schema.errors import ErrorCode
+
 from ..group.coordinator import (
     Effect,
     Group,
@@ -84,7 +86,7 @@ class GroupService:
 
     # -- the group's core ---------------------------------------------------------------------
 
-    def not_coordinator(self, group_id: str) -> str | None:
+    def not_coordinator(self, group_id: str) -> ErrorCode | None:
         """NOT_COORDINATOR unless this broker leads the group's partition,
         COORDINATOR_LOAD_IN_PROGRESS while that partition is being loaded."""
         return self.runtime.shard_for(group_id)[1]
@@ -112,7 +114,7 @@ class GroupService:
         count); None until the topic exists (its creation is asked for with ``create``)."""
         return self.runtime.partition_of(group_id, create=create)
 
-    async def replicated(self, group_id: str) -> str | None:
+    async def replicated(self, group_id: str) -> ErrorCode | None:
         """Wait until what was appended for the group is on the whole ISR (Kafka appends
         offsets with acks=all)."""
         index = self.partition_index(group_id)
@@ -120,9 +122,9 @@ class GroupService:
         if index is None or end is None:
             return None
         err = await self.runtime.writer.replicated(index, end)
-        if err == "not_leader_or_follower":
-            return "not_coordinator"
-        return "coordinator_not_available" if err else None
+        if err == ErrorCode.not_leader_or_follower:
+            return ErrorCode.not_coordinator
+        return ErrorCode.coordinator_not_available if err else None
 
     def start(self) -> None:
         self.runtime.every(TICK_S, self._tick)
@@ -176,7 +178,7 @@ class GroupService:
         return p
 
     def append(self, e: WriteRecords, producer: tuple[int, int] | None = None, *,
-               verification=None, require_verification: bool = False) -> str | None:
+               verification=None, require_verification: bool = False) -> ErrorCode | None:
         """Append the records (as the producer's transactional batch when given); the error
         name, or None."""
         if not e.records:  # an OffsetCommit naming no topics: nothing to write (Kafka's
@@ -197,16 +199,16 @@ class GroupService:
                                          producer_epoch=producer[1], is_transactional=True))
         index = self.partition_index(e.group_id)
         if index is None:
-            return "not_coordinator"
+            return ErrorCode.not_coordinator
         try:
             # The append's leader half; commits then wait for the ISR (replicated).
             result = self.runtime.writer.append_unreplicated(
                 index, data, verification_guard=verification,
                 require_verification=require_verification)
         except AppendError as exc:
-            if exc.error_name in ("not_leader_or_follower", "unknown_topic_or_partition"):
-                return "not_coordinator"
-            if exc.error_name == "kafka_storage_error":
+            if exc.error_name in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
+                return ErrorCode.not_coordinator
+            if exc.error_name == ErrorCode.kafka_storage_error:
                 log.error("__consumer_offsets write for group %r failed: %s", e.group_id, exc)
             return exc.error_name
         self._appended_end[index] = result.last_offset + 1
@@ -245,7 +247,7 @@ class GroupService:
         self._syncs[(group_id, member_id)] = fut
         if not self.execute(effects):
             self._syncs.pop((group_id, member_id), None)
-            return SyncResponse("coordinator_not_available")
+            return SyncResponse(ErrorCode.coordinator_not_available)
         try:
             return await fut
         finally:
@@ -253,7 +255,7 @@ class GroupService:
 
     async def commit(self, group_id: str, generation: int, member_id: str,
                      group_instance_id: str | None, offsets: dict[TP, OffsetValue]
-                     ) -> str | None:
+                     ) -> ErrorCode | None:
         core, error = self.runtime.shard_for(group_id)
         if core is None:
             return error
@@ -263,8 +265,8 @@ class GroupService:
             return error
         error = self.append(core.commit_records(group_id, offsets))
         if error:
-            return "not_coordinator" if error == "not_coordinator" \
-                else "coordinator_not_available"
+            return ErrorCode.not_coordinator if error == ErrorCode.not_coordinator \
+                else ErrorCode.coordinator_not_available
         error = await self.replicated(group_id)
         if error:
             return error
@@ -274,7 +276,7 @@ class GroupService:
     async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
                    generation: int, member_id: str, group_instance_id: str | None,
                    offsets: dict[TP, OffsetValue], *, verification=None,
-                   require_verification: bool = False) -> str | None:
+                   require_verification: bool = False) -> ErrorCode | None:
         core, error = self.runtime.shard_for(group_id)
         if core is None:
             return error
@@ -286,9 +288,9 @@ class GroupService:
                             producer=(producer_id, producer_epoch), verification=verification,
                             require_verification=require_verification)
         if error:
-            return error if error in ("invalid_producer_epoch", "invalid_txn_state",
-                                      "not_coordinator") \
-                else "coordinator_not_available"
+            return error if error in (ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state,
+                                      ErrorCode.not_coordinator) \
+                else ErrorCode.coordinator_not_available
         core.add_pending_txn_offsets(group_id, producer_id, offsets)
         return await self.replicated(group_id)
 

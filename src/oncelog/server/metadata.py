@@ -27,6 +27,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ..cluster.election import assign_replicas
 from ..security.credential_store import LocalScramStore, ScramStore
 from .clock import now_ms
@@ -121,21 +123,21 @@ class Metadata(ABC):
         live = sorted(self.view.brokers)
         if assignment:
             if num != -1 or rf != -1:
-                raise TopicError("invalid_request", "replica assignments given together with a "
+                raise TopicError(ErrorCode.invalid_request, "replica assignments given together with a "
                                  "partition count or replication factor")
             if sorted(assignment) != list(range(len(assignment))):
-                raise TopicError("invalid_replica_assignment", "partition indexes must be 0..n-1")
+                raise TopicError(ErrorCode.invalid_replica_assignment, "partition indexes must be 0..n-1")
             sizes = {len(r) for r in assignment.values()}
             for p, reps in assignment.items():
                 if len(set(reps)) != len(reps) or not reps:
-                    raise TopicError("invalid_replica_assignment",
+                    raise TopicError(ErrorCode.invalid_replica_assignment,
                                      f"partition {p}: replicas {reps} repeat or are empty")
                 unknown = [b for b in reps if b not in self.view.brokers]
                 if unknown:
-                    raise TopicError("invalid_replica_assignment",
+                    raise TopicError(ErrorCode.invalid_replica_assignment,
                                      f"partition {p}: brokers {unknown} are not registered")
             if len(sizes) != 1:
-                raise TopicError("invalid_replica_assignment",
+                raise TopicError(ErrorCode.invalid_replica_assignment,
                                  "every partition needs the same number of replicas")
             return {p: list(r) for p, r in assignment.items()}
         if num == -1:
@@ -143,19 +145,19 @@ class Metadata(ABC):
         if rf == -1:
             rf = self.broker.config.int("default.replication.factor")
         if num < 1:
-            raise TopicError("invalid_partitions", f"number of partitions must be >= 1, got {num}")
+            raise TopicError(ErrorCode.invalid_partitions, f"number of partitions must be >= 1, got {num}")
         if rf < 1:
-            raise TopicError("invalid_replication_factor",
+            raise TopicError(ErrorCode.invalid_replication_factor,
                              f"replication factor must be >= 1, got {rf}")
         if rf > len(live):
-            raise TopicError("invalid_replication_factor",
+            raise TopicError(ErrorCode.invalid_replication_factor,
                              f"Unable to replicate the partition {rf} time(s): The target "
                              f"replication factor of {rf} cannot be reached because only "
                              f"{len(live)} broker(s) are registered.")  # Kafka's (KRaft) words
         try:
             return assign_replicas(num, rf, live)
         except ValueError as exc:
-            raise TopicError("invalid_replication_factor", str(exc)) from None
+            raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
 
     def internal_topic_plan(self, name: str) -> tuple[dict[int, list[int]], dict[str, str]] \
             | None:
@@ -189,7 +191,7 @@ class Metadata(ABC):
         t = self.view.topics.get(name) if self.view is not None else None
         return None if t is None else len(t.partitions)
 
-    def coordinator_of(self, name: str, key: str) -> tuple[str | None, int]:
+    def coordinator_of(self, name: str, key: str) -> tuple[ErrorCode | None, int]:
         """(error, node id) of the coordinator for a group id / transactional id: the leader
         of its partition of the internal topic, which is created on first use (TopicError when
         it cannot be)."""
@@ -198,10 +200,10 @@ class Metadata(ABC):
             self.request_internal_topic(name)
             n = self.internal_partition_count(name)
             if n is None:
-                return "coordinator_not_available", -1
+                return ErrorCode.coordinator_not_available, -1
         leader = self.leader_of(name, coordinator_partition(key, n))
         if leader is None:
-            return "coordinator_not_available", -1
+            return ErrorCode.coordinator_not_available, -1
         return None, leader
 
     def leader_of(self, topic: str, index: int) -> int | None:
@@ -230,12 +232,13 @@ class Metadata(ABC):
         request's timeout passed)."""
 
     @abstractmethod
-    def request_topic(self, name: str, num: int, rf: int, configs: dict) -> str | None:
+    def request_topic(self, name: str, num: int, rf: int, configs: dict
+                      ) -> ErrorCode | None:
         """Auto-creation from a Metadata request: None once the topic is in the view, else
         the error to answer with meanwhile (the client asks again)."""
 
     @abstractmethod
-    def request_internal_topic(self, name: str) -> str | None:
+    def request_internal_topic(self, name: str) -> ErrorCode | None:
         """A coordinator topic, created on first use: None once it is in the view, else
         the error to answer with meanwhile. Raises TopicError when it cannot be created
         (e.g. kafka_storage_error: the disk is full)."""
@@ -248,15 +251,15 @@ class Metadata(ABC):
             return
         for other in self.view.topics:
             if other != name and other.replace(".", "_") == unified:
-                raise TopicError("invalid_topic_exception",
+                raise TopicError(ErrorCode.invalid_topic_exception,
                                  f"topic {name!r} collides with existing topic {other!r}")
 
     def check_deletable(self, name: str) -> None:
         """DeleteTopics' refusals, the same in both implementations (TopicError)."""
         if name not in self.view.topics:
-            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         if name in INTERNAL_TOPICS:
-            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be "
+            raise TopicError(ErrorCode.invalid_topic_exception, f"internal topic {name!r} cannot be "
                              "deleted")
 
     def plan_new_partitions(self, name: str, count: int, assignment: list[list[int]] | None
@@ -267,42 +270,42 @@ class Metadata(ABC):
         broker of partition 0's first replica, as AdminZkClient.addPartitions). TopicError."""
         topic = self.view.topics.get(name)
         if topic is None:
-            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         if name in INTERNAL_TOPICS:
             # The coordinators map a group or transactional id to a partition by the count:
             # more partitions would move every coordinator and lose its state.
-            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot "
+            raise TopicError(ErrorCode.invalid_topic_exception, f"internal topic {name!r} cannot "
                              "have partitions added")
         existing = len(topic.partitions)
         if count == existing:
-            raise TopicError("invalid_partitions", f"Topic already has {existing} partition(s).")
+            raise TopicError(ErrorCode.invalid_partitions, f"Topic already has {existing} partition(s).")
         if count < existing:
-            raise TopicError("invalid_partitions", f"The topic {name} currently has {existing} "
+            raise TopicError(ErrorCode.invalid_partitions, f"The topic {name} currently has {existing} "
                              f"partition(s); {count} would not be an increase.")
         if count > MAX_PARTITIONS:
-            raise TopicError("invalid_partitions", f"more than {MAX_PARTITIONS} partitions")
+            raise TopicError(ErrorCode.invalid_partitions, f"more than {MAX_PARTITIONS} partitions")
         added = count - existing
         rf = len(topic.partitions[0]) if 0 in topic.partitions else 1
         if assignment is not None:
             if len(assignment) != added:
-                raise TopicError("invalid_replica_assignment", f"Attempted to add {added} "
+                raise TopicError(ErrorCode.invalid_replica_assignment, f"Attempted to add {added} "
                                  f"additional partition(s), but only {len(assignment)} "
                                  "assignment(s) were specified.")
             out = {}
             for i, reps in enumerate(assignment):
                 if not reps:
-                    raise TopicError("invalid_replica_assignment", "The manual partition "
+                    raise TopicError(ErrorCode.invalid_replica_assignment, "The manual partition "
                                      "assignment includes an empty replica list.")
                 if len(set(reps)) != len(reps):
-                    raise TopicError("invalid_replica_assignment", "The manual partition "
+                    raise TopicError(ErrorCode.invalid_replica_assignment, "The manual partition "
                                      "assignment includes duplicate replicas.")
                 for b in reps:
                     if b not in self.view.brokers:
-                        raise TopicError("invalid_replica_assignment", "The manual partition "
+                        raise TopicError(ErrorCode.invalid_replica_assignment, "The manual partition "
                                          f"assignment includes broker {b}, but no such broker "
                                          "is registered.")
                 if len(reps) != rf:
-                    raise TopicError("invalid_replica_assignment", "The manual partition "
+                    raise TopicError(ErrorCode.invalid_replica_assignment, "The manual partition "
                                      f"assignment includes a partition with {len(reps)} "
                                      "replica(s), but this is not consistent with previous "
                                      f"partitions, which have {rf} replica(s).")
@@ -310,7 +313,7 @@ class Metadata(ABC):
             return out
         live = sorted(self.view.brokers)
         if rf > len(live):
-            raise TopicError("invalid_replication_factor", f"replication factor {rf} is larger "
+            raise TopicError(ErrorCode.invalid_replication_factor, f"replication factor {rf} is larger "
                              f"than the {len(live)} available broker(s)")
         first = topic.partitions[0][0] if topic.partitions.get(0) else live[0]
         start = next((i for i, b in enumerate(live) if b >= first), 0)

@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from types import MappingProxyType
 
+from kio.schema.errors import ErrorCode
+
 from ..cluster.election import new_partition_states, on_brokers_changed
 from ..cluster.model import BrokerInfo, ClusterView, LeaderAndIsr, TopicAssignment
 from . import dynamic_config
@@ -137,7 +139,7 @@ class LocalMetadata(Metadata):
             self.broker.topics.host(name, topic.topic_id, count, topic.configs,
                                     {p.index for p in topic.partitions} | set(plan), now_ms())
         except OSError as exc:
-            raise TopicError("kafka_storage_error", f"cannot add partitions to {name!r}: "
+            raise TopicError(ErrorCode.kafka_storage_error, f"cannot add partitions to {name!r}: "
                              f"{exc}") from None
         assignments = {name: {p: (self.node_id,) for p in plan}}
         for tp, state in new_partition_states(assignments, (), {self.node_id},
@@ -145,7 +147,8 @@ class LocalMetadata(Metadata):
             self._states[tp] = (state, 0)
         self._publish_local()
 
-    def request_topic(self, name: str, num: int, rf: int, configs: dict) -> str | None:
+    def request_topic(self, name: str, num: int, rf: int, configs: dict
+                      ) -> ErrorCode | None:
         try:
             self.plan(num, min(rf, 1), None)
             self._create(name, num, configs)
@@ -159,12 +162,12 @@ class LocalMetadata(Metadata):
         # set them to 1, we take the cluster's size.
         return min(configured, len(self.view.brokers))
 
-    def request_internal_topic(self, name: str) -> str | None:
+    def request_internal_topic(self, name: str) -> ErrorCode | None:
         if name in self.view.topics:
             return None
         found = self.internal_topic_plan(name)
         if found is None:
-            return "coordinator_not_available"
+            return ErrorCode.coordinator_not_available
         plan, configs = found
         self._create(name, len(plan), configs, internal=True)  # TopicError: e.g. a full disk
         return None
@@ -180,7 +183,7 @@ class LocalMetadata(Metadata):
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         if name not in self.broker.topics.topics:
-            raise TopicError("unknown_topic_or_partition", f"The topic '{name}' does not exist.")
+            raise TopicError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
         self.broker.topics.update_configs(name, configs)
         self._publish_local()
 

@@ -16,6 +16,8 @@ import logging
 import uuid
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ..cluster.controller import Controller
 from ..cluster.errors import ClusterError, TopicExistsError, UnknownTopicError
 from ..cluster.metadata_view import MetadataView
@@ -111,7 +113,7 @@ class ZkMetadata(Metadata):
         the request's timeout) until every partition has a leader."""
         topics = self.broker.topics
         if name in self.view.topics:
-            raise TopicError("topic_already_exists", f"Topic '{name}' already exists.")
+            raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         clean = topics.validate_new(name, max(num, 1), configs) if assignment is None else \
             topics.validate_new(name, len(assignment), configs)
         self.check_collision(name)
@@ -123,7 +125,7 @@ class ZkMetadata(Metadata):
         try:
             await asyncio.to_thread(self.store.topics.create, name, plan, topic_id, clean)
         except TopicExistsError:
-            raise TopicError("topic_already_exists", f"Topic '{name}' already exists.") from None
+            raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.") from None
         await self.wait_for(lambda v: all((name, p) in v.states for p in plan), timeout_ms)
         return CreatedTopic(topic_id, clean, len(plan), rf_used)
 
@@ -136,47 +138,48 @@ class ZkMetadata(Metadata):
         version it planned from; the controller's next pass elects the new partitions'
         leaders and every broker opens the replicas the view assigns it."""
         if self.controller is None or not self.controller.active:
-            raise TopicError("not_controller", "this broker is not the controller")
+            raise TopicError(ErrorCode.not_controller, "this broker is not the controller")
         if name in await asyncio.to_thread(self.store.topics.pending_deletions):
-            raise TopicError("invalid_topic_exception", "The topic is queued for deletion.")
+            raise TopicError(ErrorCode.invalid_topic_exception, "The topic is queued for deletion.")
         plan = self.plan_new_partitions(name, count, assignment)
         if validate_only:
             return
         try:
             await asyncio.to_thread(self.store.topics.add_partitions, name, plan)
         except UnknownTopicError:
-            raise TopicError("unknown_topic_or_partition",
+            raise TopicError(ErrorCode.unknown_topic_or_partition,
                              f"topic {name!r} does not exist") from None
         except ClusterError as exc:  # partitions added meanwhile: planned from a stale count
-            raise TopicError("invalid_partitions", str(exc)) from None
+            raise TopicError(ErrorCode.invalid_partitions, str(exc)) from None
         self.controller.poke()
         await self.wait_for(lambda v: all((name, p) in v.states for p in plan), timeout_ms)
 
-    def request_topic(self, name: str, num: int, rf: int, configs: dict) -> str:
+    def request_topic(self, name: str, num: int, rf: int, configs: dict
+                      ) -> ErrorCode | None:
         """Auto-creation from a Metadata request: write the assignment, answer at once (the
         client asks again: LEADER_NOT_AVAILABLE meanwhile, as Kafka)."""
         try:
             clean = validate_topic_configs(configs)
             plan = self.plan(num, min(rf, max(len(self.view.brokers), 1)), None)
         except (TopicError, ConfigError) as exc:
-            return getattr(exc, "error_name", "invalid_config")
+            return getattr(exc, "error_name", ErrorCode.invalid_config)
         self._spawn_blocking(self.store.topics.create, name, plan, uuid.uuid4(), clean)
-        return "leader_not_available"
+        return ErrorCode.leader_not_available
 
-    def request_internal_topic(self, name: str) -> str | None:
+    def request_internal_topic(self, name: str) -> ErrorCode | None:
         """The coordinators' topics, created on first use with their replication factor
         (COORDINATOR_NOT_AVAILABLE until enough brokers are up, as Kafka)."""
         if name in self.view.topics:
             return None
         found = self.internal_topic_plan(name)
         if found is None:
-            return "coordinator_not_available"
+            return ErrorCode.coordinator_not_available
         if name in self._requested_internal:
-            return "leader_not_available"
+            return ErrorCode.leader_not_available
         self._requested_internal.add(name)
         plan, configs = found
         self._spawn_blocking(self.store.topics.create, name, plan, uuid.uuid4(), configs)
-        return "leader_not_available"
+        return ErrorCode.leader_not_available
 
     def _spawn_blocking(self, fn, *args) -> None:
         async def run() -> None:
@@ -204,7 +207,7 @@ class ZkMetadata(Metadata):
         try:
             await asyncio.to_thread(self.store.configs.change_topic_configs, name, configs)
         except UnknownTopicError:
-            raise TopicError("unknown_topic_or_partition",
+            raise TopicError(ErrorCode.unknown_topic_or_partition,
                              f"The topic '{name}' does not exist.") from None
         await self.wait_for(lambda v: name not in v.topics
                             or dict(v.topics[name].configs) == configs, CONFIG_WAIT_MS)

@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from .clock import now_ms
 from .topics import Partition as LocalPartition
 
@@ -37,7 +39,7 @@ def broker_ids(ids) -> str:
 
 
 class ReplicationError(Exception):
-    def __init__(self, error_name: str, message: str) -> None:
+    def __init__(self, error_name: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_name = error_name
 
@@ -109,7 +111,7 @@ class Partition:
         self.leader, self.leader_epoch = state.leader, state.leader_epoch
         self.followers = {}
         self.needs_truncation = True
-        self.fail_waiters("not_leader_or_follower")
+        self.fail_waiters(ErrorCode.not_leader_or_follower)
 
     def update_state(self, state, version: int) -> None:
         """A new view at the same leader epoch: its ISR (and the state's version)."""
@@ -124,15 +126,15 @@ class Partition:
         """acks=all: refuse before appending when the ISR is below min.insync.replicas."""
         need = self.log.config.min_insync_replicas
         if len(self.isr) < need:
-            raise ReplicationError("not_enough_replicas",
+            raise ReplicationError(ErrorCode.not_enough_replicas,
                                    f"{len(self.isr)} in-sync replicas of {self.partition.topic}-"
                                    f"{self.partition.index}, min.insync.replicas is {need}")
 
-    def isr_error(self) -> str | None:
+    def isr_error(self) -> ErrorCode | None:
         """After an acks=all write reached the high watermark: the ISR may have shrunk below
         min.insync.replicas meanwhile (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
         if len(self.isr) < self.log.config.min_insync_replicas:
-            return "not_enough_replicas_after_append"
+            return ErrorCode.not_enough_replicas_after_append
         return None
 
     def appended(self) -> None:
@@ -151,7 +153,7 @@ class Partition:
     def remove_waiter(self, fut: asyncio.Future) -> None:
         self.waiters = [(o, f) for o, f in self.waiters if f is not fut]
 
-    async def wait_replicated(self, end_offset: int, timeout_ms: int) -> str | None:
+    async def wait_replicated(self, end_offset: int, timeout_ms: int) -> ErrorCode | None:
         """acks=all: wait until the high watermark reaches ``end_offset`` (the offset after
         the batch); None, or the error to answer with."""
         if self.log.high_watermark < end_offset:
@@ -159,14 +161,14 @@ class Partition:
             try:
                 err = await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000)
             except TimeoutError:
-                return "request_timed_out"
+                return ErrorCode.request_timed_out
             finally:
                 self.remove_waiter(fut)
             if err is not None:
                 return err
         return self.isr_error()
 
-    def fail_waiters(self, error: str) -> None:
+    def fail_waiters(self, error: ErrorCode) -> None:
         for _offset, fut in self.waiters + self.start_waiters:
             if not fut.done():
                 fut.set_result(error)
@@ -299,7 +301,7 @@ class Partition:
             if offset <= low and not fut.done():
                 fut.set_result(None)
 
-    async def wait_log_start(self, target: int, timeout_ms: int) -> str | None:
+    async def wait_log_start(self, target: int, timeout_ms: int) -> ErrorCode | None:
         """DeleteRecords: wait until every live replica's log start reached ``target``;
         None, or the error."""
         fut = asyncio.get_running_loop().create_future()
@@ -307,6 +309,6 @@ class Partition:
         try:
             return await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000)
         except TimeoutError:
-            return "request_timed_out"
+            return ErrorCode.request_timed_out
         finally:
             self.start_waiters = [(o, f) for o, f in self.start_waiters if f is not fut]

@@ -460,7 +460,7 @@ class ReplicaFetcherManager:
             if p.error_code:
                 errors += 1
                 name = ErrorCode(p.error_code).name
-                if name == "offset_out_of_range":
+                if name == ErrorCode.offset_out_of_range:
                     self._out_of_range(r, p.log_start_offset)
                 log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, name)
                 continue

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ..log import AppendResult, LogAppendError, LogWriteError
 from ..log.append_origin import AppendOrigin
 from ..log.producer_state import VerificationGuard
@@ -48,9 +50,9 @@ TP = tuple[str, int]
 
 
 class AppendError(Exception):
-    """An append refused or failed; ``error_name`` is the Kafka error code's name."""
+    """An append refused or failed; ``error_name`` is the Kafka error code (ErrorCode)."""
 
-    def __init__(self, error_name: str, message: str,
+    def __init__(self, error_name: ErrorCode, message: str,
                  record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error_name = error_name
@@ -118,7 +120,7 @@ class ReplicaManager:
             t.cancel()
         self.fetchers.close()
         for r in self.replicas.values():
-            r.fail_waiters("not_leader_or_follower")
+            r.fail_waiters(ErrorCode.not_leader_or_follower)
         self.client.close()
 
     def apply(self, view) -> None:
@@ -198,7 +200,7 @@ class ReplicaManager:
         if r is None:
             return
         was_leader = r.is_leader
-        r.fail_waiters("not_leader_or_follower")
+        r.fail_waiters(ErrorCode.not_leader_or_follower)
         if was_leader:
             self._tell(r, False)
 
@@ -250,22 +252,22 @@ class ReplicaManager:
             known = self.view is not None and topic in self.view.topics and \
                 index in self.view.topics[topic].partitions
             if known:
-                raise ReplicationError("not_leader_or_follower",
+                raise ReplicationError(ErrorCode.not_leader_or_follower,
                                        f"broker {self.node_id} is not a replica of "
                                        f"{topic}-{index}")
-            raise ReplicationError("unknown_topic_or_partition",
+            raise ReplicationError(ErrorCode.unknown_topic_or_partition,
                                    f"{topic}-{index} does not exist")
         if not r.is_leader:
-            raise ReplicationError("not_leader_or_follower",
+            raise ReplicationError(ErrorCode.not_leader_or_follower,
                                    f"broker {self.node_id} does not lead {topic}-{index} "
                                    f"(the leader is {r.leader})")
         if current_leader_epoch >= 0:
             if current_leader_epoch < r.leader_epoch:
-                raise ReplicationError("fenced_leader_epoch",
+                raise ReplicationError(ErrorCode.fenced_leader_epoch,
                                        f"leader epoch {current_leader_epoch} is old "
                                        f"({r.leader_epoch})")
             if current_leader_epoch > r.leader_epoch:
-                raise ReplicationError("unknown_leader_epoch",
+                raise ReplicationError(ErrorCode.unknown_leader_epoch,
                                        f"leader epoch {current_leader_epoch} is newer than "
                                        f"{r.leader_epoch}")
         return r
@@ -303,7 +305,7 @@ class ReplicaManager:
             raise AppendError(exc.error_name, str(exc), exc.record_errors) from None
         except LogWriteError as exc:
             log.error("append to %s-%d failed: %s", *tp, exc)
-            raise AppendError("kafka_storage_error",
+            raise AppendError(ErrorCode.kafka_storage_error,
                               f"the log could not be written: {exc}") from None
         if not result.duplicate:
             r.appended()
@@ -320,7 +322,7 @@ class ReplicaManager:
         AppendError that stopped it."""
         out: dict[TP, AppendResult | AppendError] = {}
         waits: dict[TP, tuple[Partition, asyncio.Future]] = {}
-        errors: dict[TP, str | None] = {}
+        errors: dict[TP, ErrorCode | None] = {}
         now = now_ms()
         for tp, entry in entries.items():
             try:
@@ -341,10 +343,10 @@ class ReplicaManager:
             errors.update(await self._until_replicated(waits, timeout_ms))
         for tp, err in errors.items():
             if err is not None:
-                out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err}")
+                out[tp] = AppendError(err, f"not replicated to the in-sync replicas: {err.name}")
         return out
 
-    async def replicated(self, tp: TP, end_offset: int, timeout_ms: int) -> str | None:
+    async def replicated(self, tp: TP, end_offset: int, timeout_ms: int) -> ErrorCode | None:
         """acks=all after ``append_to_leader``: wait until the partition's ISR has everything
         below ``end_offset``; None, or the error to answer with."""
         try:
@@ -358,12 +360,12 @@ class ReplicaManager:
         r.appended()
 
     async def wait_replicated(self, r: Partition, end_offset: int, timeout_ms: int
-                              ) -> str | None:
+                              ) -> ErrorCode | None:
         """acks=all: wait until ``r``'s high watermark reaches ``end_offset``."""
         return await r.wait_replicated(end_offset, timeout_ms)
 
     async def _until_replicated(self, waits: dict[TP, tuple[Partition, asyncio.Future]],
-                                timeout_ms: int) -> dict[TP, str | None]:
+                                timeout_ms: int) -> dict[TP, ErrorCode | None]:
         """The answer for each waiter of ``append_records`` once the high watermark passed its
         batch (``_maybe_advance_hw`` completes it) or ``timeout_ms`` ran out: one timer for
         the request, no task per partition."""
@@ -372,10 +374,10 @@ class ReplicaManager:
         def expire() -> None:
             for _r, fut in waits.values():
                 if not fut.done():
-                    fut.set_result("request_timed_out")
+                    fut.set_result(ErrorCode.request_timed_out)
 
         timer = loop.call_later(max(timeout_ms, 0) / 1000, expire)
-        out: dict[TP, str | None] = {}
+        out: dict[TP, ErrorCode | None] = {}
         try:
             for tp, (r, fut) in waits.items():
                 err = await fut
@@ -383,7 +385,7 @@ class ReplicaManager:
         finally:
             timer.cancel()
             for r, fut in waits.values():
-                if not fut.done() or fut.result() == "request_timed_out":
+                if not fut.done() or fut.result() == ErrorCode.request_timed_out:
                     fut.cancel()  # (our caller was cancelled)
                     r.remove_waiter(fut)
         return out
@@ -411,11 +413,11 @@ class ReplicaManager:
         policy = str((topic_meta.configs if topic_meta else {}).get("cleanup.policy")
                      or self.broker.config.topic_defaults().get("cleanup.policy", "delete"))
         if "delete" not in policy.split(","):
-            raise ReplicationError("policy_violation", f"records of {topic}-{index} can not be "
+            raise ReplicationError(ErrorCode.policy_violation, f"records of {topic}-{index} can not be "
                                    "deleted due to the configured policy")
         target = plog.high_watermark if offset == -1 else offset
         if target < 0 or target > plog.high_watermark:
-            raise ReplicationError("offset_out_of_range", f"offset {target} is not in "
+            raise ReplicationError(ErrorCode.offset_out_of_range, f"offset {target} is not in "
                                    f"[0, high watermark {plog.high_watermark}]")
         if plog.increment_log_start_offset(target, now_ms()):
             log.info("%s-%d: log start offset %d (DeleteRecords)", topic, index, target)

@@ -20,6 +20,8 @@ import logging
 import struct
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
 from ..protocol import ApiKey
 from ..security.acls import Authorizer
 from ..security.credential_store import ScramCredentials, ScramStore
@@ -88,21 +90,21 @@ class Security:
 
     # -- the SASL exchange --------------------------------------------------------------------
 
-    def handshake(self, session, mechanism: str, version: int) -> str | None:
+    def handshake(self, session, mechanism: str, version: int) -> ErrorCode | None:
         """SaslHandshake: the error name, or None (the mechanism's exchange may start)."""
         if not self.sasl_enabled or session.authenticated:
             session.close_after_response = True
-            return "illegal_sasl_state"
+            return ErrorCode.illegal_sasl_state
         if mechanism not in self.mechanisms:
             session.close_after_response = True
-            return "unsupported_sasl_mechanism"
+            return ErrorCode.unsupported_sasl_mechanism
         session.mechanism = mechanism
         session.sasl = server_for(mechanism, self.passwords, self.scram)
         session.raw_tokens = version == 0
         return None
 
     async def authenticate(self, session, token: bytes, peer: str
-                           ) -> tuple[str | None, str | None, bytes]:
+                           ) -> tuple[ErrorCode | None, str | None, bytes]:
         """SaslAuthenticate: (error name, message, the server's next token). A failure is
         logged with the user name and the peer, and answered only after
         ``connection.failed.authentication.delay.ms`` (Kafka's defence against guessing; the
@@ -110,7 +112,7 @@ class Security:
         server = session.sasl
         if server is None or session.authenticated:
             session.close_after_response = True
-            return "illegal_sasl_state", "SaslAuthenticate before SaslHandshake", b""
+            return ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake", b""
         try:
             answer = server.step(token)
         except AuthenticationFailed as exc:
@@ -120,7 +122,7 @@ class Security:
             log.warning("failed authentication of user %r from %s with %s: %s",
                         getattr(server, "attempted", None), peer, session.mechanism, exc)
             await asyncio.sleep(self.failed_delay_ms / 1000)
-            return "sasl_authentication_failed", str(exc), b""
+            return ErrorCode.sasl_authentication_failed, str(exc), b""
         if server.done:
             self.successful_authentications += 1
             session.authenticated = True

@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
 from ..log import PartitionLog
 from ..log.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
 from ..log.loader import HIGH_WATERMARK_FILE
@@ -68,23 +70,23 @@ def internal_topic_configs(name: str, configs: dict[str, str]) -> dict[str, str]
 
 
 class TopicError(Exception):
-    """A topic operation refused; ``error_name`` is the Kafka error code's name."""
+    """A topic operation refused; ``error_name`` is the Kafka error code (ErrorCode)."""
 
-    def __init__(self, error_name: str, message: str) -> None:
+    def __init__(self, error_name: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_name = error_name
 
 
 def check_topic_name(name: str | None) -> None:
     if not name:
-        raise TopicError("invalid_topic_exception", "topic name is empty")
+        raise TopicError(ErrorCode.invalid_topic_exception, "topic name is empty")
     if name in (".", ".."):
-        raise TopicError("invalid_topic_exception", f"topic name cannot be {name!r}")
+        raise TopicError(ErrorCode.invalid_topic_exception, f"topic name cannot be {name!r}")
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise TopicError("invalid_topic_exception",
+        raise TopicError(ErrorCode.invalid_topic_exception,
                          f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
     if not TOPIC_NAME_RE.match(name):
-        raise TopicError("invalid_topic_exception",
+        raise TopicError(ErrorCode.invalid_topic_exception,
                          f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' "
                          "and '-'")
 
@@ -214,19 +216,19 @@ class TopicManager:
                      internal: bool = False) -> dict[str, str]:
         check_topic_name(name)
         if name in INTERNAL_TOPICS and not internal:
-            raise TopicError("invalid_request",
+            raise TopicError(ErrorCode.invalid_request,
                              f"{name!r} is an internal topic: the broker creates it")
         if name in self.topics:
-            raise TopicError("topic_already_exists", f"Topic '{name}' already exists.")
+            raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         if num_partitions < 1:
-            raise TopicError("invalid_partitions", f"number of partitions must be >= 1, "
+            raise TopicError(ErrorCode.invalid_partitions, f"number of partitions must be >= 1, "
                              f"got {num_partitions}")
         if num_partitions > 10000:
-            raise TopicError("invalid_partitions", "more than 10000 partitions")
+            raise TopicError(ErrorCode.invalid_partitions, "more than 10000 partitions")
         try:
             return validate_topic_configs(configs, self.config.topic_defaults())
         except ConfigError as exc:
-            raise TopicError("invalid_config", str(exc)) from None
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
 
     def create(self, name: str, num_partitions: int, configs: dict[str, str | None],
                now_ms: int, internal: bool = False) -> Topic:
@@ -246,7 +248,7 @@ class TopicManager:
                 p.log.delete()
             shutil.rmtree(self.data_dir / f"{name}-{len(parts)}", ignore_errors=True)
             log.error("creating topic %r failed: %s", name, os_error_name(exc))
-            raise TopicError("kafka_storage_error",
+            raise TopicError(ErrorCode.kafka_storage_error,
                              f"cannot create topic {name!r}: {os_error_name(exc)}") from None
         topic = Topic(name, topic_id, clean, parts)
         self.topics[name] = topic
@@ -317,9 +319,9 @@ class TopicManager:
         decides)."""
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         if topic.is_internal and not force:
-            raise TopicError("invalid_topic_exception", f"internal topic {name!r} cannot be deleted")
+            raise TopicError(ErrorCode.invalid_topic_exception, f"internal topic {name!r} cannot be deleted")
         (self.meta_dir / f"{name}.json").unlink(missing_ok=True)
         del self.topics[name]
         self.by_id.pop(topic.topic_id, None)

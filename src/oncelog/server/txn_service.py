@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from kio.schema.errors import ErrorCode
+
 from ..protocol import ApiKey, RequestHeader, make, request_module
 from ..records import build_batch
 from ..txn.coordinator import (
@@ -48,8 +50,8 @@ TP = tuple[str, int]
 MARKER_RETRY_S = 0.1
 # Marker errors after which retrying cannot help, and the partition is done: the topic is
 # gone, or a newer producer epoch or coordinator already ended the transaction there.
-_FINAL_MARKER_ERRORS = {"unknown_topic_or_partition", "invalid_producer_epoch",
-                        "transaction_coordinator_fenced"}
+_FINAL_MARKER_ERRORS = {ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_producer_epoch,
+                        ErrorCode.transaction_coordinator_fenced}
 
 
 class TxnService:
@@ -84,7 +86,7 @@ class TxnService:
             transaction_version=cfg.int("transaction.version"))
 
     def core_for(self, transactional_id: str) -> tuple[TransactionCoordinator | None,
-                                                       str | None]:
+                                                       ErrorCode | None]:
         """The coordinator of this transactional id here, or the error to answer with
         (NOT_COORDINATOR unless this broker leads its partition, COORDINATOR_LOAD_IN_PROGRESS
         while the partition is being loaded)."""
@@ -141,18 +143,18 @@ class TxnService:
     # -- what the requests ask (handlers/txn.py, and KIP-890's partition leaders here) --------
 
     async def run(self, outcome: Outcome, core: TransactionCoordinator | None = None,
-                  txn_id: str = "") -> str | None:
+                  txn_id: str = "") -> ErrorCode | None:
         """Carry out a core's outcome's effects; the error name to answer with, or None."""
         if outcome.error is None and outcome.effects and \
                 not await self.execute(outcome.effects, core):
             request_log.debug("%r: the transaction log write failed: coordinator_not_available",
                               txn_id)
-            return "coordinator_not_available"
+            return ErrorCode.coordinator_not_available
         if outcome.error is not None and outcome.effects:
             await self.execute(outcome.effects, core)  # e.g. fencing, answered CONCURRENT_...
         if outcome.error is not None and request_log.isEnabledFor(logging.DEBUG):
             txn = core.transactions.get(txn_id) if core is not None else None
-            request_log.debug("%r: %s (state %s)", txn_id, outcome.error,
+            request_log.debug("%r: %s (state %s)", txn_id, outcome.error.name,
                               txn and txn.state.name)
         return outcome.error
 
@@ -164,7 +166,7 @@ class TxnService:
     async def add_partitions(self, transactional_id: str, producer_id: int,
                              producer_epoch: int, wanted: list[TP], *, version: int,
                              verify_only: bool = False, txn_version: int | None = None
-                             ) -> dict[TP, str | None]:
+                             ) -> dict[TP, ErrorCode | None]:
         """One transaction's partitions, added (or, ``verify_only``, checked): the error of
         each. AddPartitionsToTxn asks it (handlers/txn.py), and a partition leader here
         (server/txn_verification.py) when this broker coordinates the transactional id."""
@@ -177,8 +179,8 @@ class TxnService:
         unknown = self._unknown([tp for tp in wanted if tp[0] != CONSUMER_OFFSETS])
         if unknown:
             # None is added: the unknown ones fail, the others were not attempted (as Kafka).
-            return {tp: "unknown_topic_or_partition" if tp in unknown
-                    else "operation_not_attempted" for tp in wanted}
+            return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                    else ErrorCode.operation_not_attempted for tp in wanted}
         outcome = core.add_partitions(transactional_id, producer_id, producer_epoch, wanted,
                                       now_ms(), version=version, txn_version=txn_version)
         err = await self.run(outcome, core, transactional_id)
@@ -299,15 +301,16 @@ class TxnService:
                     continue
                 for t in response.markers[0].topics:
                     for p in t.partitions:
-                        name = p.error_code.name if p.error_code else None
-                        if name is None or name in _FINAL_MARKER_ERRORS:
-                            if name is not None:
+                        code = ErrorCode(p.error_code)
+                        if code == ErrorCode.none or code in _FINAL_MARKER_ERRORS:
+                            if code != ErrorCode.none:
                                 log.warning("marker for %r on %s-%d: %s (not retried)",
-                                            e.transactional_id, t.name, p.partition_index, name)
+                                            e.transactional_id, t.name, p.partition_index,
+                                            code.name)
                             left.discard((t.name, p.partition_index))
                         else:
                             log.debug("marker for %r on %s-%d: %s (again)", e.transactional_id,
-                                      t.name, p.partition_index, name)
+                                      t.name, p.partition_index, code.name)
             if left:
                 log.debug("markers for %r: waiting for %s", e.transactional_id,
                           ", ".join(f"{t}-{p}" for t, p in sorted(left)))

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from ..protocol import ApiKey, make, request_module
 from .topics import TRANSACTION_STATE, TopicError
 
@@ -44,32 +46,32 @@ TP = tuple[str, int]
 
 # Coordinator errors a produce answer cannot carry as such: older clients treat several of them
 # as fatal, so they become NOT_ENOUGH_REPLICAS (retriable everywhere), as Kafka does.
-_RETRIABLE = {"concurrent_transactions", "coordinator_load_in_progress",
-              "coordinator_not_available", "not_coordinator"}
+_RETRIABLE = {ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_progress,
+              ErrorCode.coordinator_not_available, ErrorCode.not_coordinator}
 
 
-def produce_error(error: str, new_client: bool) -> tuple[str, str]:
+def produce_error(error: ErrorCode, new_client: bool) -> tuple[ErrorCode, str]:
     """The produce answer (error name, message) for a coordinator's verification error."""
     if error in _RETRIABLE:
-        return "not_enough_replicas", (f"the transaction coordinator could not check the "
-                                       f"transaction yet ({error}); retry")
-    if error == "producer_fenced":
-        return "invalid_producer_epoch", "the producer's epoch is fenced"
-    if error == "invalid_txn_state":
+        return ErrorCode.not_enough_replicas, (f"the transaction coordinator could not check the "
+                                       f"transaction yet ({error.name}); retry")
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch, "the producer's epoch is fenced"
+    if error == ErrorCode.invalid_txn_state:
         if new_client:
-            return "transaction_abortable", ("the transaction cannot take this partition now; "
+            return ErrorCode.transaction_abortable, ("the transaction cannot take this partition now; "
                                              "abort it")
         return error, "the transaction is not ongoing or does not hold this partition"
-    return error, f"the transaction coordinator refused the batch: {error}"
+    return error, f"the transaction coordinator refused the batch: {error.name}"
 
 
-def offset_commit_error(error: str) -> str:
+def offset_commit_error(error: ErrorCode) -> ErrorCode:
     """The TxnOffsetCommit answer for a verification error (KIP-890: the retriable ones become
     COORDINATOR_NOT_AVAILABLE; INVALID_TXN_STATE and INVALID_PRODUCER_ID_MAPPING are fatal)."""
     if error in _RETRIABLE:
-        return "coordinator_not_available"
-    if error == "producer_fenced":
-        return "invalid_producer_epoch"
+        return ErrorCode.coordinator_not_available
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
     return error
 
 
@@ -84,14 +86,14 @@ class _Ask:
 
 
 class CoordinatorLookup(Protocol):
-    def coordinator_of(self, name: str, key: str) -> tuple[str | None, int]: ...
+    def coordinator_of(self, name: str, key: str) -> tuple[ErrorCode | None, int]: ...
 
 
 class LocalCoordinator(Protocol):
     async def add_partitions(self, transactional_id: str, producer_id: int,
                              producer_epoch: int, wanted: list[TP], *, version: int,
                              verify_only: bool = False, txn_version: int | None = None
-                             ) -> dict[TP, str | None]: ...
+                             ) -> dict[TP, ErrorCode | None]: ...
 
 
 class RequestSender(Protocol):
@@ -125,7 +127,7 @@ class TxnVerifier:
 
     async def check(self, transactional_id: str, producer_id: int, producer_epoch: int,
                     partitions: list[TP], *, add: bool,
-                    renew: Callable[[], None] | None = None) -> dict[TP, str | None]:
+                    renew: Callable[[], None] | None = None) -> dict[TP, ErrorCode | None]:
         """Verify (``add`` False) or add the partitions; the coordinator's error of each.
         CONCURRENT_TRANSACTIONS (the coordinator is still writing another change of the same
         transaction, e.g. the partition another leader added a moment ago) is retried here
@@ -141,11 +143,11 @@ class TxnVerifier:
                 loop.call_soon(self._send)
             self._waiting.append(ask)
             try:
-                result: dict[TP, str | None] = await ask.future
+                result: dict[TP, ErrorCode | None] = await ask.future
             except Exception as exc:  # noqa: BLE001 - a coordinator bug must not kill the produce
                 log.error("transaction verification for %r failed: %s", transactional_id, exc)
-                result = {tp: "coordinator_not_available" for tp in partitions}
-            if "concurrent_transactions" not in result.values() or \
+                result = {tp: ErrorCode.coordinator_not_available for tp in partitions}
+            if ErrorCode.concurrent_transactions not in result.values() or \
                     time.monotonic() - started + backoff > CONCURRENT_RETRY_MAX_S:
                 break
             await asyncio.sleep(backoff)
@@ -170,7 +172,7 @@ class TxnVerifier:
                 err, found = self._metadata.coordinator_of(TRANSACTION_STATE,
                                                                 ask.transactional_id)
             except TopicError:
-                err, found = "coordinator_not_available", -1
+                err, found = ErrorCode.coordinator_not_available, -1
             if err is not None:
                 if not ask.future.done():
                     ask.future.set_result({tp: err for tp in ask.partitions})
@@ -212,7 +214,7 @@ class TxnVerifier:
                     a.future.set_exception(exc)
             return
         for a, found in zip(asks, answers, strict=True):
-            result = {tp: found.get(tp, "coordinator_not_available") for tp in a.partitions}
+            result = {tp: found.get(tp, ErrorCode.coordinator_not_available) for tp in a.partitions}
             if not a.future.done():
                 a.future.set_result(result)
 
@@ -234,15 +236,15 @@ class TxnVerifier:
         return make(mod.AddPartitionsToTxnRequest, transactions=tuple(transactions))
 
     @staticmethod
-    def _answered(response: Any, ask: _Ask) -> dict[TP, str | None]:
+    def _answered(response: Any, ask: _Ask) -> dict[TP, ErrorCode | None]:
         """The coordinator's error of each partition of one ask, from its response."""
-        found: dict[TP, str | None] = {}
+        found: dict[TP, ErrorCode | None] = {}
         r = next((r for r in response.results_by_transaction
                   if r.transactional_id == ask.transactional_id), None)
         for t in (r.topic_results if r else ()):
             for p in t.results_by_partition:
                 code = p.partition_error_code
-                found[(t.name, p.partition_index)] = code.name if code else None
+                found[(t.name, p.partition_index)] = code if code else None
         return found
 
     def close(self) -> None:

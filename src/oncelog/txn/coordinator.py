@@ -25,6 +25,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from kio.schema.errors import ErrorCode
+
 from ..records.batch import Record
 from .log_format import TxnLogFormatError, decode_key, decode_value
 from .state import MAX_PRODUCER_EPOCH, TWO_PHASE_TIMEOUT, TransactionMetadata, TransactionState
@@ -72,7 +74,7 @@ COMPLETE_RETRY_MS = 500
 
 @dataclass
 class Outcome:
-    error: str | None = None
+    error: ErrorCode | None = None
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = -1
     effects: list[Effect] = field(default_factory=list)
@@ -81,9 +83,9 @@ class Outcome:
     ongoing_producer_epoch: int = -1
 
 
-def _fenced(api: str, version: int) -> str:
-    return "producer_fenced" if version >= PRODUCER_FENCED_SINCE[api] else \
-        "invalid_producer_epoch"
+def _fenced(api: str, version: int) -> ErrorCode:
+    return ErrorCode.producer_fenced if version >= PRODUCER_FENCED_SINCE[api] else \
+        ErrorCode.invalid_producer_epoch
 
 
 class TransactionCoordinator:
@@ -194,15 +196,15 @@ class TransactionCoordinator:
 
     # -- checks shared by the requests --------------------------------------------------------
 
-    def _busy(self, transactional_id: str) -> str | None:
+    def _busy(self, transactional_id: str) -> ErrorCode | None:
         if not self.loaded:
-            return "coordinator_load_in_progress"
+            return ErrorCode.coordinator_load_in_progress
         if transactional_id in self.pending:
-            return "concurrent_transactions"
+            return ErrorCode.concurrent_transactions
         return None
 
     def _current(self, api: str, version: int, transactional_id: str, producer_id: int,
-                 producer_epoch: int) -> tuple[str | None, TransactionMetadata | None]:
+                 producer_epoch: int) -> tuple[ErrorCode | None, TransactionMetadata | None]:
         busy = self._busy(transactional_id)
         if busy:
             return busy, None
@@ -213,9 +215,9 @@ class TransactionCoordinator:
             # The client's next transaction, early: the last one's markers still go out under
             # that transaction's own id and epoch (a kept two-phase-commit transaction, an
             # epoch overflow), while the client already holds its next ones. Busy, not fenced.
-            return "concurrent_transactions", None
+            return ErrorCode.concurrent_transactions, None
         if m is None or m.producer_id != producer_id:
-            return "invalid_producer_id_mapping", None
+            return ErrorCode.invalid_producer_id_mapping, None
         if producer_epoch != m.producer_epoch:
             return _fenced(api, version), None
         return None, m
@@ -229,10 +231,10 @@ class TransactionCoordinator:
         if enable_2pc:
             if not self.two_phase_commit_enabled:
                 # KIP-939: transaction.two.phase.commit.enable is off on this broker.
-                return Outcome("transactional_id_authorization_failed")
+                return Outcome(ErrorCode.transactional_id_authorization_failed)
             timeout_ms = TWO_PHASE_TIMEOUT  # never times out; the request's value is ignored
         elif not 0 < timeout_ms <= self.max_timeout_ms:
-            return Outcome("invalid_transaction_timeout")
+            return Outcome(ErrorCode.invalid_transaction_timeout)
         busy = self._busy(transactional_id)
         if busy:
             return Outcome(busy)
@@ -260,10 +262,10 @@ class TransactionCoordinator:
                     # Kafka checks the producer id, then a transition in progress, and the
                     # epoch only after it: the retry of an InitProducerId that fenced its own
                     # transaction, while the abort's markers are written, waits as well.
-                    return Outcome("concurrent_transactions")
+                    return Outcome(ErrorCode.concurrent_transactions)
                 return Outcome(_fenced("init_producer_id", version))
         if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
-            return Outcome("concurrent_transactions")  # the client retries once completed
+            return Outcome(ErrorCode.concurrent_transactions)  # the client retries once completed
         if m.state == S.ONGOING and keep_prepared_txn:
             # KIP-939: a restarted participant keeps its prepared transaction (its id and epoch
             # stay, for the markers) and gets an id and epoch of its own, newer than any of
@@ -279,7 +281,7 @@ class TransactionCoordinator:
             # Fence the previous instance: bump the epoch and abort its transaction with it,
             # so that every partition learns the new epoch from the ABORT marker. The caller
             # retries (CONCURRENT_TRANSACTIONS) and then gets the next epoch.
-            return Outcome("concurrent_transactions", effects=[self._fence_and_abort(m, now_ms)])
+            return Outcome(ErrorCode.concurrent_transactions, effects=[self._fence_and_abort(m, now_ms)])
         # Empty, CompleteCommit, CompleteAbort: a new epoch (or a new id once exhausted).
         if m.epoch_exhausted:
             new_pid, new_epoch = self.allocate_producer_id(), 0
@@ -327,9 +329,9 @@ class TransactionCoordinator:
             # abort); its earlier incarnations are fenced.
             return Outcome(_fenced(api, version))
         if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            return Outcome("concurrent_transactions")
+            return Outcome(ErrorCode.concurrent_transactions)
         if m.state not in (S.EMPTY, S.ONGOING, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
-            return Outcome("invalid_txn_state")
+            return Outcome(ErrorCode.invalid_txn_state)
         wanted = frozenset(partitions)
         if m.state == S.ONGOING and wanted <= m.partitions:
             return Outcome(None, m.producer_id, m.producer_epoch)
@@ -341,7 +343,7 @@ class TransactionCoordinator:
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[tuple[str, int]], *, version: int = 4
-                          ) -> dict[tuple[str, int], str | None]:
+                          ) -> dict[tuple[str, int], ErrorCode | None]:
         """KIP-890 part 1 (AddPartitionsToTxn v4+ with verifyOnly): is the transaction ongoing
         with this producer id and epoch, and does it include each partition? Changes nothing."""
         wanted = list(partitions)
@@ -349,7 +351,7 @@ class TransactionCoordinator:
                                  producer_epoch)
         if error or m is None:
             return {tp: error for tp in wanted}
-        return {tp: None if m.state == S.ONGOING and tp in m.partitions else "invalid_txn_state"
+        return {tp: None if m.state == S.ONGOING and tp in m.partitions else ErrorCode.invalid_txn_state
                 for tp in wanted}
 
     # -- EndTxn (step 5.1) ----------------------------------------------------------------------
@@ -368,9 +370,9 @@ class TransactionCoordinator:
         if m.state == same_way:
             return Outcome(None, m.producer_id, m.producer_epoch)  # a retry: it is done
         if m.state == preparing:
-            return Outcome("concurrent_transactions")  # a retry while markers are written
+            return Outcome(ErrorCode.concurrent_transactions)  # a retry while markers are written
         if m.state != S.ONGOING:
-            return Outcome("invalid_txn_state")
+            return Outcome(ErrorCode.invalid_txn_state)
         new = m.transition_to(preparing, now_ms, client_txn_version=txn_version)
         return Outcome(None, m.producer_id, m.producer_epoch, [self._stage(new)])
 
@@ -382,7 +384,7 @@ class TransactionCoordinator:
             return Outcome(busy)
         m = self.transactions.get(transactional_id)
         if m is None:
-            return Outcome("invalid_producer_id_mapping")
+            return Outcome(ErrorCode.invalid_producer_id_mapping)
         same_way = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
         preparing = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         caller = (producer_id, producer_epoch)
@@ -391,19 +393,19 @@ class TransactionCoordinator:
             if m.state == same_way:
                 return Outcome(None, *m.client_identity)
             if m.state == preparing:
-                return Outcome("concurrent_transactions")
+                return Outcome(ErrorCode.concurrent_transactions)
         client_pid, client_epoch = m.client_identity
         if producer_id != client_pid:
             known = producer_id >= 0 and producer_id in (m.producer_id, m.last_producer_id)
             return Outcome(_fenced("end_txn", version) if known
-                           else "invalid_producer_id_mapping")
+                           else ErrorCode.invalid_producer_id_mapping)
         if producer_epoch != client_epoch:
             return Outcome(_fenced("end_txn", version))
         if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
-            return Outcome("concurrent_transactions")
+            return Outcome(ErrorCode.concurrent_transactions)
         if m.state != S.ONGOING and (commit or m.state not in (S.EMPTY, S.COMPLETE_COMMIT,
                                                                 S.COMPLETE_ABORT)):
-            return Outcome("invalid_txn_state")
+            return Outcome(ErrorCode.invalid_txn_state)
         # The markers carry the transaction's own epoch + 1; the client goes on with its
         # own id and epoch + 1, or a new id once that epoch would be the maximum.
         marker_epoch = m.producer_epoch + 1

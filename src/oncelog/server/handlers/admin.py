@@ -6,6 +6,8 @@ import logging
 import uuid
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, millis, response_module
 from ..context import RequestContext
 from ..ports import BrokerPort
@@ -39,9 +41,9 @@ async def handle_create_topics(broker: BrokerPort, ctx: RequestContext, request:
         try:
             if not (acl.cluster(broker, ctx, acl.Op.CREATE)
                     or acl.topic(broker, ctx, acl.Op.CREATE, t.name)):
-                raise TopicError("topic_authorization_failed", "Create is not allowed")
+                raise TopicError(ErrorCode.topic_authorization_failed, "Create is not allowed")
             if seen[t.name] > 1:
-                raise TopicError("invalid_request", f"topic {t.name!r} is listed more than once")
+                raise TopicError(ErrorCode.invalid_request, f"topic {t.name!r} is listed more than once")
             topic = await broker.metadata.create_topic(
                 t.name, num, rf, configs,
                 {a.partition_index: list(a.broker_ids) for a in t.assignments} or None,
@@ -55,7 +57,7 @@ async def handle_create_topics(broker: BrokerPort, ctx: RequestContext, request:
         except TopicError as exc:
             err, msg = exc.error_name, str(exc)
         except OSError as exc:
-            err, msg = "kafka_storage_error", f"cannot create topic: {exc}"
+            err, msg = ErrorCode.kafka_storage_error, f"cannot create topic: {exc}"
         result_configs = ()
         if err is None and hasattr(mod, "CreatableTopicConfigs"):  # v5+ echoes configs
             effective = broker.config.topic_defaults()
@@ -97,7 +99,7 @@ async def handle_delete_topics(broker: BrokerPort, ctx: RequestContext, request:
         # Kafka's InvalidRequestException, answered for every topic of the request.
         return make(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(
             make(mod.DeletableTopicResult, name=t.name, topic_id=t.topic_id or _NULL_UUID,
-                 error_code=error_code("invalid_request"),
+                 error_code=ErrorCode.invalid_request,
                  error_message="Topic name and topic ID can not both be specified.")
             for t in request.topics))
     results = []
@@ -105,13 +107,13 @@ async def handle_delete_topics(broker: BrokerPort, ctx: RequestContext, request:
         err, msg = None, None
         try:
             if topic_id is not None and name is None:
-                raise TopicError("unknown_topic_id", f"no topic has id {topic_id}")
+                raise TopicError(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
             if topic_id is not None and not acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
                 # Kafka: the id is not secret, the name of a topic one may not describe is.
                 name = None
-                raise TopicError("topic_authorization_failed", "Describe is not allowed")
+                raise TopicError(ErrorCode.topic_authorization_failed, "Describe is not allowed")
             if not acl.topic(broker, ctx, acl.Op.DELETE, name):
-                raise TopicError("topic_authorization_failed", "Delete is not allowed")
+                raise TopicError(ErrorCode.topic_authorization_failed, "Delete is not allowed")
             deleted = broker.metadata.view.topics.get(name)
             await broker.metadata.delete_topic(name, millis(request.timeout))
             if topic_id is None and deleted is not None:

@@ -7,6 +7,8 @@ import uuid
 from types import ModuleType
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_class, response_module
 from ...protocol.error_response import error_response
 from ..context import RequestContext
@@ -54,9 +56,9 @@ async def _metadata(broker: BrokerPort, ctx: RequestContext, request: Any, mod: 
         err = None
         assignment = view.topics.get(name) if name is not None else None
         if name is None:
-            err = "unknown_topic_id"
+            err = ErrorCode.unknown_topic_id
         elif not acl.topic(broker, ctx, acl.Op.DESCRIBE, name):
-            err, assignment = "topic_authorization_failed", None
+            err, assignment = ErrorCode.topic_authorization_failed, None
             if i in asked_ids:
                 name = None  # Kafka: the id is no secret, the name of a topic one may not see is
         elif assignment is None:
@@ -66,9 +68,9 @@ async def _metadata(broker: BrokerPort, ctx: RequestContext, request: Any, mod: 
                     err = metadata.request_internal_topic(name)
                 elif not (acl.cluster(broker, ctx, acl.Op.CREATE)
                           or acl.topic(broker, ctx, acl.Op.CREATE, name)):
-                    err = "topic_authorization_failed"  # auto-creation needs Create
+                    err = ErrorCode.topic_authorization_failed  # auto-creation needs Create
                 elif not (allow_auto and broker.config.get("auto.create.topics.enable")):
-                    err = "unknown_topic_or_partition"
+                    err = ErrorCode.unknown_topic_or_partition
                 else:
                     err = metadata.request_topic(name, broker.config.int("num.partitions"),
                                                  broker.config.int("default.replication.factor"),
@@ -80,7 +82,7 @@ async def _metadata(broker: BrokerPort, ctx: RequestContext, request: Any, mod: 
         if assignment is None:
             # Kafka's answer names the operations of every topic the caller may describe,
             # unknown ones too; not of those refused (Describe, or Create to auto-create).
-            ops = topic_ops(name) if err != "topic_authorization_failed" and name is not None \
+            ops = topic_ops(name) if err != ErrorCode.topic_authorization_failed and name is not None \
                 else acl.OPERATIONS_OMITTED
             topics_out.append(make(mod.MetadataResponseTopic, error_code=error_code(err),
                                    name=name, topic_id=asked_ids.get(i, _NULL_UUID),
@@ -94,7 +96,7 @@ async def _metadata(broker: BrokerPort, ctx: RequestContext, request: Any, mod: 
             if found is None or found[0].leader < 0 or found[0].leader not in view.brokers:
                 state = found[0] if found else None
                 parts.append(make(
-                    mod.MetadataResponsePartition, error_code=error_code("leader_not_available"),
+                    mod.MetadataResponsePartition, error_code=ErrorCode.leader_not_available,
                     partition_index=index, leader_id=-1,
                     leader_epoch=state.leader_epoch if state else -1,
                     replica_nodes=tuple(replicas), isr_nodes=tuple(state.isr) if state else (),
@@ -133,7 +135,7 @@ def _topic_ids_refused(ctx: RequestContext, request: Any, mod: ModuleType):
         return None
     return make(mod.MetadataResponse, throttle_time=0, brokers=(), cluster_id=None,
                 controller_id=-1, cluster_authorized_operations=-2147483648, topics=tuple(
-                    make(mod.MetadataResponseTopic, error_code=error_code("invalid_request"),
+                    make(mod.MetadataResponseTopic, error_code=ErrorCode.invalid_request,
                          name=t.name or "", topic_id=t.topic_id or _NULL_UUID,
                          is_internal=False, partitions=())
                     for t in request.topics))
@@ -151,7 +153,7 @@ async def handle_describe_cluster(broker: BrokerPort, ctx: RequestContext, reque
     mod = response_module(ApiKey.DESCRIBE_CLUSTER, ctx.version)
     if getattr(request, "endpoint_type", 1) != 1:
         return make(mod.DescribeClusterResponse, throttle_time=0,
-                    error_code=error_code("unsupported_endpoint_type"),
+                    error_code=ErrorCode.unsupported_endpoint_type,
                     error_message="only broker endpoints (type 1) are served",
                     endpoint_type=request.endpoint_type, cluster_id=broker.cluster_id,
                     controller_id=-1, brokers=())
@@ -185,7 +187,7 @@ async def handle_describe_topic_partitions(broker: BrokerPort, ctx: RequestConte
     if not fetch_all and cursor is not None and cursor_name not in names:
         # Kafka: "the topic list should contain the cursor topic" (InvalidRequestException)
         return error_response(response_class(ApiKey.DESCRIBE_TOPIC_PARTITIONS, ctx.version),
-                              request, error_code("invalid_request"))
+                              request, ErrorCode.invalid_request)
     refused = []
     allowed = []
     for name in names:
@@ -193,7 +195,7 @@ async def handle_describe_topic_partitions(broker: BrokerPort, ctx: RequestConte
             allowed.append(name)
         elif not fetch_all:  # named and refused: no topic id, not even whether it exists
             refused.append(make(mod.DescribeTopicPartitionsResponseTopic,
-                                error_code=error_code("topic_authorization_failed"), name=name,
+                                error_code=ErrorCode.topic_authorization_failed, name=name,
                                 topic_id=_NULL_UUID, is_internal=False, partitions=()))
     first_partition = cursor.partition_index if cursor_name in allowed else 0
     budget = max(0, min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit))
@@ -206,7 +208,7 @@ async def handle_describe_topic_partitions(broker: BrokerPort, ctx: RequestConte
         if assignment is None:
             if not fetch_all:
                 topics_out.append(make(mod.DescribeTopicPartitionsResponseTopic,
-                                       error_code=error_code("unknown_topic_or_partition"),
+                                       error_code=ErrorCode.unknown_topic_or_partition,
                                        name=name, topic_id=_NULL_UUID, is_internal=False,
                                        partitions=()))
             continue
@@ -228,7 +230,7 @@ async def handle_describe_topic_partitions(broker: BrokerPort, ctx: RequestConte
             led = state is not None and state.leader >= 0 and state.leader in view.brokers
             parts.append(make(
                 mod.DescribeTopicPartitionsResponsePartition,
-                error_code=error_code(None if led else "leader_not_available"),
+                error_code=error_code(None if led else ErrorCode.leader_not_available),
                 partition_index=index, leader_id=state.leader if led and state else -1,
                 leader_epoch=state.leader_epoch if state else -1,
                 replica_nodes=tuple(replicas), isr_nodes=tuple(state.isr) if state else (),

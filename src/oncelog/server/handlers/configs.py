@@ -18,7 +18,10 @@ from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
+from ...security.acls import Operation
 from ..config import (
     BROKER_DEFAULTS,
     TOPIC_CONFIGS,
@@ -48,17 +51,18 @@ SOURCE_DEFAULT = 5
 
 
 class Refused(Exception):
-    def __init__(self, error_name: str, message: str | None) -> None:
+    def __init__(self, error_name: ErrorCode, message: str | None) -> None:
         super().__init__(message)
         self.error_name = error_name
         self.message = message
 
 
-def _authorized(broker: BrokerPort, ctx: RequestContext, kind: int, name: str, op) -> str | None:
+def _authorized(broker: BrokerPort, ctx: RequestContext, kind: int, name: str, op: Operation
+                ) -> ErrorCode | None:
     if kind == RESOURCE_TOPIC:
-        return None if acl.topic(broker, ctx, op, name) else "topic_authorization_failed"
+        return None if acl.topic(broker, ctx, op, name) else ErrorCode.topic_authorization_failed
     if kind == RESOURCE_BROKER:
-        return None if acl.cluster(broker, ctx, op) else "cluster_authorization_failed"
+        return None if acl.cluster(broker, ctx, op) else ErrorCode.cluster_authorization_failed
     return None
 
 
@@ -69,10 +73,10 @@ def _broker_entity(broker: BrokerPort, name: str) -> str:
     try:
         node = int(name)
     except ValueError:
-        raise Refused("invalid_request", f"Node id must be an integer, but it is: {name}"
+        raise Refused(ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}"
                       ) from None
     if node != broker.node_id:
-        raise Refused("invalid_request", f"Unexpected broker id, expected {broker.node_id}, "
+        raise Refused(ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id}, "
                       f"but received {name}")
     return str(node)
 
@@ -80,7 +84,7 @@ def _broker_entity(broker: BrokerPort, name: str) -> str:
 def _check_names(resource) -> None:
     names = Counter(c.name for c in resource.configs)
     if any(n > 1 for n in names.values()):
-        raise Refused("invalid_request", "Error due to duplicate config keys")
+        raise Refused(ErrorCode.invalid_request, "Error due to duplicate config keys")
 
 
 def _current(broker: BrokerPort, kind: int, name: str) -> dict[str, str]:
@@ -99,16 +103,16 @@ async def _alter(broker: BrokerPort, kind: int, name: str, configs: dict[str, st
     ``validate_only``)."""
     if kind == RESOURCE_TOPIC:
         if not name:
-            raise Refused("invalid_request", "Default topic resources are not allowed.")
+            raise Refused(ErrorCode.invalid_request, "Default topic resources are not allowed.")
         if name not in broker.metadata.view.topics:
-            raise Refused("unknown_topic_or_partition", f"The topic '{name}' does not exist.")
+            raise Refused(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
         unknown = [k for k in configs if k not in TOPIC_CONFIGS]
         if unknown:
-            raise Refused("invalid_config", f"Unknown topic config name: {unknown[0]}")
+            raise Refused(ErrorCode.invalid_config, f"Unknown topic config name: {unknown[0]}")
         try:
             clean = validate_topic_configs(configs, broker.config.topic_defaults())
         except ConfigError as exc:
-            raise Refused("invalid_config", str(exc)) from None  # Kafka 4's (KRaft) words
+            raise Refused(ErrorCode.invalid_config, str(exc)) from None  # Kafka 4's (KRaft) words
         if not validate_only:
             try:
                 await broker.metadata.alter_topic_configs(name, clean)
@@ -120,11 +124,11 @@ async def _alter(broker: BrokerPort, kind: int, name: str, configs: dict[str, st
             clean = check_dynamic(broker.config, configs,
                                   per_broker=entity != DEFAULT_ENTITY)
         except ConfigError as exc:  # KAFKA-13609: INVALID_REQUEST for broker configs
-            raise Refused("invalid_request", str(exc)) from None
+            raise Refused(ErrorCode.invalid_request, str(exc)) from None
         if not validate_only:
             await broker.metadata.alter_broker_configs(entity, clean)
     else:
-        raise Refused("invalid_request", f"Unknown resource type {kind}")
+        raise Refused(ErrorCode.invalid_request, f"Unknown resource type {kind}")
 
 
 def _logged_resource(kind: int, name: str) -> str:
@@ -148,7 +152,7 @@ def _change_text(kind: int, c) -> str:
 
 async def _each(broker: BrokerPort, ctx: RequestContext, request: Any,
                 change: Callable[[Any], Awaitable[None]]
-                ) -> list[tuple[Any, str | None, str | None]]:
+                ) -> list[tuple[Any, ErrorCode | None, str | None]]:
     """(resource, error, message) for every resource: duplicates refused, each authorized,
     then ``change(resource)``."""
     counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
@@ -157,7 +161,7 @@ async def _each(broker: BrokerPort, ctx: RequestContext, request: Any,
         err, msg = None, None
         try:
             if counts[(res.resource_type, res.resource_name)] > 1:
-                raise Refused("invalid_request", "Each resource must appear at most once.")
+                raise Refused(ErrorCode.invalid_request, "Each resource must appear at most once.")
             refused = _authorized(broker, ctx, res.resource_type, res.resource_name,
                                   acl.Op.ALTER_CONFIGS)
             if refused:
@@ -182,7 +186,7 @@ async def handle_alter_configs(broker: BrokerPort, ctx: RequestContext, request:
     async def change(res) -> None:
         nulls = [c.name for c in res.configs if c.value is None]
         if nulls:
-            raise Refused("invalid_request", f"Null value not supported for : {', '.join(nulls)}")
+            raise Refused(ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}")
         await _alter(broker, res.resource_type, res.resource_name,
                      {c.name: c.value for c in res.configs}, request.validate_only)
 
@@ -203,7 +207,7 @@ def _list_default(kind: int, key: str) -> str:
 def _is_list(kind: int, key: str) -> bool:
     if kind == RESOURCE_TOPIC:
         if key not in TOPIC_CONFIGS:
-            raise Refused("invalid_config", f"Unknown topic config name: {key}")
+            raise Refused(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
         return TOPIC_CONFIGS[key].config_type == TYPE_LIST
     spec = BY_BROKER_NAME.get(key)
     return spec is not None and spec.config_type == TYPE_LIST
@@ -222,7 +226,7 @@ def apply_ops(kind: int, current: dict[str, str], ops) -> dict[str, str]:
         elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
             verb = "append" if op.config_operation == OP_APPEND else "subtract"
             if not _is_list(kind, key):
-                raise Refused("invalid_config",
+                raise Refused(ErrorCode.invalid_config,
                               f"Config value {verb} is not allowed for config key: {key}")
             old = parse_list(out[key] if key in out else _list_default(kind, key))
             given = parse_list(value)
@@ -232,7 +236,7 @@ def apply_ops(kind: int, current: dict[str, str], ops) -> dict[str, str]:
                 new = [v for v in old if v not in given]
             out[key] = ",".join(new)
         else:
-            raise Refused("invalid_request",
+            raise Refused(ErrorCode.invalid_request,
                           f"Unknown operations type {op.config_operation}")
     return out
 
@@ -246,13 +250,13 @@ async def handle_incremental_alter_configs(broker: BrokerPort, ctx: RequestConte
         nulls = [c.name for c in res.configs
                  if c.value is None and c.config_operation != OP_DELETE]
         if nulls:
-            raise Refused("invalid_request", f"Null value not supported for : {', '.join(nulls)}")
+            raise Refused(ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}")
         if res.resource_type == RESOURCE_TOPIC and res.resource_name and \
                 res.resource_name not in broker.metadata.view.topics:
-            raise Refused("unknown_topic_or_partition",
+            raise Refused(ErrorCode.unknown_topic_or_partition,
                           f"The topic '{res.resource_name}' does not exist.")
         if res.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
-            raise Refused("invalid_request", f"Unknown resource type {res.resource_type}")
+            raise Refused(ErrorCode.invalid_request, f"Unknown resource type {res.resource_type}")
         current = _current(broker, res.resource_type, res.resource_name)
         configs = apply_ops(res.resource_type, current, res.configs)
         await _alter(broker, res.resource_type, res.resource_name, configs,
@@ -316,7 +320,7 @@ def topic_synonyms(config, overrides: dict[str, str], name: str) -> list[tuple[s
 def _describe_topic(broker: BrokerPort, mod: ModuleType, request: Any, name: str, wanted) -> list:
     topic = broker.metadata.view.topics.get(name)
     if topic is None:
-        raise Refused("unknown_topic_or_partition", f"topic {name!r} not found")
+        raise Refused(ErrorCode.unknown_topic_or_partition, f"topic {name!r} not found")
     overrides = dict(topic.configs)
     entries = []
     for key_name in sorted(TOPIC_CONFIGS):
@@ -365,7 +369,7 @@ async def handle_describe_configs(broker: BrokerPort, ctx: RequestContext, reque
             elif res.resource_type == RESOURCE_BROKER:
                 entries = _describe_broker(broker, mod, request, res.resource_name, wanted)
             else:
-                raise Refused("invalid_request",
+                raise Refused(ErrorCode.invalid_request,
                               f"unsupported resource type {res.resource_type}")
         except Refused as exc:
             err, msg = exc.error_name, exc.message
@@ -386,15 +390,15 @@ async def handle_describe_client_quotas(broker: BrokerPort, ctx: RequestContext,
                                            ) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, ctx.version)
 
-    def refused(name: str, message: str):
+    def refused(name: ErrorCode, message: str) -> Any:
         return make(mod.DescribeClientQuotasResponse, throttle_time=0,
                     error_code=error_code(name), error_message=message, entries=None)
 
     if not acl.cluster(broker, ctx, acl.Op.DESCRIBE_CONFIGS):
-        return refused("cluster_authorization_failed", "Cluster authorization failed.")
+        return refused(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
     for component in request.components:
         if component.entity_type not in _QUOTA_ENTITY_TYPES:
-            return refused("invalid_request",
+            return refused(ErrorCode.invalid_request,
                            f"Custom entity type '{component.entity_type}' not supported")
     return make(mod.DescribeClientQuotasResponse, throttle_time=0, error_code=0,
                 error_message=None, entries=())

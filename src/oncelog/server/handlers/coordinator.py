@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
 from ..ports import BrokerPort
@@ -26,21 +28,21 @@ _TOPIC_OF_KEY_TYPE = {KEY_TYPE_GROUP: CONSUMER_OFFSETS, KEY_TYPE_TRANSACTION: TR
 
 
 def _find(broker: BrokerPort, key_type: int, key: str | None
-          ) -> tuple[str | None, str | None, tuple]:
+          ) -> tuple[ErrorCode | None, str | None, tuple]:
     """(error name, message, (node id, host, port)) for one key."""
     topic = _TOPIC_OF_KEY_TYPE.get(key_type)
     if topic is None:
-        return "invalid_request", f"unknown coordinator key type {key_type}", _NOWHERE
+        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", _NOWHERE
     if not key:
         if key_type == KEY_TYPE_TRANSACTION:
-            return "invalid_request", "empty transactional id", _NOWHERE
-        return "invalid_group_id", "empty group id", _NOWHERE
+            return ErrorCode.invalid_request, "empty transactional id", _NOWHERE
+        return ErrorCode.invalid_group_id, "empty group id", _NOWHERE
     # The leader of the key's partition of the internal topic (a topic that cannot be
     # created, e.g. on a full disk, is COORDINATOR_NOT_AVAILABLE, as Kafka answers).
     try:
         err, node = broker.metadata.coordinator_of(topic, key)
     except TopicError as exc:
-        return "coordinator_not_available", str(exc), _NOWHERE
+        return ErrorCode.coordinator_not_available, str(exc), _NOWHERE
     if err is not None:
         return err, "the coordinator is not available yet", _NOWHERE
     info = broker.metadata.view.brokers[node]
@@ -53,8 +55,8 @@ async def handle_find_coordinator(broker: BrokerPort, ctx: RequestContext, reque
     def find(key):
         rtype = acl.R.TRANSACTIONAL_ID if key_type == 1 else acl.R.GROUP
         if not broker.allowed(ctx, acl.Op.DESCRIBE, rtype, key):
-            return (("transactional_id_authorization_failed" if key_type == 1
-                     else "group_authorization_failed"), "not authorized", _NOWHERE)
+            return ((ErrorCode.transactional_id_authorization_failed if key_type == 1
+                     else ErrorCode.group_authorization_failed), "not authorized", _NOWHERE)
         return _find(broker, key_type, key)
 
     if ctx.version < 4:

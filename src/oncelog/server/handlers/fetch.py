@@ -20,6 +20,8 @@ import asyncio
 from types import ModuleType
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...log import OffsetOutOfRangeError
 from ...protocol import ApiKey, make, millis, response_module
 from ...protocol.fetch_response import FetchResponseWriter
@@ -48,7 +50,7 @@ def _read_partition(broker: BrokerPort, topic, index, sp, isolation, budget, fir
         local = broker.topics.get(topic)
         if local is None or local.topic_id != topic_id:
             # The view names the id, the log here is an older (or newer) topic of that name.
-            return "inconsistent_topic_id", -1, -1, -1, b"", ()
+            return ErrorCode.inconsistent_topic_id, -1, -1, -1, b"", ()
     partition = replica.partition
     if replica_id >= 0:
         broker.replication.follower_fetched(replica, replica_id, sp.fetch_offset,
@@ -71,8 +73,8 @@ def _read_partition(broker: BrokerPort, topic, index, sp, isolation, budget, fir
                                 min_one=first)
     except OffsetOutOfRangeError:
         if replica_id < 0:  # as Kafka: an error's partition carries no offsets for a consumer
-            return "offset_out_of_range", -1, -1, -1, b"", ()
-        return "offset_out_of_range", hw, lso, start, b"", ()  # a follower starts from it
+            return ErrorCode.offset_out_of_range, -1, -1, -1, b"", ()
+        return ErrorCode.offset_out_of_range, hw, lso, start, b"", ()  # a follower starts from it
     aborted: tuple = ()
     if isolation == READ_COMMITTED and data:
         # spec 000, "Fetch": the aborted transactions that intersect the fetched range, so the
@@ -83,7 +85,7 @@ def _read_partition(broker: BrokerPort, topic, index, sp, isolation, budget, fir
 
 # Errors Kafka answers before reading the log (KafkaApis' erroneous partitions), with an
 # empty list of aborted transactions where a read's error has none.
-_UNREAD = {"unknown_topic_or_partition", "unknown_topic_id", "topic_authorization_failed"}
+_UNREAD = {ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id, ErrorCode.topic_authorization_failed}
 
 
 def _aborted(err, isolation, aborted):
@@ -111,7 +113,7 @@ def _collect(broker: BrokerPort, session, full, isolation, max_bytes, replica_id
     for (key, index), sp in session.partitions.items():
         name = _topic_name(key, names)
         if name is None:
-            err, hw, lso, start, data, aborted = "unknown_topic_id", -1, -1, -1, b"", ()
+            err, hw, lso, start, data, aborted = ErrorCode.unknown_topic_id, -1, -1, -1, b"", ()
         else:
             err, hw, lso, start, data, aborted = _read_partition(
                 broker, name, index, sp, isolation, budget, first=total == 0,
@@ -196,7 +198,7 @@ async def handle_fetch(broker: BrokerPort, ctx: RequestContext, request: Any) ->
                     responses=tuple(make(
                         mod.FetchableTopicResponse, **topic_field(key(t)), partitions=tuple(make(
                             mod.PartitionData, partition_index=p.partition,
-                            error_code=error_code("topic_authorization_failed"),
+                            error_code=ErrorCode.topic_authorization_failed,
                             high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
                             aborted_transactions=None, preferred_read_replica=-1,
                             records=None) for p in t.partitions))
@@ -235,11 +237,11 @@ async def handle_fetch(broker: BrokerPort, ctx: RequestContext, request: Any) ->
         # An unknown id is answered as such before authorization, as Kafka does: it names
         # no topic whose existence could leak.
         if name is not None and not may_read(name):
-            err, data, aborted, hw, lso, start = "topic_authorization_failed", b"", (), -1, -1, -1
+            err, data, aborted, hw, lso, start = ErrorCode.topic_authorization_failed, b"", (), -1, -1, -1
         sp.high_watermark, sp.last_stable_offset, sp.log_start_offset = hw, lso, start
         broker.stats.fetched(name, len(data), replica_id)
         leader = None
-        if ctx.version >= 16 and err in ("not_leader_or_follower", "fenced_leader_epoch"):
+        if ctx.version >= 16 and err in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch):
             leader = _current_leader(broker, mod, name, index, node_endpoints)
         by_topic.setdefault(k, []).append((index, err, hw, lso, start, data, aborted, leader))
     if not node_endpoints:  # no tagged field to write: the hand encoder (protocol/fetch_response)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...group.coordinator import GroupState
 from ...group.log_format import OffsetValue
 from ...protocol import ApiKey, make, millis, response_module
@@ -26,14 +28,14 @@ def _group_denied(broker: BrokerPort, ctx: RequestContext, group_id: str, op=acl
     return not acl.group(broker, ctx, op, group_id)
 
 
-def _elsewhere(broker: BrokerPort, group_id: str) -> str | None:
+def _elsewhere(broker: BrokerPort, group_id: str) -> ErrorCode | None:
     """Cluster mode: NOT_COORDINATOR when another broker coordinates the group."""
     return broker.group_coordinator.not_coordinator(group_id)
 
 
 async def handle_join_group(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.JOIN_GROUP, ctx.version)
-    refused = ("group_authorization_failed" if _group_denied(broker, ctx, request.group_id)
+    refused = (ErrorCode.group_authorization_failed if _group_denied(broker, ctx, request.group_id)
                else _elsewhere(broker, request.group_id))
     if refused:
         return make(mod.JoinGroupResponse, throttle_time=0,
@@ -61,7 +63,7 @@ async def handle_join_group(broker: BrokerPort, ctx: RequestContext, request: An
 
 async def handle_sync_group(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.SYNC_GROUP, ctx.version)
-    refused = ("group_authorization_failed" if _group_denied(broker, ctx, request.group_id)
+    refused = (ErrorCode.group_authorization_failed if _group_denied(broker, ctx, request.group_id)
                else _elsewhere(broker, request.group_id))
     if refused:
         return make(mod.SyncGroupResponse, throttle_time=0,
@@ -79,7 +81,7 @@ async def handle_sync_group(broker: BrokerPort, ctx: RequestContext, request: An
 
 async def handle_heartbeat(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.HEARTBEAT, ctx.version)
-    err = "group_authorization_failed" if _group_denied(broker, ctx, request.group_id) else \
+    err = ErrorCode.group_authorization_failed if _group_denied(broker, ctx, request.group_id) else \
         _elsewhere(broker, request.group_id) or broker.group_coordinator.shard(
             request.group_id).heartbeat(request.group_id, request.generation_id, request.member_id,
             getattr(request, "group_instance_id", None), now_ms())
@@ -94,7 +96,7 @@ async def handle_leave_group(broker: BrokerPort, ctx: RequestContext, request: A
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     # Kafka: Read on the group (GROUP_AUTHORIZATION_FAILED), or any user could evict another
     # user's (static) members.
-    refused = ("group_authorization_failed" if _group_denied(broker, ctx, request.group_id)
+    refused = (ErrorCode.group_authorization_failed if _group_denied(broker, ctx, request.group_id)
                else _elsewhere(broker, request.group_id))
     if refused:
         if ctx.version < 3:
@@ -123,7 +125,7 @@ def _per_partition(mod: ModuleType, topic_cls: str, part_cls: str, topics, err,
     UNKNOWN_TOPIC_OR_PARTITION."""
     return tuple(make(getattr(mod, topic_cls), name=t.name, partitions=tuple(
         make(getattr(mod, part_cls), partition_index=p.partition_index, error_code=error_code(
-            "unknown_topic_or_partition" if (t.name, p.partition_index) in unknown else err))
+            ErrorCode.unknown_topic_or_partition if (t.name, p.partition_index) in unknown else err))
         for p in t.partitions)) for t in topics)
 
 
@@ -184,19 +186,20 @@ async def _verify_offsets(broker: BrokerPort, request: Any, new_client: bool):
     return (offset_commit_error(err) if err else None), guard, True
 
 
-def _offsets_denied(broker: BrokerPort, ctx: RequestContext, request: Any) -> str | None:
+def _offsets_denied(broker: BrokerPort, ctx: RequestContext, request: Any
+                    ) -> ErrorCode | None:
     """Committing offsets needs Read on the group and on each topic (spec 000)."""
     if _group_denied(broker, ctx, request.group_id):
-        return "group_authorization_failed"
+        return ErrorCode.group_authorization_failed
     if any(not acl.topic(broker, ctx, acl.Op.READ, t.name) for t in request.topics):
-        return "topic_authorization_failed"
+        return ErrorCode.topic_authorization_failed
     return None
 
 
 async def handle_txn_offset_commit(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
     # Kafka's order: Write on the transactional id, then Read on the group and the topics.
-    err = "transactional_id_authorization_failed" if not acl.transactional_id(
+    err = ErrorCode.transactional_id_authorization_failed if not acl.transactional_id(
         broker, ctx, acl.Op.WRITE, request.transactional_id) else _offsets_denied(
         broker, ctx, request)
     guard, verify = None, False
@@ -214,8 +217,8 @@ async def handle_txn_offset_commit(broker: BrokerPort, ctx: RequestContext, requ
                 getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
                 getattr(request, "group_instance_id", None), offsets,
                 verification=guard, require_verification=verify)
-    if err == "invalid_producer_epoch" and ctx.version >= 3:
-        err = "producer_fenced"  # KIP-588
+    if err == ErrorCode.invalid_producer_epoch and ctx.version >= 3:
+        err = ErrorCode.producer_fenced  # KIP-588
     return make(mod.TxnOffsetCommitResponse, throttle_time=0, topics=_per_partition(
         mod, "TxnOffsetCommitResponseTopic", "TxnOffsetCommitResponsePartition", request.topics,
         err, unknown))
@@ -236,7 +239,7 @@ def _fetch_group(broker: BrokerPort, ctx: RequestContext, mod: ModuleType,
         if not described(topic):
             if wanted is None:
                 continue
-            value, err = None, "topic_authorization_failed"
+            value, err = None, ErrorCode.topic_authorization_failed
         by_topic.setdefault(topic, []).append(make(
             getattr(mod, part_cls), partition_index=p,
             committed_offset=value.offset if value else NO_OFFSET,
@@ -249,7 +252,7 @@ def _fetch_group(broker: BrokerPort, ctx: RequestContext, mod: ModuleType,
 async def handle_offset_fetch(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.OFFSET_FETCH, ctx.version)
     require_stable = bool(getattr(request, "require_stable", False))
-    denied = error_code("group_authorization_failed")
+    denied = ErrorCode.group_authorization_failed
     if ctx.version >= 8:
         groups = tuple(
             make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=denied, topics=())
@@ -287,7 +290,7 @@ async def handle_describe_groups(broker: BrokerPort, ctx: RequestContext, reques
     for group_id in request.groups:
         g = broker.group_coordinator.group(group_id)
         if _group_denied(broker, ctx, group_id, acl.Op.DESCRIBE):
-            out.append(make(mod.DescribedGroup, error_code=error_code("group_authorization_failed"),
+            out.append(make(mod.DescribedGroup, error_code=ErrorCode.group_authorization_failed,
                             group_id=group_id, group_state="", protocol_type="",
                             protocol_data="", members=(), authorized_operations=-2**31))
             continue
@@ -300,7 +303,7 @@ async def handle_describe_groups(broker: BrokerPort, ctx: RequestContext, reques
         if g is None:
             # v6 (KIP-1043): an unknown group is GROUP_ID_NOT_FOUND, as Kafka answers (the
             # admin client then raises GroupIdNotFoundException); before v6 a Dead group.
-            extra = {"error_code": error_code("group_id_not_found"),
+            extra = {"error_code": ErrorCode.group_id_not_found,
                      "error_message": f"Group {group_id} not found."} \
                 if ctx.version >= 6 else {"error_code": 0}
             out.append(make(mod.DescribedGroup, group_id=group_id,
@@ -347,7 +350,7 @@ async def handle_delete_groups(broker: BrokerPort, ctx: RequestContext, request:
     for group_id in request.groups_names:
         if _group_denied(broker, ctx, group_id, acl.Op.DELETE):
             results.append(make(mod.DeletableGroupResult, group_id=group_id,
-                                error_code=error_code("group_authorization_failed")))
+                                error_code=ErrorCode.group_authorization_failed))
             continue
         refused = _elsewhere(broker, group_id)
         if refused:
@@ -357,7 +360,7 @@ async def handle_delete_groups(broker: BrokerPort, ctx: RequestContext, request:
         err, effects = broker.group_coordinator.shard(group_id).delete_group(group_id,
                                                                           now_ms())
         if err is None and not broker.group_coordinator.execute(effects):
-            err = "coordinator_not_available"
+            err = ErrorCode.coordinator_not_available
         results.append(make(mod.DeletableGroupResult, group_id=group_id,
                             error_code=error_code(err)))
     return make(mod.DeleteGroupsResponse, throttle_time=0, results=tuple(results))
@@ -368,10 +371,10 @@ async def handle_offset_delete(broker: BrokerPort, ctx: RequestContext, request:
     exist: UNKNOWN_TOPIC_OR_PARTITION; the rest as the group coordinator decides."""
     mod = response_module(ApiKey.OFFSET_DELETE, ctx.version)
     group_id = request.group_id
-    refused = ("group_authorization_failed"
+    refused = (ErrorCode.group_authorization_failed
                if _group_denied(broker, ctx, group_id, acl.Op.DELETE)
                else _elsewhere(broker, group_id))
-    errors: dict[tuple[str, int], str | None] = {}
+    errors: dict[tuple[str, int], ErrorCode | None] = {}
     if refused is None:
         readable = acl.topics_checker(broker, ctx, acl.Op.READ)
         unknown = _unknown_partitions(broker, request.topics)
@@ -380,16 +383,16 @@ async def handle_offset_delete(broker: BrokerPort, ctx: RequestContext, request:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 if not readable(t.name):
-                    errors[tp] = "topic_authorization_failed"
+                    errors[tp] = ErrorCode.topic_authorization_failed
                 elif tp in unknown:
-                    errors[tp] = "unknown_topic_or_partition"
+                    errors[tp] = ErrorCode.unknown_topic_or_partition
                 else:
                     wanted.append(tp)
         refused, decided, effects = broker.group_coordinator.shard(group_id).delete_offsets(
             group_id, wanted, subscribed_topics)
         errors.update(decided)
         if refused is None and effects and not broker.group_coordinator.execute(effects):
-            refused = "coordinator_not_available"
+            refused = ErrorCode.coordinator_not_available
     if refused is not None:
         return make(mod.OffsetDeleteResponse, error_code=error_code(refused), throttle_time=0,
                     topics=())

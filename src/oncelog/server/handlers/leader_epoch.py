@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
 from ..ports import BrokerPort
@@ -32,8 +34,8 @@ async def handle_offset_for_leader_epoch(broker: BrokerPort, ctx: RequestContext
         for p in t.partitions:
             err, epoch, end = None, -1, -1
             if not allowed:
-                err = ("cluster_authorization_failed" if replica_id >= 0
-                       else "topic_authorization_failed")
+                err = (ErrorCode.cluster_authorization_failed if replica_id >= 0
+                       else ErrorCode.topic_authorization_failed)
             else:
                 try:
                     epoch, end = broker.replication.end_offset_for_epoch(

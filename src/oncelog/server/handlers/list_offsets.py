@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ...records import CorruptRecordError
 from ..context import RequestContext
@@ -38,11 +40,11 @@ async def handle_list_offsets(broker: BrokerPort, ctx: RequestContext, request: 
             except ReplicationError as exc:
                 partition, err = None, exc.error_name
             if not allowed:
-                err = "topic_authorization_failed"
+                err = ErrorCode.topic_authorization_failed
             elif err is not None:
                 pass
             elif partition is None:
-                err = "unknown_topic_or_partition"
+                err = ErrorCode.unknown_topic_or_partition
             else:
                 plog = partition.log
                 if p.timestamp == LATEST:
@@ -53,7 +55,7 @@ async def handle_list_offsets(broker: BrokerPort, ctx: RequestContext, request: 
                 elif p.timestamp == MAX_TIMESTAMP:
                     ts, offset = plog.max_timestamp()
                 elif p.timestamp < 0:
-                    err = "invalid_request"
+                    err = ErrorCode.invalid_request
                 else:
                     try:
                         found = plog.offset_for_timestamp(p.timestamp)
@@ -61,7 +63,7 @@ async def handle_list_offsets(broker: BrokerPort, ctx: RequestContext, request: 
                         # A stored batch that does not decompress within its bound (issue 16):
                         # the request gets an error, the connection and the broker go on.
                         log.warning("ListOffsets on %s-%d: %s", t.name, p.partition_index, exc)
-                        found, err = None, "corrupt_message"
+                        found, err = None, ErrorCode.corrupt_message
                     # As Kafka: a record consumers may not read yet (past the high watermark,
                     # or the last stable offset for read_committed) is not an answer.
                     if found is not None and getattr(request, "replica_id", -1) < 0:

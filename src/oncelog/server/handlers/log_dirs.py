@@ -11,19 +11,20 @@ import os
 import shutil
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ...security.acls import Operation
 from ..context import RequestContext
 from ..ports import BrokerPort
 from . import acl
-from .util import error_code
 
 
 async def handle_describe_log_dirs(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_LOG_DIRS, ctx.version)
     if not acl.cluster(broker, ctx, Operation.DESCRIBE):
         return make(mod.DescribeLogDirsResponse, throttle_time=0,
-                    error_code=error_code("cluster_authorization_failed"), results=())
+                    error_code=ErrorCode.cluster_authorization_failed, results=())
     if request.topics is None:  # every partition hosted here
         wanted = list(broker.topics.all_partitions())
     else:

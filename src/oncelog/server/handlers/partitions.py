@@ -7,6 +7,8 @@ import logging
 from collections import Counter
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, millis, response_module
 from ..context import RequestContext
 from ..ports import BrokerPort
@@ -29,9 +31,9 @@ async def handle_create_partitions(broker: BrokerPort, ctx: RequestContext, requ
         err, msg = None, None
         try:
             if seen[t.name] > 1:
-                raise TopicError("invalid_request", "Duplicate topic in request.")
+                raise TopicError(ErrorCode.invalid_request, "Duplicate topic in request.")
             if not acl.topic(broker, ctx, acl.Op.ALTER, t.name):
-                raise TopicError("topic_authorization_failed", "Authorization failed.")
+                raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             assignment = None if t.assignments is None else \
                 [list(a.broker_ids) for a in t.assignments]
             await broker.metadata.create_partitions(
@@ -57,15 +59,15 @@ async def handle_delete_records(broker: BrokerPort, ctx: RequestContext, request
     timeout_ms = millis(request.timeout)
     allowed = acl.topics_checker(broker, ctx, acl.Op.DELETE)
 
-    async def one(topic: str, index: int, offset: int) -> tuple[int, str | None]:
+    async def one(topic: str, index: int, offset: int) -> tuple[int, ErrorCode | None]:
         if not allowed(topic):
-            return -1, "topic_authorization_failed"
+            return -1, ErrorCode.topic_authorization_failed
         view = broker.metadata.view
         t = view.topics.get(topic) if view is not None else None
         if t is None or index not in t.partitions:
-            return -1, "unknown_topic_or_partition"
+            return -1, ErrorCode.unknown_topic_or_partition
         if topic in INTERNAL_TOPICS:  # Kafka: "Cannot delete records of internal topic"
-            return -1, "invalid_topic_exception"
+            return -1, ErrorCode.invalid_topic_exception
         try:
             return await broker.replication.delete_records(topic, index, offset, timeout_ms), \
                 None

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...log.validator import RecordsError, check_compressed
 from ...protocol import millis
 from ...protocol.produce_response import ProduceResponseWriter
@@ -36,7 +38,7 @@ class _Reject(Exception):
     with the partition's log start offset for some errors; otherwise by the request's checks
     (Kafka's KafkaApis), which answer without it."""
 
-    def __init__(self, error_name: str, message: str, at_log: bool = True) -> None:
+    def __init__(self, error_name: ErrorCode, message: str, at_log: bool = True) -> None:
         super().__init__(message)
         self.error_name = error_name
         self.at_log = at_log
@@ -48,7 +50,7 @@ def _prepare(broker: BrokerPort, topic: str, index: int, records):
     try:  # (min.insync.replicas for acks=all: the append's own check)
         replica = broker.replication.leader_replica(topic, index)
     except ReplicationError as exc:
-        if exc.error_name == "unknown_topic_or_partition":
+        if exc.error_name == ErrorCode.unknown_topic_or_partition:
             try:
                 check_topic_name(topic)
             except TopicError as bad:
@@ -56,9 +58,9 @@ def _prepare(broker: BrokerPort, topic: str, index: int, records):
         raise _Reject(exc.error_name, str(exc)) from None
     partition = replica.partition
     if topic in INTERNAL_TOPICS:
-        raise _Reject("invalid_topic_exception", f"cannot append to internal topic {topic}")
+        raise _Reject(ErrorCode.invalid_topic_exception, f"cannot append to internal topic {topic}")
     if not records:
-        raise _Reject("corrupt_message", "empty record set")
+        raise _Reject(ErrorCode.corrupt_message, "empty record set")
     _check_magic(records)
     try:
         batches = split_batches(records)
@@ -66,11 +68,11 @@ def _prepare(broker: BrokerPort, topic: str, index: int, records):
         raise _Reject(exc.error_name, str(exc)) from None
     for _pos, h in batches:
         if h.is_control:
-            raise _Reject("invalid_record", "clients may not write control batches")
+            raise _Reject(ErrorCode.invalid_record, "clients may not write control batches")
         if h.is_transactional and h.producer_id < 0:
-            raise _Reject("invalid_record", "a transactional batch needs a producer id")
+            raise _Reject(ErrorCode.invalid_record, "a transactional batch needs a producer id")
     if len(batches) > 1 and any(h.producer_id >= 0 for _, h in batches):
-        raise _Reject("invalid_record",
+        raise _Reject(ErrorCode.invalid_record,
                       "an idempotent producer must send one batch per partition per request")
     return partition, batches
 
@@ -84,33 +86,33 @@ def _check_magic(records) -> None:
     while end - pos >= 12:
         length = int.from_bytes(records[pos + 8:pos + 12], "big", signed=True)
         if length < 14:
-            raise _Reject("corrupt_message", f"Record size {length} is less than the minimum "
+            raise _Reject(ErrorCode.corrupt_message, f"Record size {length} is less than the minimum "
                                              "record overhead (14)", at_log=False)
         if end - pos < 17:
             break
         magic = int.from_bytes(records[pos + 16:pos + 17], "big", signed=True)
         if magic < 0 or magic > 2:
-            raise _Reject("corrupt_message", f"Invalid magic found in record: {magic}",
+            raise _Reject(ErrorCode.corrupt_message, f"Invalid magic found in record: {magic}",
                           at_log=False)
         if end - pos < 12 + length:
             break  # a batch cut short is no batch
         if magic != 2:
-            raise _Reject("invalid_record", f"a batch of magic {magic}: Produce v3 and later "
+            raise _Reject(ErrorCode.invalid_record, f"a batch of magic {magic}: Produce v3 and later "
                                             "carry magic 2 batches only", at_log=False)
         whole += 1
         pos += 12 + length
     if whole == 0:
-        raise _Reject("invalid_record", "Produce requests with version 3 and above must have "
+        raise _Reject(ErrorCode.invalid_record, "Produce requests with version 3 and above must have "
                                         "at least one record batch per partition", at_log=False)
 
 
 # Kafka's ReplicaManager answers these append errors without the partition's log start offset
 # (handleProduceAppendException); any other error the log raises carries it.
-_NO_LOG_START = {"unknown_topic_or_partition", "not_leader_or_follower", "message_too_large",
-                 "record_list_too_large", "corrupt_message", "kafka_storage_error"}
+_NO_LOG_START = {ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower, ErrorCode.message_too_large,
+                 ErrorCode.record_list_too_large, ErrorCode.corrupt_message, ErrorCode.kafka_storage_error}
 
 
-def _log_start(broker: BrokerPort, tp: tuple[str, int], error_name: str) -> int:
+def _log_start(broker: BrokerPort, tp: tuple[str, int], error_name: ErrorCode) -> int:
     if error_name in _NO_LOG_START:
         return -1
     try:
@@ -156,17 +158,17 @@ async def _verify(broker: BrokerPort, transactional_id: str | None, prepared: di
 
 
 def _denied(broker: BrokerPort, ctx: RequestContext, request: Any, txn_id: str | None
-            ) -> tuple[str, str] | None:
+            ) -> tuple[ErrorCode, str] | None:
     """Spec 000: transactional data needs Write on the TransactionalId; idempotent data
     IdempotentWrite on the cluster (implied by Write on a topic, KIP-679)."""
     if txn_id is not None:
         if not acl.transactional_id(broker, ctx, acl.Op.WRITE, txn_id):
-            return ("transactional_id_authorization_failed",
+            return (ErrorCode.transactional_id_authorization_failed,
                     f"not authorized to write for transactional id {txn_id}")
     elif not acl.cluster(broker, ctx, acl.Op.IDEMPOTENT_WRITE) and any(
             _has_producer_id(pd.records) for td in request.topic_data
             for pd in td.partition_data):
-        return "cluster_authorization_failed", "not authorized for idempotent writes"
+        return ErrorCode.cluster_authorization_failed, "not authorized for idempotent writes"
     return None
 
 
@@ -190,10 +192,10 @@ async def handle_produce(broker: BrokerPort, ctx: RequestContext, request: Any) 
         for pd in td.partition_data:
             tp = (td.name, pd.index)
             if acks not in (-1, 0, 1):
-                results[tp] = ("invalid_required_acks", f"acks must be -1, 0 or 1, not {acks}")
+                results[tp] = (ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
                 continue
             if denied or not may_write(td.name):
-                results[tp] = denied or ("topic_authorization_failed",
+                results[tp] = denied or (ErrorCode.topic_authorization_failed,
                                          f"not authorized to write to {td.name}")
                 continue
             try:
@@ -250,7 +252,7 @@ async def handle_produce(broker: BrokerPort, ctx: RequestContext, request: Any) 
     return writer
 
 
-def answer_every_partition(version: int, request: Any, error_name: str, message: str):
+def answer_every_partition(version: int, request: Any, error_name: ErrorCode, message: str):
     """The Produce response naming every partition of ``request`` with one error: what Kafka's
     handleError answers when a request fails unexpectedly. (The generic error_response mirrors
     kio requests; Produce is read by hand, protocol/produce_request.py.)"""

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
 from ..ports import BrokerPort
 from . import acl
 from .txn import handle_init_producer_id_transactional
-from .util import error_code
 
 
 async def handle_init_producer_id(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
@@ -24,13 +25,13 @@ async def handle_init_producer_id(broker: BrokerPort, ctx: RequestContext, reque
         return await handle_init_producer_id_transactional(broker, ctx, request)
     if not acl.cluster(broker, ctx, acl.Op.IDEMPOTENT_WRITE):
         return make(mod.InitProducerIdResponse, throttle_time=0,
-                    error_code=error_code("cluster_authorization_failed"), producer_id=-1,
+                    error_code=ErrorCode.cluster_authorization_failed, producer_id=-1,
                     producer_epoch=-1)
     try:
         pid = broker.producer_ids.next_producer_id()
     except OSError:
         return make(mod.InitProducerIdResponse, throttle_time=0,
-                    error_code=error_code("kafka_storage_error"), producer_id=-1,
+                    error_code=ErrorCode.kafka_storage_error, producer_id=-1,
                     producer_epoch=-1)
     return make(mod.InitProducerIdResponse, throttle_time=0, error_code=0, producer_id=pid,
                 producer_epoch=0)

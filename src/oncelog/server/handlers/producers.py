@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
 from ..ports import BrokerPort
 from . import acl
-from .util import error_code
 
 
 async def handle_describe_producers(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
@@ -22,13 +23,13 @@ async def handle_describe_producers(broker: BrokerPort, ctx: RequestContext, req
         for index in t.partition_indexes:
             if not readable:  # Kafka: Read on the topic, TOPIC_AUTHORIZATION_FAILED
                 parts.append(make(mod.PartitionResponse, partition_index=index,
-                                  error_code=error_code("topic_authorization_failed"),
+                                  error_code=ErrorCode.topic_authorization_failed,
                                   error_message=None, active_producers=()))
                 continue
             partition = broker.topics.partition(t.name, index)
             if partition is None:
                 parts.append(make(mod.PartitionResponse, partition_index=index,
-                                  error_code=error_code("unknown_topic_or_partition"),
+                                  error_code=ErrorCode.unknown_topic_or_partition,
                                   error_message=f"{t.name}-{index} is not hosted here",
                                   active_producers=()))
                 continue

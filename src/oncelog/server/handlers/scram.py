@@ -9,6 +9,8 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ...security.scram import MECHANISM_CODES, Deletion, Upsertion
 from ..context import RequestContext
@@ -24,15 +26,15 @@ async def handle_describe_user_scram_credentials(broker: BrokerPort, ctx: Reques
     if not acl.cluster(broker, ctx, acl.Op.DESCRIBE):
         # Kafka's error response: the request's error, no result.
         return make(mod.DescribeUserScramCredentialsResponse, throttle_time=0,
-                    error_code=error_code("cluster_authorization_failed"),
+                    error_code=ErrorCode.cluster_authorization_failed,
                     error_message="Describe on the cluster is needed", results=())
-    refused: dict[str, tuple[str, str]] = {}
+    refused: dict[str, tuple[ErrorCode, str]] = {}
     if names is not None:
         for name, count in Counter(names).items():
             if not name:
-                refused[name] = ("resource_not_found", "Username must not be empty")
+                refused[name] = (ErrorCode.resource_not_found, "Username must not be empty")
             elif count > 1:
-                refused[name] = ("duplicate_resource", (
+                refused[name] = (ErrorCode.duplicate_resource, (
                     "Cannot describe SCRAM credentials for the same user twice in a single "
                     f"request: {name}"))
     asked = None if names is None else [n for n in dict.fromkeys(names) if n not in refused]
@@ -49,7 +51,7 @@ async def handle_describe_user_scram_credentials(broker: BrokerPort, ctx: Reques
         if infos is None:
             results.append(make(
                 mod.DescribeUserScramCredentialsResult, user=name,
-                error_code=error_code("resource_not_found"),
+                error_code=ErrorCode.resource_not_found,
                 error_message=f"Attempt to describe a user credential that does not exist: "
                 f"{name}", credential_infos=()))
             continue
@@ -69,7 +71,7 @@ async def handle_alter_user_scram_credentials(broker: BrokerPort, ctx: RequestCo
         users = sorted({x.name for x in (*request.deletions, *request.upsertions)})
         return make(mod.AlterUserScramCredentialsResponse, throttle_time=0, results=tuple(
             make(mod.AlterUserScramCredentialsResult, user=u,
-                 error_code=error_code("cluster_authorization_failed"),
+                 error_code=ErrorCode.cluster_authorization_failed,
                  error_message="Alter on the cluster is needed") for u in users))
     ups = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
                      bytes(u.salted_password)) for u in request.upsertions]

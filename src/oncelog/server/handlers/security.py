@@ -7,6 +7,8 @@ import datetime
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ...security.acls import (
     AclBinding,
@@ -70,25 +72,25 @@ def _binding(c) -> tuple[AclBinding | None, str | None]:
 
 # Kafka without an authorizer refuses the ACL requests (SECURITY_DISABLED) rather than store
 # ACLs that nothing would enforce. Ours is on with SASL or with authorizer.class.name set.
-_NO_AUTHORIZER = ("security_disabled", ("No Authorizer is configured on the broker: set "
+_NO_AUTHORIZER = (ErrorCode.security_disabled, ("No Authorizer is configured on the broker: set "
                                         "authorizer.class.name (or use SASL)"))
 
 
 async def handle_create_acls(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.CREATE_ACLS, ctx.version)
     allowed = _cluster_allowed(broker, ctx, Operation.ALTER)
-    results: list[tuple[str | None, str | None]] = []
+    results: list[tuple[ErrorCode | None, str | None]] = []
     good: list[AclBinding] = []
     for c in request.creations:
         if not broker.security.authorizer.enabled:
             results.append(_NO_AUTHORIZER)
             continue
         if not allowed:
-            results.append(("cluster_authorization_failed", None))
+            results.append((ErrorCode.cluster_authorization_failed, None))
             continue
         binding, problem = _binding(c)
         if binding is None:
-            results.append(("invalid_request", problem))
+            results.append((ErrorCode.invalid_request, problem))
         else:
             good.append(binding)
             results.append((None, None))
@@ -116,7 +118,7 @@ async def handle_describe_acls(broker: BrokerPort, ctx: RequestContext, request:
                     resources=())
     if not _cluster_allowed(broker, ctx, Operation.DESCRIBE):
         return make(mod.DescribeAclsResponse, throttle_time=0,
-                    error_code=error_code("cluster_authorization_failed"),
+                    error_code=ErrorCode.cluster_authorization_failed,
                     error_message="Describe on the cluster is needed", resources=())
     found = broker.security.authorizer.describe(_filter(request))
     by_resource: dict[tuple, list] = {}
@@ -139,7 +141,7 @@ async def handle_delete_acls(broker: BrokerPort, ctx: RequestContext, request: A
             for _ in request.filters))
     if not _cluster_allowed(broker, ctx, Operation.ALTER):
         return make(mod.DeleteAclsResponse, throttle_time=0, filter_results=tuple(
-            make(mod.DeleteAclsFilterResult, error_code=error_code("cluster_authorization_failed"),
+            make(mod.DeleteAclsFilterResult, error_code=ErrorCode.cluster_authorization_failed,
                  error_message="Alter on the cluster is needed", matching_acls=())
             for _ in request.filters))
     deleted = broker.security.authorizer.delete([_filter(f) for f in request.filters])

@@ -11,6 +11,8 @@ import datetime
 from types import ModuleType
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, millis, response_module
 from ...txn.coordinator import Outcome
 from ...txn.state import TransactionState
@@ -41,9 +43,9 @@ async def handle_init_producer_id_transactional(broker: BrokerPort, ctx: Request
     if not acl.transactional_id(broker, ctx, acl.Op.WRITE, txn_id) or (
             enable_2pc and not acl.transactional_id(broker, ctx, acl.Op.TWO_PHASE_COMMIT, txn_id)):
         # Spec 000: Write on the TransactionalId; KIP-939: and TwoPhaseCommit for enable2Pc.
-        outcome = Outcome("transactional_id_authorization_failed")
+        outcome = Outcome(ErrorCode.transactional_id_authorization_failed)
     elif (enable_2pc or keep_prepared) and broker.transaction_version < 2:
-        outcome = Outcome("unsupported_version")  # KIP-939 builds on transaction version 2
+        outcome = Outcome(ErrorCode.unsupported_version)  # KIP-939 builds on transaction version 2
     elif core is None:
         outcome = Outcome(refused)  # another broker coordinates this id
     else:
@@ -61,7 +63,7 @@ async def handle_init_producer_id_transactional(broker: BrokerPort, ctx: Request
                 ongoing_txn_producer_epoch=outcome.ongoing_producer_epoch if ok else -1)
 
 
-def _topic_results(mod: ModuleType, errors: dict[tuple[str, int], str | None]) -> tuple:
+def _topic_results(mod: ModuleType, errors: dict[tuple[str, int], ErrorCode | None]) -> tuple:
     by_topic: dict[str, list] = {}
     for (topic, p), err in errors.items():
         by_topic.setdefault(topic, []).append(make(
@@ -74,16 +76,16 @@ def _topic_results(mod: ModuleType, errors: dict[tuple[str, int], str | None]) -
 async def handle_add_partitions_to_txn(broker: BrokerPort, ctx: RequestContext, request: Any
                                           ) -> Any:
     mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
-    errors: dict[tuple[str, int], str | None]
+    errors: dict[tuple[str, int], ErrorCode | None]
     if ctx.version <= 3:
         wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         txn_id = request.v3_and_below_transactional_id
         denied = {tp for tp in wanted if not acl.topic(broker, ctx, acl.Op.WRITE, tp[0])}
         if not acl.transactional_id(broker, ctx, acl.Op.WRITE, txn_id):
-            errors = {tp: "transactional_id_authorization_failed" for tp in wanted}
+            errors = {tp: ErrorCode.transactional_id_authorization_failed for tp in wanted}
         elif denied:  # as Kafka: the denied ones fail, the others are not attempted
-            errors = {tp: "topic_authorization_failed" if tp in denied
-                      else "operation_not_attempted" for tp in wanted}
+            errors = {tp: ErrorCode.topic_authorization_failed if tp in denied
+                      else ErrorCode.operation_not_attempted for tp in wanted}
         else:
             errors = await broker.txn_coordinator.add_partitions(
                 txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
@@ -95,7 +97,7 @@ async def handle_add_partitions_to_txn(broker: BrokerPort, ctx: RequestContext, 
     # leader adds the partition for a client of transaction version 2. Brokers only.
     if not acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION):
         return make(mod.AddPartitionsToTxnResponse, throttle_time=0,
-                    error_code=error_code("cluster_authorization_failed"),
+                    error_code=ErrorCode.cluster_authorization_failed,
                     results_by_transaction=())
     results = []
     for txn in request.transactions:
@@ -114,14 +116,14 @@ async def handle_add_offsets_to_txn(broker: BrokerPort, ctx: RequestContext, req
     mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version)
     if not acl.transactional_id(broker, ctx, acl.Op.WRITE, request.transactional_id):
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
-                    error_code=error_code("transactional_id_authorization_failed"))
+                    error_code=ErrorCode.transactional_id_authorization_failed)
     if not acl.group(broker, ctx, acl.Op.READ, request.group_id):
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
-                    error_code=error_code("group_authorization_failed"))
+                    error_code=ErrorCode.group_authorization_failed)
     core, refused = broker.txn_coordinator.core_for(request.transactional_id)
     index = broker.group_coordinator.partition_index(request.group_id, create=True)
     if index is None:
-        refused = refused or "coordinator_not_available"
+        refused = refused or ErrorCode.coordinator_not_available
     if core is None or index is None or refused:
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
                     error_code=error_code(refused))
@@ -140,7 +142,7 @@ async def handle_end_txn(broker: BrokerPort, ctx: RequestContext, request: Any) 
     txn_version = 2 if ctx.version >= 5 else min(broker.transaction_version, 1)
     if not acl.transactional_id(broker, ctx, acl.Op.WRITE, request.transactional_id):
         return make(mod.EndTxnResponse, throttle_time=0,
-                    error_code=error_code("transactional_id_authorization_failed"),
+                    error_code=ErrorCode.transactional_id_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
     core, refused = broker.txn_coordinator.core_for(request.transactional_id)
     if core is None:
@@ -165,9 +167,9 @@ async def handle_describe_transactions(broker: BrokerPort, ctx: RequestContext, 
         core, refused = broker.txn_coordinator.core_for(txn_id)
         m = core.describe(txn_id) if core is not None and core.loaded and allowed else None
         err = None if m is not None else (
-            "transactional_id_authorization_failed" if not allowed else
+            ErrorCode.transactional_id_authorization_failed if not allowed else
             refused if core is None else
-            "transactional_id_not_found" if core.loaded else "coordinator_load_in_progress")
+            ErrorCode.transactional_id_not_found if core.loaded else ErrorCode.coordinator_load_in_progress)
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(m.partitions if m else ()):
             by_topic.setdefault(t, []).append(p)
@@ -201,7 +203,7 @@ async def handle_list_transactions(broker: BrokerPort, ctx: RequestContext, requ
                                     getattr(request, "duration_filter", -1), now_ms())]
     return make(mod.ListTransactionsResponse, throttle_time=0,
                 error_code=error_code(None if not broker.txn_coordinator.loading()
-                                      else "coordinator_load_in_progress"),
+                                      else ErrorCode.coordinator_load_in_progress),
                 unknown_state_filters=tuple(unknown),
                 transaction_states=tuple(make(mod.TransactionState,
                                               transactional_id=m.transactional_id,

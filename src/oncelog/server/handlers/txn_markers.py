@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol import ApiKey, make, response_module
 from ...records import split_batches
 from ...records.batch import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
@@ -52,14 +54,14 @@ async def handle_write_txn_markers(broker: BrokerPort, ctx: RequestContext, requ
     # Spec 000: only brokers (ClusterAction on the cluster) may write markers.
     allowed = acl.cluster(broker, ctx, acl.Op.CLUSTER_ACTION)
     for marker in request.markers:
-        errors: dict[tuple[str, int], str | None] = {}
+        errors: dict[tuple[str, int], ErrorCode | None] = {}
         entries = {}
         for t in marker.topics:
             for index in t.partition_indexes:
                 if allowed:
                     entries[(t.name, index)] = _marker_entry(marker, now)
                 else:
-                    errors[(t.name, index)] = "cluster_authorization_failed"
+                    errors[(t.name, index)] = ErrorCode.cluster_authorization_failed
         # Kafka writes markers with acks=all (min.insync.replicas not checked: they must land
         # wherever the transaction's data did).
         appended = await broker.replication.append_records(

@@ -7,11 +7,9 @@ from kio.schema.errors import ErrorCode
 from ..context import RequestContext
 
 
-def error_code(name: str | None) -> ErrorCode:
-    """Kafka error code from its snake_case name (as raised by the log and topic layers)."""
-    if name is None:
-        return ErrorCode.none
-    return ErrorCode[name]
+def error_code(error: ErrorCode | None) -> ErrorCode:
+    """The code a response carries for an error (None: no error, ``ErrorCode.none``)."""
+    return ErrorCode.none if error is None else error
 
 
 def requester(ctx: RequestContext) -> str:
