@@ -96,7 +96,7 @@ class GroupService:
         (``not_coordinator``) in this turn of the event loop."""
         core, error = self.runtime.shard_for(group_id)
         if core is None:
-            raise LookupError(f"group {group_id!r}: {error}")
+            raise LookupError(f"group {group_id!r}: {error.name if error else None}")
         return core
 
     def group(self, group_id: str) -> Group | None:
