@@ -7,7 +7,7 @@ fields. Retries (coordinator moved or busy) are the coordinator loop's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...errors import (
     ConcurrentTransactionsError,
@@ -29,8 +29,26 @@ from ..coordinator_request import (
 from ..errors import KafkaTimeoutError, TransactionError
 from ..types import ConsumerGroupMetadata, TopicPartition
 
-if TYPE_CHECKING:
-    from .transaction_manager import TransactionManager
+
+class TransactionManager(Protocol):
+    """What the handlers read and call of the transaction manager
+    (client/producer/transaction_manager.py), which holds their state."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    two_phase: bool
+    transaction_v2: bool
+    partitions: set[TopicPartition]
+    offsets_added: bool
+
+    def fail(self, error: KafkaError) -> KafkaError: ...
+
+    def initialized(self, response: Any, broker: BrokerVersions, keep_prepared_txn: bool,
+                    bump: bool) -> None: ...
+
+    def ended(self, commit: bool, response: Any | None) -> TxnRequestHandler | None: ...
 
 # The last versions of the older protocol (transaction version 0/1).
 _V1_MAX = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 3}
