@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "through a fault-injecting proxy, check the history for lost writes, "
                        "duplicates, aborted reads, torn transactions, non-monotonic offsets and "
                        "stuck reads, print the verdict; exit 1 if any anomaly was found.")
-    from ..verify.cli import add_arguments as _verify_arguments
+    from .verify_command import add_arguments as _verify_arguments
 
     _verify_arguments(v)
 
@@ -277,7 +277,7 @@ def _run(argv: list[str] | None) -> int:
 
         return run_cluster(args)
     if args.command == "verify":
-        from ..verify.cli import run as run_verify
+        from .verify_command import run as run_verify
 
         return run_verify(args)
     if args.command == "dump-log":

@@ -2,8 +2,8 @@
 clock left alone, as on a host whose clock is wrong (Jepsen's clock nemesis sets the system
 clock with ``date``/``adjtime``: only CLOCK_REALTIME moves).
 
-How: the broker runs as ``python -m oncelog.faults.clock OFFSET_FILE -m oncelog.cli.main broker
-...`` (``wrap_command``): before the broker's first import, ``time.time`` and ``time.time_ns``
+How: the broker runs as ``python -m oncelog.faults.clock OFFSET_FILE -m MODULE ARGS...``, where
+``-m MODULE ARGS`` is the broker process's own command (``wrap_command``): before the broker's first import, ``time.time`` and ``time.time_ns``
 are replaced by functions that add the offset in ``OFFSET_FILE`` (milliseconds, a float; the
 file re-read at most every 50 ms of monotonic time, so a jump takes effect within 50 ms). The
 broker reads its wall clock only through ``time.time()`` / ``time.time_ns()`` (record

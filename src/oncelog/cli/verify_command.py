@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..cli.args import key_value
+from .args import key_value
 
 FAULTS = ("delay", "reorder", "duplicate", "restart")
 DEFAULT_FAULTS = "delay,reorder,duplicate"
@@ -70,11 +70,11 @@ def _print_verdict(verdict: Any, as_json: bool) -> None:
 def _check_file(path: str, as_json: bool) -> int:
     """``--check FILE``: a queue history (Jepsen's Kafka checks, verify/jepsen.py) or a history
     of this command's own workload (verify/checker.py); 1 on anomalies, 2 if unreadable."""
-    from .checker import check
-    from .history import History
-    from .jepsen import check_queue
-    from .queue_history import is_queue_history
-    from .queue_history import load as load_queue
+    from ..verify.checker import check
+    from ..verify.history import History
+    from ..verify.jepsen import check_queue
+    from ..verify.queue_history import is_queue_history
+    from ..verify.queue_history import load as load_queue
 
     verdict: Any
     try:
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.set and args.bootstrap_server:
         print("oncelog verify: --set applies to a broker this command starts", file=sys.stderr)
         return 2
-    from .workload import WRITER_KINDS
+    from ..verify.workload import WRITER_KINDS
 
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     bad = [c for c in clients if c not in WRITER_KINDS]
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
-    from .cluster import CLUSTER_FAULTS, run_cluster
+    from ..verify.cluster import CLUSTER_FAULTS, run_cluster
 
     if args.bootstrap_server or args.set:
         print("oncelog verify: --cluster starts a cluster of its own (no --bootstrap-server, "
@@ -177,10 +177,10 @@ def _run_cluster(args: argparse.Namespace) -> int:
 def _run_workload(args: argparse.Namespace, faults: list[str], clients: list[str]) -> int:
     from ..client import Admin, NewTopic
     from ..harness.broker_process import BrokerProcess, BrokerProcessError
-    from .checker import check
-    from .history import History
-    from .proxy import FaultProxy, Faults
-    from .workload import WorkloadConfig, run_readers, run_writers
+    from ..verify.checker import check
+    from ..verify.history import History
+    from ..verify.proxy import FaultProxy, Faults
+    from ..verify.workload import WorkloadConfig, run_readers, run_writers
 
     tmp: Path | None = None
     child: BrokerProcess | None = None
