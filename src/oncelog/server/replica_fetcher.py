@@ -459,10 +459,10 @@ class ReplicaFetcherManager:
             r = fr
             if p.error_code:
                 errors += 1
-                name = ErrorCode(p.error_code).name
-                if name == ErrorCode.offset_out_of_range:
+                code = ErrorCode(p.error_code)
+                if code == ErrorCode.offset_out_of_range:
                     self._out_of_range(r, p.log_start_offset)
-                log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, name)
+                log.debug("%s-%d: fetch from %d: %s", *r.tp, leader, code.name)
                 continue
             plog = r.log
             if p.records:
