@@ -2,7 +2,7 @@
 # Run the tests, installing what they need on first use.
 #   bash scripts/test.sh                the whole suite (slow, Spark, cluster and Kafka tests
 #                                       included), on three workers (pytest-xdist): CI; about
-#                                       20 minutes here (1,568 tests)
+#                                       20 minutes here (1,612 tests)
 #   bash scripts/test.sh --fast         the unit tier: every test not marked broker, slow,
 #                                       spark, cluster or kafka. It starts no broker (a test
 #                                       that does fails unless marked ``broker``: tests/conftest.py
