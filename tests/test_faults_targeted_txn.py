@@ -184,7 +184,9 @@ class RawWriter:
         self.topic = topic
         tid = f"raw-{protocol}-{topic}"
         find_coordinator(bootstrap, tid)
-        self.w = RawTxnWriter(bootstrap, tid, protocol, request_timeout=1.0)
+        # Kafka, loaded, may refuse a first send while it verifies the partition with its
+        # coordinator (KIP-890): retried as a producer would.
+        self.w = RawTxnWriter(bootstrap, tid, protocol, request_timeout=1.0, send_retry_s=15.0)
         self.w.init()
         assert self.w.protocol == protocol
 
@@ -192,7 +194,8 @@ class RawWriter:
         self.w.begin()
 
     def send(self, value: str) -> None:
-        assert self.w.send(self.topic, 0, [value]) == "ok"
+        outcome = self.w.send(self.topic, 0, [value])
+        assert outcome == "ok", f"{outcome}: error {self.w.last_error}"
 
     def end(self, commit: bool) -> None:
         assert self.w.end(commit) == ("committed" if commit else "aborted")

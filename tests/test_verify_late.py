@@ -140,3 +140,37 @@ def test_our_client_after_a_lost_batch(setup):
                                                       read_timeout=3), history, "r")
     counts = {k: v for k, v in check(history).counts.items() if v}
     assert counts == ({"stuck_read": 1} if kind == "old-broker" else {})
+
+
+def test_a_refusal_that_wrote_nothing_is_retried_only_when_asked():
+    """send_retry_s: a send refused with a retriable code (here UNKNOWN_TOPIC_OR_PARTITION, the
+    topic not there yet) is sent again until it is taken; without it the first answer is the
+    outcome, as the fault workloads record it."""
+    import threading
+    import time
+
+    settings = dict(BASE, **{"auto.create.topics.enable": "false"})
+    with EmbeddedBroker(config=settings) as broker:
+        once = RawTxnWriter(broker.bootstrap_servers, "once", "tv2")
+        patient = RawTxnWriter(broker.bootstrap_servers, "patient", "tv2", send_retry_s=30.0)
+        try:
+            once.init()
+            patient.init()
+            once.begin()
+            assert once.send("later", 0, ["a"]) == "failed"
+            assert once.last_error == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+            def create() -> None:
+                time.sleep(0.5)
+                with Admin(bootstrap_servers=broker.bootstrap_servers) as admin:
+                    admin.create_topics([NewTopic("later", num_partitions=1)])
+
+            creator = threading.Thread(target=create)
+            creator.start()
+            patient.begin()
+            assert patient.send("later", 0, ["b"]) == "ok"
+            assert patient.end(True) == "committed"
+            creator.join()
+        finally:
+            once.close()
+            patient.close()

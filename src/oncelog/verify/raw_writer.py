@@ -33,6 +33,11 @@ CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS = 51, 14
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE = 16, 15
 _BUSY = {CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR,
          COORDINATOR_NOT_AVAILABLE}
+# Produce refusals that wrote nothing and that a Kafka producer retries: the partition's
+# leader moving (3 UNKNOWN_TOPIC_OR_PARTITION, 6 NOT_LEADER_OR_FOLLOWER), too few replicas
+# before the append (19), KIP-890's verification of the partition at a busy or loading
+# coordinator (51, 14, 15, 16).
+_SEND_RETRIABLE = _BUSY | {3, 6, 19}
 
 
 class RawWriterError(Exception):
@@ -96,7 +101,7 @@ def _req(api: int, version: int, name: str, **fields: Any) -> Any:
 class RawTxnWriter:
     def __init__(self, bootstrap: str, transactional_id: str, protocol: str = "auto",
                  request_timeout: float = 1.0, coordinator_timeout: float = 10.0,
-                 transaction_timeout_ms: int = 60_000) -> None:
+                 transaction_timeout_ms: int = 60_000, send_retry_s: float = 0.0) -> None:
         if protocol not in ("auto", "old", "tv2"):
             raise ValueError(f"protocol must be auto, old or tv2, not {protocol!r}")
         host, port = bootstrap.rsplit(":", 1)
@@ -107,6 +112,10 @@ class RawTxnWriter:
         self.request_timeout = request_timeout
         self.coordinator_timeout = coordinator_timeout
         self.transaction_timeout_ms = transaction_timeout_ms
+        # How long a send retries a refusal in _SEND_RETRIABLE (0: the first answer is the
+        # outcome, as the fault workloads record it).
+        self.send_retry_s = send_retry_s
+        self.last_error = 0  # the error code of the last refused send
         self.coord = _Conn(address, f"{transactional_id}-coordinator")
         self.data = _Conn(address, f"{transactional_id}-data")
         self.producer_id = -1
@@ -217,14 +226,21 @@ class RawTxnWriter:
                        timeout=int(self.request_timeout * 1000), topic_data=(make(
                            mod.TopicProduceData, name=topic, partition_data=(make(
                                mod.PartitionProduceData, index=partition, records=batch),)),))
-        try:
-            response = self.data.request(request, self.request_timeout)
-        except (TimeoutError, OSError):
-            # Given up: the sequence numbers are used again by the next batch (old protocol).
-            self.failed = True
-            return "unknown"
-        code = int(response.responses[0].partition_responses[0].error_code)
+        deadline = time.monotonic() + self.send_retry_s
+        while True:
+            try:
+                response = self.data.request(request, self.request_timeout)
+            except (TimeoutError, OSError):
+                # Given up: the sequence numbers are used again by the next batch (old protocol).
+                self.failed = True
+                return "unknown"
+            code = int(response.responses[0].partition_responses[0].error_code)
+            if code in _SEND_RETRIABLE and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            break
         if code:
+            self.last_error = code
             self.failed = True
             return "failed"
         self.sequences[tp] = seq + len(values)
