@@ -447,6 +447,34 @@ public class JavaClient {
         return out;
     }
 
+    /** topicConfigs once {@code name} reads {@code value}: Kafka's brokers answer
+     *  DescribeConfigs from their copy of the metadata, which follows the controller's commit
+     *  of an alteration a moment later (Kafka's own tests wait for it the same way). */
+    @SuppressWarnings("unchecked")
+    static Map<String, Object> topicConfigsOnce(Admin admin, String topic, String name,
+                                                String value, String... names)
+            throws Exception {
+        long deadline = System.currentTimeMillis() + 15_000;
+        while (true) {
+            Map<String, Object> out;
+            try {
+                out = topicConfigs(admin, topic, names);
+            } catch (java.util.concurrent.ExecutionException e) {  // the topic not there yet
+                if (System.currentTimeMillis() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(100);
+                continue;
+            }
+            Object entry = out.get(name);
+            if ((entry != null && value.equals(((Map<String, Object>) entry).get("value")))
+                    || System.currentTimeMillis() > deadline) {
+                return out;
+            }
+            Thread.sleep(100);
+        }
+    }
+
     static Map<String, Object> offsetsOf(Admin admin, String topic, int partitions,
                                          OffsetSpec spec) throws Exception {
         Map<TopicPartition, OffsetSpec> request = new HashMap<>();
@@ -490,8 +518,9 @@ public class JavaClient {
                  outcome(() -> describeTopic(admin, prefix + "-nonesuch")));
             // configs
             emit("event", "describeConfigs", "result",
-                 outcome(() -> topicConfigs(admin, topicA, "retention.ms", "cleanup.policy",
-                                            "segment.bytes")));
+                 outcome(() -> topicConfigsOnce(admin, topicA, "retention.ms", "123456789",
+                                                "retention.ms", "cleanup.policy",
+                                                "segment.bytes")));
             emit("event", "incrementalAlterConfigs", "result", outcome(() -> {
                 ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topicA);
                 admin.incrementalAlterConfigs(Map.of(res, List.of(
@@ -501,8 +530,8 @@ public class JavaClient {
                                       AlterConfigOp.OpType.DELETE),
                     new AlterConfigOp(new ConfigEntry("max.message.bytes", "200000"),
                                       AlterConfigOp.OpType.SET)))).all().get();
-                return topicConfigs(admin, topicA, "retention.ms", "cleanup.policy",
-                                    "max.message.bytes");
+                return topicConfigsOnce(admin, topicA, "retention.ms", "987654321",
+                                        "retention.ms", "cleanup.policy", "max.message.bytes");
             }));
             emit("event", "incrementalAlterConfigs invalid", "result", outcome(() -> {
                 ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topicA);
