@@ -29,12 +29,9 @@ def leader(tmp_path, topic: str, isr: tuple[int, ...], min_isr: int = 1,
            group_coordinator=None) -> tuple[ReplicaManager, SimpleNamespace]:
     """A replica manager of broker 1, leader of ``topic``-0 (replicas 1, 2, 3) with ``isr``."""
     config = BrokerConfig({"node.id": "1"})
-    broker = SimpleNamespace(node_id=1, config=config, metadata=HeldStore(),
-                             topics=TopicManager(tmp_path, config, now_ms()),
-                             group_coordinator=group_coordinator,
+    rm = ReplicaManager(1, config, TopicManager(tmp_path, config, now_ms()), HeldStore())
+    broker = SimpleNamespace(replication=rm, group_coordinator=group_coordinator,
                              allowed=lambda *_a: True)
-    rm = ReplicaManager(broker)
-    broker.replication = rm
     brokers = {n: BrokerInfo(n, "127.0.0.1", 9090 + n) for n in (1, 2, 3)}
     topics = {topic: TopicAssignment(topic, uuid.UUID(int=7), {0: (1, 2, 3)},
                                      {"min.insync.replicas": str(min_isr)})}

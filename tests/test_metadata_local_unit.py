@@ -72,8 +72,8 @@ class _Topics:
 
 
 class _Broker:
-    """What LocalMetadata uses of the broker; ``views`` is every view the replica manager was
-    given, ``removed`` every topic the fetch sessions were told to forget."""
+    """What LocalMetadata is given by the broker; ``views`` is every view the replica manager
+    was given, ``removed`` every topic the fetch sessions were told to forget."""
 
     def __init__(self, data_dir: Path, **config: str) -> None:
         self.node_id = NODE
@@ -83,13 +83,22 @@ class _Broker:
         self.topics = _Topics()
         self.views: list = []
         self.removed: list[str] = []
-        self.replication = SimpleNamespace(apply=self.views.append)
         self.security = SimpleNamespace(open_credentials=lambda store: None)
-        self.fetch_sessions = SimpleNamespace(remove_topic=self.removed.append)
+
+
+def _metadata(broker: _Broker) -> LocalMetadata:
+    """Wired as server/broker.py wires it."""
+    metadata = LocalMetadata(broker.node_id, broker.config, broker.data_dir, broker.topics,
+                             cluster_id="c", credentials=broker.security,
+                             on_dynamic_configs=lambda default, own: None,
+                             on_topic_deleted=broker.removed.append,
+                             listener=(broker.host, broker.port))
+    metadata.view_listeners.append(broker.views.append)
+    return metadata
 
 
 def _started(broker: _Broker) -> LocalMetadata:
-    metadata = LocalMetadata(broker)
+    metadata = _metadata(broker)
     asyncio.run(metadata.start())
     return metadata
 
@@ -247,9 +256,9 @@ def test_advertised_listeners(tmp_path):
                                                               "PLAINTEXT://other:1"}))
     assert m.advertised() == ("relay.example", 19092)
     assert m.view.brokers[NODE].host == "relay.example"
-    assert LocalMetadata(_Broker(tmp_path)).advertised() == ("127.0.0.1", 9092)
+    assert _metadata(_Broker(tmp_path)).advertised() == ("127.0.0.1", 9092)
     with pytest.raises(ValueError):
-        LocalMetadata(_Broker(tmp_path, **{"advertised.listeners": "relay"})).advertised()
+        _metadata(_Broker(tmp_path, **{"advertised.listeners": "relay"})).advertised()
 
 
 def test_producer_id_blocks_are_recorded_before_use_and_never_handed_out_twice(tmp_path):

@@ -6,7 +6,6 @@ the high watermark while an ISR change is being written."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 from support.replica_views import TOPIC, HeldStore, append, view
 
@@ -20,9 +19,7 @@ def test_the_high_watermark_counts_a_replica_while_it_is_being_added_to_the_isr(
     async def main() -> None:
         config = BrokerConfig({"node.id": "1"})
         store = HeldStore()
-        broker = SimpleNamespace(node_id=1, config=config, metadata=store,
-                                 topics=TopicManager(tmp_path, config, now_ms()))
-        rm = ReplicaManager(broker)
+        rm = ReplicaManager(1, config, TopicManager(tmp_path, config, now_ms()), store)
         rm.apply(view(isr=(1, 2)))  # broker 1 leads, 3 is out of the ISR
         r = rm.leader_replica(TOPIC, 0)
         end = append(r, 10)

@@ -8,7 +8,6 @@ answered when the ISR has the batch, timed out when it never does."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 from support.replica_views import TOPIC, HeldStore, append, view
@@ -22,9 +21,7 @@ from oncelog.server.topics import TopicManager
 
 def leader(tmp_path, isr=(1, 2, 3)) -> tuple[ReplicaManager, object]:
     config = BrokerConfig({"node.id": "1"})
-    broker = SimpleNamespace(node_id=1, config=config, metadata=HeldStore(),
-                             topics=TopicManager(tmp_path, config, now_ms()))
-    rm = ReplicaManager(broker)
+    rm = ReplicaManager(1, config, TopicManager(tmp_path, config, now_ms()), HeldStore())
     rm.apply(view(isr=isr))
     return rm, rm.leader_replica(TOPIC, 0)
 

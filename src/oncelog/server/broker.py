@@ -68,7 +68,7 @@ class Broker:
         self.node_id = self.config.int("node.id")
         self.host = host
         self.port = port  # the advertised port; set by the server once bound
-        self.cluster_id = self._load_cluster_id()
+        cluster_id = self._load_cluster_id()
         self.transaction_version = self.config.int("transaction.version")
         self.supported_versions = supported_versions(self.transaction_version)
         self.preallocator = Preallocator()
@@ -89,14 +89,23 @@ class Broker:
         # zookeeper.connect, a broker of a ZooKeeper-coordinated cluster (docs/cluster.md).
         # The same code runs either way: the replica manager leads and follows partitions as
         # the metadata's view says, the coordinators follow their partitions' leadership.
-        self.metadata: Metadata
+        self.security = Security(self.config, self.data_dir)
+        # The composition root: each service is given what it uses (ids, settings, the
+        # services it calls, typed by small ports), never the broker. Where two need each
+        # other, the second is wired to the first once both exist.
+        kind: type[Metadata] = LocalMetadata
         if self.config.get("zookeeper.connect"):
             from .metadata_zk import ZkMetadata  # kazoo is loaded only when it is needed
 
-            self.metadata = ZkMetadata(self)
-        else:
-            self.metadata = LocalMetadata(self)
-        self.replication = ReplicaManager(self)
+            kind = ZkMetadata
+        self.metadata = kind(
+            self.node_id, self.config, self.data_dir, self.topics, cluster_id=cluster_id,
+            credentials=self.security, on_dynamic_configs=self.apply_dynamic_configs,
+            on_topic_deleted=self.fetch_sessions.remove_topic, listener=(host, port))
+        # Kafka's ReplicaManager: ISR changes go to the metadata, whose views come back to it.
+        self.replication = ReplicaManager(self.node_id, self.config, self.topics,
+                                          isr_writer=self.metadata)
+        self.metadata.view_listeners.append(self.replication.apply)
         self.producer_ids = ProducerIds(self.metadata)
         self.txn_coordinator = TxnService(self)
         self.group_coordinator = GroupService(self)
@@ -104,7 +113,6 @@ class Broker:
             enabled=self.config.flag("transaction.partition.verification.enable"),
             node_id=self.node_id, metadata=self.metadata, coordinator=self.txn_coordinator,
             client=self.replication.client)
-        self.security = Security(self.config, self.data_dir)
         self._maintenance_task: asyncio.Task | None = None
         self._retention_task: asyncio.Task | None = None
         # Kafka's LogCleaner: compacts the logs whose cleanup.policy has compact, on a thread
@@ -113,6 +121,11 @@ class Broker:
         from .handlers import HANDLERS
 
         self.handlers = HANDLERS
+
+    @property
+    def cluster_id(self) -> str:
+        """The data directory's (meta.properties), or the cluster's once it joined one."""
+        return self.metadata.cluster_id
 
     def _load_cluster_id(self) -> str:
         """meta.properties, as Kafka writes it: cluster.id and node.id of this data dir."""
@@ -270,6 +283,7 @@ class Broker:
         cluster (registers; a cluster of one elects itself) and takes up the roles the first
         view gives it, its coordinators loading the partitions it leads."""
         self.dir_lock.record_address(self.host, self.port)
+        self.metadata.listener = (self.host, self.port)
         self.replication.start()
         await self.metadata.start()
 

@@ -24,8 +24,10 @@ import asyncio
 import logging
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -39,6 +41,10 @@ from .topics import (
     TopicError,
     coordinator_partition,
 )
+
+if TYPE_CHECKING:
+    from .config import BrokerConfig
+    from .topics import TopicManager
 
 log = logging.getLogger("oncelog.metadata")
 
@@ -57,18 +63,51 @@ class CreatedTopic:
     replication_factor: int
 
 
+class CredentialsPort(Protocol):
+    """Where the SCRAM users are loaded once their store is known (server/security_service.py)."""
+
+    def open_credentials(self, store: ScramStore) -> None: ...
+
+
+ViewListener = Callable[[Any], None]  # a new ClusterView, on the event loop
+DynamicConfigsListener = Callable[[dict[str, str], dict[str, str]], None]  # (default, own)
+
+
 class Metadata(ABC):
     """What both implementations share. Subclasses provide ``start``, ``close``,
     ``create_topic``, ``create_partitions``, ``request_topic``, ``request_internal_topic``,
     ``delete_topic`` and ``allocate_producer_id_block``, and call ``_publish`` with every new
-    view."""
+    view.
 
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        self.node_id: int = broker.node_id
+    Built by the broker (server/broker.py) from what it uses: this node's id, the broker
+    settings, the data directory and the logs hosted here, the cluster id of the data
+    directory (a cluster's ZooKeeper may replace it), where the SCRAM users are loaded, and
+    whom it tells of new dynamic broker configs and of a topic deleted. ``listener`` is where
+    this broker listens (set once its socket is bound); ``view_listeners`` hear every new view
+    (the replica manager, wired after both are built: each needs the other)."""
+
+    def __init__(self, node_id: int, config: BrokerConfig, data_dir: Path,
+                 topics: TopicManager, *, cluster_id: str, credentials: CredentialsPort,
+                 on_dynamic_configs: DynamicConfigsListener,
+                 on_topic_deleted: Callable[[str], None],
+                 listener: tuple[str, int] = ("127.0.0.1", 9092)) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.data_dir = Path(data_dir)
+        self.topics = topics
+        self.cluster_id = cluster_id
+        self.credentials = credentials
+        self.on_dynamic_configs = on_dynamic_configs
+        self.on_topic_deleted = on_topic_deleted
+        self.listener = listener
+        self.view_listeners: list[ViewListener] = []
         self.view: Any = None  # the latest ClusterView, once there is one
         self.loop: asyncio.AbstractEventLoop | None = None
         self._view_changed = asyncio.Event()
+        self._setup()
+
+    def _setup(self) -> None:
+        """What a kind keeps of its own, once the common fields are set."""
 
     # -- the SCRAM users (KIP-554) -------------------------------------------------------------
 
@@ -76,15 +115,16 @@ class Metadata(ABC):
         """Where the users' SCRAM credentials live: a single node's data directory (a
         cluster's ZooKeeper overrides it). Opened by ``start`` before the first view, so no
         login is answered before the users are known."""
-        return LocalScramStore(self.broker.data_dir)
+        return LocalScramStore(self.data_dir)
 
     # -- the view -----------------------------------------------------------------------------
 
     def _publish(self, view) -> None:
-        """On the event loop: the new view goes to the replica manager (which takes up the
-        roles it says, and tells the coordinators)."""
+        """On the event loop: the new view goes to the view listeners (the replica manager,
+        which takes up the roles it says, and tells the coordinators)."""
         self.view = view
-        self.broker.replication.apply(view)
+        for listener in self.view_listeners:
+            listener(view)
         self._view_changed.set()
 
     async def wait_for(self, condition, timeout_ms: int) -> bool:
@@ -104,9 +144,9 @@ class Metadata(ABC):
     def advertised(self) -> tuple[str, int]:
         """Where other brokers and clients reach this broker: ``advertised.listeners``
         (``PLAINTEXT://host:port``, e.g. a relay in front of it), else where it listens."""
-        value = str(self.broker.config.get("advertised.listeners") or "")
+        value = str(self.config.get("advertised.listeners") or "")
         if not value:
-            return self.broker.host, self.broker.port
+            return self.listener
         first = value.split(",")[0].strip()
         _scheme, sep, address = first.partition("://")
         host, _, port = (address if sep else first).rpartition(":")
@@ -141,9 +181,9 @@ class Metadata(ABC):
                                  "every partition needs the same number of replicas")
             return {p: list(r) for p, r in assignment.items()}
         if num == -1:
-            num = self.broker.config.int("num.partitions")
+            num = self.config.int("num.partitions")
         if rf == -1:
-            rf = self.broker.config.int("default.replication.factor")
+            rf = self.config.int("default.replication.factor")
         if num < 1:
             raise TopicError(ErrorCode.invalid_partitions, f"number of partitions must be >= 1, got {num}")
         if rf < 1:
@@ -166,7 +206,7 @@ class Metadata(ABC):
         ``transaction.state.log.min.isr``); None while fewer brokers are alive than its
         replication factor needs (Kafka answers COORDINATOR_NOT_AVAILABLE meanwhile)."""
         prefix = INTERNAL_PREFIX[name]
-        cfg = self.broker.config
+        cfg = self.config
         rf = self.internal_replication_factor(cfg.int(f"{prefix}.replication.factor"))
         live = sorted(self.view.brokers)
         if len(live) < rf:

@@ -43,8 +43,7 @@ CONTROLLER_EPOCH = 0  # one controller, ever: this broker
 
 
 class LocalMetadata(Metadata):
-    def __init__(self, broker) -> None:
-        super().__init__(broker)
+    def _setup(self) -> None:
         self._seq = 0
         self._states: dict[tuple[str, int], tuple[LeaderAndIsr, int]] = {}
 
@@ -54,14 +53,14 @@ class LocalMetadata(Metadata):
         """Elect this broker leader of every partition it has, one leader epoch above the
         last one each partition recorded, and publish the view."""
         self.loop = asyncio.get_running_loop()
-        self.broker.security.open_credentials(self.scram_store())
-        data_dir = Path(self.broker.data_dir)
+        self.credentials.open_credentials(self.scram_store())
+        data_dir = self.data_dir
         legacy = _read_legacy_epoch(data_dir / LEGACY_EPOCH_FILE)
         assignments = self._assignments()
         # The state each partition was left in: led by this broker at the last epoch its log
         # recorded. The controller sees this broker come back (``bounced``) and elects it again.
         previous: dict[tuple[str, int], LeaderAndIsr] = {}
-        for name, t in self.broker.topics.topics.items():
+        for name, t in self.topics.topics.items():
             for p in t.partitions:
                 latest = p.log.leader_epoch_cache.latest_epoch
                 epoch = max(-1 if latest is None else latest, legacy)
@@ -85,7 +84,7 @@ class LocalMetadata(Metadata):
 
     def _assignments(self) -> dict[str, dict[int, tuple[int, ...]]]:
         return {name: {p.index: (self.node_id,) for p in t.partitions}
-                for name, t in self.broker.topics.topics.items()}
+                for name, t in self.topics.topics.items()}
 
     def _publish_local(self) -> None:
         self._seq += 1
@@ -93,7 +92,7 @@ class LocalMetadata(Metadata):
         topics = {
             name: TopicAssignment(name, t.topic_id, {p.index: (self.node_id,)
                                                      for p in t.partitions}, t.configs)
-            for name, t in self.broker.topics.topics.items()}
+            for name, t in self.topics.topics.items()}
         view = ClusterView(
             self._seq, MappingProxyType({self.node_id: BrokerInfo(self.node_id, host, port)}),
             MappingProxyType(topics), MappingProxyType(dict(self._states)), self.node_id)
@@ -104,7 +103,7 @@ class LocalMetadata(Metadata):
     def _create(self, name: str, num: int, configs: dict, *, internal: bool = False) -> None:
         """Create the topic's logs (server/topics.py undoes a half-made one), elect its
         partitions' first leader (this broker, epoch 0) and publish."""
-        topic = self.broker.topics.create(name, num, configs, now_ms(), internal=internal)
+        topic = self.topics.create(name, num, configs, now_ms(), internal=internal)
         assignments = {name: {p.index: (self.node_id,) for p in topic.partitions}}
         for tp, state in new_partition_states(assignments, (), {self.node_id},
                                               CONTROLLER_EPOCH).items():
@@ -114,7 +113,7 @@ class LocalMetadata(Metadata):
     async def create_topic(self, name: str, num: int, rf: int, configs: dict,
                            assignment: dict[int, list[int]] | None, *, validate_only: bool,
                            timeout_ms: int) -> CreatedTopic:
-        topics = self.broker.topics
+        topics = self.topics
         clean = topics.validate_new(name, max(num, 1) if assignment is None
                                     else len(assignment), configs)
         self.check_collision(name)
@@ -134,9 +133,9 @@ class LocalMetadata(Metadata):
         plan = self.plan_new_partitions(name, count, assignment)
         if validate_only:
             return
-        topic = self.broker.topics.topics[name]
+        topic = self.topics.topics[name]
         try:
-            self.broker.topics.host(name, topic.topic_id, count, topic.configs,
+            self.topics.host(name, topic.topic_id, count, topic.configs,
                                     {p.index for p in topic.partitions} | set(plan), now_ms())
         except OSError as exc:
             raise TopicError(ErrorCode.kafka_storage_error, f"cannot add partitions to {name!r}: "
@@ -174,26 +173,26 @@ class LocalMetadata(Metadata):
 
     async def delete_topic(self, name: str, timeout_ms: int) -> None:
         self.check_deletable(name)
-        self.broker.topics.delete(name)
+        self.topics.delete(name)
         self._states = {tp: s for tp, s in self._states.items() if tp[0] != name}
         self._publish_local()
-        self.broker.fetch_sessions.remove_topic(name)
+        self.on_topic_deleted(name)
 
     # -- configs ------------------------------------------------------------------------------
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        if name not in self.broker.topics.topics:
+        if name not in self.topics.topics:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
-        self.broker.topics.update_configs(name, configs)
+        self.topics.update_configs(name, configs)
         self._publish_local()
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         """Kept in ``<data-dir>/dynamic-broker-configs.json``."""
-        data_dir = Path(self.broker.data_dir)
+        data_dir = self.data_dir
         stored = dynamic_config.load_local(data_dir)
         stored[entity] = dict(configs)
         dynamic_config.save_local(data_dir, stored)
-        self.broker.apply_dynamic_configs(stored.get(dynamic_config.DEFAULT_ENTITY, {}),
+        self.on_dynamic_configs(stored.get(dynamic_config.DEFAULT_ENTITY, {}),
                                           stored.get(str(self.node_id), {}))
 
     # -- partition state ----------------------------------------------------------------------
@@ -215,7 +214,7 @@ class LocalMetadata(Metadata):
         """The end of the block is written (and fsynced) to ``<data-dir>/producer-id-block``
         before any id of it is handed out: after a crash the broker starts from the recorded
         end, skipping whatever was left of the block; ids may be wasted, never reused."""
-        path = Path(self.broker.data_dir) / PRODUCER_ID_BLOCK_FILE
+        path = self.data_dir / PRODUCER_ID_BLOCK_FILE
         start = _read_block_end(path)
         end = start + size
         tmp = path.with_suffix(".tmp")

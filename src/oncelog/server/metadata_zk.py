@@ -33,9 +33,8 @@ CONFIG_WAIT_MS = 10_000  # how long AlterConfigs waits for this broker's view to
 
 
 class ZkMetadata(Metadata):
-    def __init__(self, broker) -> None:
-        super().__init__(broker)
-        cfg = broker.config
+    def _setup(self) -> None:
+        cfg = self.config
         self.connect = str(cfg.get("zookeeper.connect"))
         self.session_timeout_ms = cfg.int("zookeeper.session.timeout.ms")
         self.store: Any = None  # KafkaZkClient, once started
@@ -62,19 +61,19 @@ class ZkMetadata(Metadata):
 
     def _start_blocking(self) -> None:
         self.store = KafkaZkClient(self.connect, session_timeout_s=self.session_timeout_ms / 1000)
-        self.broker.cluster_id = self.store.cluster_id(self.broker.cluster_id)
-        self.broker.security.open_credentials(self.scram_store())
+        self.cluster_id = self.store.cluster_id(self.cluster_id)
+        self.credentials.open_credentials(self.scram_store())
         # Restarted right after a crash, the old session still holds our registration until
         # ZooKeeper expires it (up to its timeout): wait it out instead of failing.
         host, port = self.advertised()
         self.store.brokers.register(self.node_id, host, port,
                                     timeout_s=2 * self.session_timeout_ms / 1000 + 1,
                                     security_protocol=str(
-                                        self.broker.config.get("security.protocol")))
+                                        self.config.get("security.protocol")))
         # The dynamic broker configs before the first view: the logs open with them.
         default, own = self._read_broker_configs()
         assert self.loop is not None
-        self.loop.call_soon_threadsafe(self.broker.apply_dynamic_configs, default, own)
+        self.loop.call_soon_threadsafe(self.on_dynamic_configs, default, own)
         self.store.configs.watch_changes(self._on_config_changes)
         self.metadata = MetadataView(self.store, self._on_view)
         self.controller = Controller(self.store, self.node_id, view=self.metadata)
@@ -111,7 +110,7 @@ class ZkMetadata(Metadata):
                            timeout_ms: int) -> CreatedTopic:
         """CreateTopics in cluster mode: write the assignment to ZooKeeper and wait (up to
         the request's timeout) until every partition has a leader."""
-        topics = self.broker.topics
+        topics = self.topics
         if name in self.view.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         clean = topics.validate_new(name, max(num, 1), configs) if assignment is None else \
@@ -197,7 +196,7 @@ class ZkMetadata(Metadata):
         self.check_deletable(name)
         await asyncio.to_thread(self.store.topics.request_deletion, name)
         await self.wait_for(lambda v: name not in v.topics, timeout_ms)
-        self.broker.fetch_sessions.remove_topic(name)
+        self.on_topic_deleted(name)
 
     # -- configs ------------------------------------------------------------------------------
 
@@ -217,7 +216,7 @@ class ZkMetadata(Metadata):
         await asyncio.to_thread(self.store.configs.change_entity_configs, ConfigType.BROKER, entity,
                                 configs)
         default, own = await asyncio.to_thread(self._read_broker_configs)
-        self.broker.apply_dynamic_configs(default, own)
+        self.on_dynamic_configs(default, own)
 
     def _read_broker_configs(self) -> tuple[dict[str, str], dict[str, str]]:
         """(cluster-wide default, this broker's own) dynamic configs (blocking)."""
@@ -233,7 +232,7 @@ class ZkMetadata(Metadata):
         default, own = self._read_broker_configs()
         loop = self.loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.broker.apply_dynamic_configs, default, own)
+            loop.call_soon_threadsafe(self.on_dynamic_configs, default, own)
 
     # -- partition state ----------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -42,6 +42,11 @@ from .interbroker_sasl import inter_broker_login
 from .partition import Partition, ReplicationError, broker_ids
 from .replica_fetcher import ReplicaFetcherManager
 from .topics import INTERNAL_TOPICS
+
+if TYPE_CHECKING:
+    from ..cluster.model import LeaderAndIsr
+    from .config import BrokerConfig
+    from .topics import TopicManager
 
 log = logging.getLogger("oncelog.replication")
 
@@ -76,11 +81,25 @@ class AppendEntry:
     transaction_version: int = 0  # MARKER: the marker's WriteTxnMarkers v2 field
 
 
+class IsrWriter(Protocol):
+    """Where a leader's ISR changes go (Kafka's AlterPartitionManager): the metadata."""
+
+    async def alter_partition(self, topic: str, index: int, state: LeaderAndIsr,
+                              expected_version: int) -> int | None: ...
+
+
 class ReplicaManager:
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        self.node_id: int = broker.node_id
-        cfg = broker.config
+    """Built by the broker (server/broker.py) from what it uses: this node's id, the broker
+    settings, the logs hosted here (``topics``, Kafka's LogManager) and where ISR changes go;
+    the cluster view comes to ``apply`` (the metadata's view listener)."""
+
+    def __init__(self, node_id: int, config: BrokerConfig, topics: TopicManager,
+                 isr_writer: IsrWriter) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.topics = topics
+        self.isr_writer = isr_writer
+        cfg = config
         self.lag_ms = cfg.int("replica.lag.time.max.ms")
         self.view: Any = None  # the latest cluster view
         self.replicas: dict[TP, Partition] = {}
@@ -143,7 +162,7 @@ class ReplicaManager:
     def _apply(self, view) -> None:
         self.view = view
         now = now_ms()
-        topics = self.broker.topics
+        topics = self.topics
         wanted: set[TP] = set()
         for name, t in view.topics.items():
             hosted = {p for p, reps in t.partitions.items() if self.node_id in reps}
@@ -206,7 +225,7 @@ class ReplicaManager:
 
     async def _alter_partition(self, topic: str, index: int, state, expected: int
                                ) -> int | None:
-        return await self.broker.metadata.alter_partition(topic, index, state, expected)
+        return await self.isr_writer.alter_partition(topic, index, state, expected)
 
     def _live(self):
         return self.view.brokers if self.view is not None else {}
@@ -409,9 +428,9 @@ class ReplicaManager:
         topic, REQUEST_TIMED_OUT."""
         r = self.leader_replica(topic, index)
         plog = r.log
-        topic_meta = self.broker.topics.get(topic)
+        topic_meta = self.topics.get(topic)
         policy = str((topic_meta.configs if topic_meta else {}).get("cleanup.policy")
-                     or self.broker.config.topic_defaults().get("cleanup.policy", "delete"))
+                     or self.config.topic_defaults().get("cleanup.policy", "delete"))
         if "delete" not in policy.split(","):
             raise ReplicationError(ErrorCode.policy_violation, f"records of {topic}-{index} can not be "
                                    "deleted due to the configured policy")
