@@ -1,7 +1,7 @@
 """The one append entry by data and origin (server/replication.py ``append_records``, the
 coordinators' ``PartitionWriter`` in server/coordinator_runtime.py, the markers of
-server/handlers/txn_markers.py) on real logs, with the cluster view handed in as the ZooKeeper
-watch hands it and no broker started: what each origin may write, min.insync.replicas before a
+server/txn_marker_writer.py through the WriteTxnMarkers handler) on real logs, with the
+cluster view handed in as the ZooKeeper watch hands it and no broker started: what each origin may write, min.insync.replicas before a
 coordinator's write, and the pending transactional offsets a marker completes only once the
 ISR has it."""
 
@@ -23,6 +23,7 @@ from oncelog.server.coordinator_runtime import ReplicaPartitionWriter
 from oncelog.server.handlers.txn_markers import handle_write_txn_markers
 from oncelog.server.replication import AppendEntry, AppendError, AppendOrigin, ReplicaManager
 from oncelog.server.topics import CONSUMER_OFFSETS, TopicManager
+from oncelog.server.txn_marker_writer import TxnMarkerWriter
 
 
 def leader(tmp_path, topic: str, isr: tuple[int, ...], min_isr: int = 1,
@@ -30,7 +31,7 @@ def leader(tmp_path, topic: str, isr: tuple[int, ...], min_isr: int = 1,
     """A replica manager of broker 1, leader of ``topic``-0 (replicas 1, 2, 3) with ``isr``."""
     config = BrokerConfig({"node.id": "1"})
     rm = ReplicaManager(1, config, TopicManager(tmp_path, config, now_ms()), HeldStore())
-    broker = SimpleNamespace(replication=rm, group_coordinator=group_coordinator,
+    broker = SimpleNamespace(replication=rm, txn_markers=TxnMarkerWriter(rm, group_coordinator),
                              allowed=lambda *_a: True)
     brokers = {n: BrokerInfo(n, "127.0.0.1", 9090 + n) for n in (1, 2, 3)}
     topics = {topic: TopicAssignment(topic, uuid.UUID(int=7), {0: (1, 2, 3)},

@@ -32,31 +32,27 @@ def _partition(log: _Log):
     return SimpleNamespace(topic="t", index=0, log=log)
 
 
-def _broker():
-    return SimpleNamespace(lso_watch=StableOffsetWatch())
-
-
 def test_nothing_holds_an_lso_at_the_high_watermark():
     p = _partition(_Log(5, 5, {1: (0, 3)}, {3: 100}))
-    assert holder(_broker(), p, 1_000, by_pid={}) is None
+    assert holder(StableOffsetWatch(), p, 1_000, by_pid={}) is None
 
 
 def test_the_oldest_open_transaction_holds_it_and_how_long_is_timed():
-    broker = _broker()
+    watch = StableOffsetWatch()
     p = _partition(_Log(3, 9, {1: (0, 6), 2: (4, 3), 3: (0, -1)}, {3: 111, 6: 222}))
-    first = holder(broker, p, 1_000, by_pid={})
+    first = holder(watch, p, 1_000, by_pid={})
     assert (first.producer_id, first.producer_epoch, first.first_offset) == (2, 4, 3)
     assert (first.lso, first.hw, first.stuck_ms) == (3, 9, 0)
     # not coordinated here: the transaction is known by the time of its first batch
     assert first.transactional_id is None and first.first_write_ms == 111
-    assert holder(broker, p, 4_500, by_pid={}).stuck_ms == 3_500
+    assert holder(watch, p, 4_500, by_pid={}).stuck_ms == 3_500
 
 
 def test_a_transaction_this_broker_coordinates_is_named():
     m = TransactionMetadata("payments", 2, 4, 60_000, TransactionState.ONGOING,
                             txn_start_ms=777)
     p = _partition(_Log(3, 9, {2: (4, 3)}, {3: 111}))
-    found = holder(_broker(), p, 1_000, by_pid={2: m})
+    found = holder(StableOffsetWatch(), p, 1_000, by_pid={2: m})
     assert (found.transactional_id, found.state, found.txn_start_ms) == \
         ("payments", "Ongoing", 777)
     assert found.first_write_ms is None and not found.two_phase
@@ -64,4 +60,4 @@ def test_a_transaction_this_broker_coordinates_is_named():
 
 def test_a_first_batch_no_longer_in_the_log_has_no_time():
     p = _partition(_Log(3, 9, {2: (4, 3)}, {5: 111}))  # offset 3 is below the log's start
-    assert holder(_broker(), p, 1_000, by_pid={}).first_write_ms is None
+    assert holder(StableOffsetWatch(), p, 1_000, by_pid={}).first_write_ms is None

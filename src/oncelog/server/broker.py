@@ -14,7 +14,6 @@ import uuid
 from collections import Counter
 from pathlib import Path
 from time import perf_counter
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -29,6 +28,7 @@ from .broker_stats import BrokerStats
 from .clock import now_ms
 from .config import BrokerConfig
 from .context import CloseConnection, RequestContext, Session
+from .coordinator_runtime import ReplicaPartitionWriter
 from .dir_lock import DataDirLock
 from .fetch_sessions import FetchSessionCache
 from .group_service import GroupService
@@ -37,7 +37,8 @@ from .metadata_local import LocalMetadata
 from .replication import ReplicaManager
 from .security_service import PRE_AUTHENTICATION, Security
 from .stable_offsets import StableOffsetWatch
-from .topics import TopicManager
+from .topics import CONSUMER_OFFSETS, TRANSACTION_STATE, TopicManager
+from .txn_marker_writer import TxnMarkerWriter
 from .txn_service import TxnService
 from .txn_verification import TxnVerifier
 
@@ -107,8 +108,22 @@ class Broker:
                                           isr_writer=self.metadata)
         self.metadata.view_listeners.append(self.replication.apply)
         self.producer_ids = ProducerIds(self.metadata)
-        self.txn_coordinator = TxnService(self)
-        self.group_coordinator = GroupService(self)
+        # The coordinators append to their topics through the replica manager, follow its
+        # leadership news and load its logs (Kafka's CoordinatorRuntime with a PartitionWriter).
+        self.group_coordinator = GroupService(
+            self.config, writer=ReplicaPartitionWriter(self.replication, CONSUMER_OFFSETS),
+            leadership=self.replication, partitions=self.topics, metadata=self.metadata)
+        # The replica side of ending a transaction: the WriteTxnMarkers handler's, and this
+        # broker's transaction coordinator's for the partitions it leads.
+        self.txn_markers = TxnMarkerWriter(self.replication, self.group_coordinator)
+        self.txn_coordinator = TxnService(
+            self.node_id, self.config,
+            writer=ReplicaPartitionWriter(self.replication, TRANSACTION_STATE),
+            leadership=self.replication, partitions=self.topics, metadata=self.metadata,
+            allocate_producer_id=self.producer_ids.next_producer_id, markers=self.txn_markers,
+            client=self.replication.client)
+        self.replication.load_details[TRANSACTION_STATE] = self.txn_coordinator.load_summary
+        self.replication.load_details[CONSUMER_OFFSETS] = self.group_coordinator.load_summary
         self.txn_verifier = TxnVerifier(
             enabled=self.config.flag("transaction.partition.verification.enable"),
             node_id=self.node_id, metadata=self.metadata, coordinator=self.txn_coordinator,
@@ -155,12 +170,6 @@ class Broker:
             return True
         return self.security.authorizer.authorize(ctx.session.principal, ctx.host, operation,
                                                   resource_type, name)
-
-    async def handle_local(self, ctx: RequestContext, request: Any) -> Any:
-        """A request this broker sends itself (the transaction coordinator's WriteTxnMarkers
-        to the partitions it leads), answered as the same request from another broker is:
-        services send requests, they do not call request handlers."""
-        return await self.handlers[ApiKey(ctx.header.api_key)](self, ctx, request)
 
     async def handle_frame(self, frame: bytes, client_address: str,
                            session: Session | None = None) -> list[bytes] | None:

@@ -16,10 +16,15 @@ family read the same figures from ``group_lags``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..spark_markers import is_marker_offset
+
+if TYPE_CHECKING:
+    from ..group.coordinator import Group
+    from .ports import HostedPartitions
 
 
 @dataclass(frozen=True)
@@ -38,12 +43,12 @@ class PartitionLag:
         return self.log_end_offset - self.committed_offset
 
 
-def group_lags(broker, group_ids: Iterable[str] | None = None) -> list[PartitionLag]:
-    """The lag of every committed offset of the groups this broker coordinates (or of the
-    named ones among them), ordered by group, topic and partition."""
-    groups = broker.group_coordinator.groups()
+def group_lags(groups: Mapping[str, Group], topics: HostedPartitions,
+               group_ids: Iterable[str] | None = None) -> list[PartitionLag]:
+    """The lag of every committed offset of ``groups`` (the groups this broker coordinates;
+    or of the named ones among them) against the partitions hosted here (``topics``),
+    ordered by group, topic and partition."""
     names = sorted(groups) if group_ids is None else [g for g in group_ids if g in groups]
-    topics = broker.topics
     out = []
     for group_id in names:
         for (topic, index), value in sorted(groups[group_id].offsets.items()):
@@ -53,12 +58,12 @@ def group_lags(broker, group_ids: Iterable[str] | None = None) -> list[Partition
     return out
 
 
-def lag_samples(broker) -> Iterator:
+def lag_samples(groups: Mapping[str, Group], topics: HostedPartitions) -> Iterator:
     """The ``oncelog_consumer_group_lag`` gauge, one sample per group and partition whose lag
     is known here (as kafka_exporter's kafka_consumergroup_lag)."""
     from .metrics import Sample
 
-    for entry in group_lags(broker):
+    for entry in group_lags(groups, topics):
         lag = entry.lag
         if lag is not None:
             yield Sample("oncelog_consumer_group_lag",

@@ -11,7 +11,7 @@ says so (``RespondJoin`` / ``RespondSync``); a timer ticks the core for session 
 rebalances. Offsets and group metadata are appended to the group's partition of
 ``__consumer_offsets`` (Kafka's ``abs(hash(group)) % offsets.topic.num.partitions``); a
 TxnOffsetCommit is appended as a transactional batch of the producer (its epoch checked by the
-log), and its offsets stay pending until handlers/txn_markers.py reports the transaction's
+log), and its offsets stay pending until server/txn_marker_writer.py reports the transaction's
 marker on that partition. A partition is replayed when loaded, markers included.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -36,8 +37,18 @@ from ..group.coordinator import (
 from ..group.log_format import GroupValue, OffsetValue, encode_group, encode_key, encode_offset
 from ..records import build_batch
 from .clock import now_ms
-from .coordinator_runtime import AppendError, CoordinatorRuntime, ReplicaPartitionWriter
+from .coordinator_runtime import (
+    AppendError,
+    CoordinatorRuntime,
+    InternalTopicMetadata,
+    LeadershipSource,
+    PartitionWriter,
+)
 from .topics import CONSUMER_OFFSETS
+
+if TYPE_CHECKING:
+    from .config import BrokerConfig
+    from .ports import HostedPartitions
 
 log = logging.getLogger("oncelog.group")
 
@@ -46,25 +57,34 @@ TP = tuple[str, int]
 
 
 class GroupService:
-    def __init__(self, broker) -> None:
-        self.broker = broker
+    """Built by the broker (server/broker.py) from what it uses: the broker settings, the
+    ``__consumer_offsets`` partitions' writer, leadership news and logs, and the cluster's
+    metadata (the topic's partition count, its creation on first use)."""
+
+    def __init__(self, config: BrokerConfig, *, writer: PartitionWriter,
+                 leadership: LeadershipSource, partitions: HostedPartitions,
+                 metadata: InternalTopicMetadata) -> None:
+        self.config = config
+        self.partitions = partitions
         # The __consumer_offsets partitions this broker leads (and so coordinates) are the
         # runtime's shards, a core each; where each one's last append ended (an offset commit
         # waits for its replication).
         self.runtime: CoordinatorRuntime[GroupCoordinator] = CoordinatorRuntime(
-            CONSUMER_OFFSETS, writer=ReplicaPartitionWriter(broker.replication, CONSUMER_OFFSETS),
-            leadership=broker.replication, partitions=broker.topics, metadata=broker.metadata,
-            new_shard=self._new_shard, on_loaded=self._loaded, on_unloaded=self._unloaded)
-        broker.replication.load_details[CONSUMER_OFFSETS] = \
-            lambda: f"{len(self.groups())} groups" + self.runtime.loading_note()
+            CONSUMER_OFFSETS, writer=writer, leadership=leadership, partitions=partitions,
+            metadata=metadata, new_shard=self._new_shard, on_loaded=self._loaded,
+            on_unloaded=self._unloaded)
         self._appended_end: dict[int, int] = {}
         self._joins: dict[tuple[str, str], asyncio.Future] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future] = {}
 
     # -- loading the partitions this broker leads ---------------------------------------------
 
+    def load_summary(self) -> str:
+        """What the loaded partitions hold (the replica manager's summary line)."""
+        return f"{len(self.groups())} groups" + self.runtime.loading_note()
+
     def _new_shard(self, _index: int, _epoch: int) -> GroupCoordinator:
-        cfg = self.broker.config
+        cfg = self.config
         return GroupCoordinator(
             min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
             max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
@@ -128,7 +148,7 @@ class GroupService:
 
     def start(self) -> None:
         self.runtime.every(TICK_S, self._tick)
-        self.runtime.every(self.broker.config.int("offsets.retention.check.interval.ms") / 1000,
+        self.runtime.every(self.config.int("offsets.retention.check.interval.ms") / 1000,
                            self._expire_offsets)
 
     def _tick(self) -> None:
@@ -139,7 +159,7 @@ class GroupService:
     def _expire_offsets(self) -> None:
         """Kafka's offsets.retention.check.interval.ms task: offsets (and groups left with
         none) past offsets.retention.minutes go, with their tombstones."""
-        retention_ms = self.broker.config.int("offsets.retention.minutes") * 60_000
+        retention_ms = self.config.int("offsets.retention.minutes") * 60_000
         now = now_ms()
         for core in self.runtime.shards.values():
             self.execute(core.expire_offsets(now, retention_ms))
@@ -171,7 +191,7 @@ class GroupService:
 
     def _partition(self, group_id: str):
         index = self.partition_index(group_id)
-        p = self.broker.topics.partition(CONSUMER_OFFSETS, index) if index is not None \
+        p = self.partitions.partition(CONSUMER_OFFSETS, index) if index is not None \
             else None
         if p is None:
             raise LookupError(f"this broker does not host the partition of group {group_id}")
@@ -310,4 +330,4 @@ class GroupService:
                      len(self.groups()))
         from .group_lag import lag_samples
 
-        yield from lag_samples(self.broker)
+        yield from lag_samples(self.groups(), self.partitions)

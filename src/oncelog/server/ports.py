@@ -88,6 +88,12 @@ class ReplicasPort(Protocol):
                              epoch: int) -> tuple[int, int]: ...
 
 
+class HostedPartitions(Protocol):
+    """The partitions hosted here (server/topics.py's TopicManager)."""
+
+    def partition(self, topic: str, index: int) -> Partition | None: ...
+
+
 class LocalLogsPort(Protocol):
     """The topics and partition logs hosted here (server/topics.py's TopicManager)."""
 
@@ -160,6 +166,14 @@ class TxnCoordinatorPort(Protocol):
                              producer_epoch: int, wanted: list[TP], *, version: int,
                              verify_only: bool = False, txn_version: int | None = None
                              ) -> dict[TP, ErrorCode | None]: ...
+
+
+class TxnMarkersPort(Protocol):
+    """The replica side's transaction markers (server/txn_marker_writer.py)."""
+
+    async def write(self, partitions: Iterable[TP], *, producer_id: int, producer_epoch: int,
+                    commit: bool, coordinator_epoch: int, transaction_version: int = 0
+                    ) -> dict[TP, ErrorCode | None]: ...
 
 
 class TxnVerifierPort(Protocol):
@@ -242,6 +256,9 @@ class BrokerPort(Protocol):
 
     @property
     def txn_coordinator(self) -> TxnCoordinatorPort: ...
+
+    @property
+    def txn_markers(self) -> TxnMarkersPort: ...
 
     @property
     def txn_verifier(self) -> TxnVerifierPort: ...

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..txn.state import TransactionMetadata
+
+if TYPE_CHECKING:
+    from ..txn.coordinator import TransactionCoordinator
 
 TP = tuple[str, int]
 
@@ -77,10 +81,12 @@ class LsoHolder:
     first_write_ms: int | None = None
 
 
-def coordinated_by_producer_id(broker) -> dict[int, TransactionMetadata]:
-    """Producer id -> TransactionMetadata of every transactional id this broker coordinates."""
+def coordinated_by_producer_id(cores: Iterable[TransactionCoordinator]
+                               ) -> dict[int, TransactionMetadata]:
+    """Producer id -> TransactionMetadata of every transactional id of ``cores`` (the
+    transaction coordinator's, of the partitions this broker leads)."""
     out: dict[int, TransactionMetadata] = {}
-    for core in broker.txn_coordinator.runtime.shards.values():
+    for core in cores:
         for m in core.transactions.values():
             out[m.producer_id] = m
     return out
@@ -99,9 +105,11 @@ def _batch_timestamp(plog, offset: int) -> int | None:
     return None
 
 
-def holder(broker, partition, now: int, by_pid: dict[int, TransactionMetadata] | None = None
-           ) -> LsoHolder | None:
-    """Who holds ``partition``'s LSO below its HW, or None when nothing does."""
+def holder(watch: StableOffsetWatch, partition, now: int,
+           by_pid: dict[int, TransactionMetadata]) -> LsoHolder | None:
+    """Who holds ``partition``'s LSO below its HW, or None when nothing does: ``watch`` knows
+    since when, ``by_pid`` (``coordinated_by_producer_id``) which transactions this broker
+    coordinates."""
     plog = partition.log
     lso, hw = plog.last_stable_offset, plog.high_watermark
     if lso >= hw:
@@ -111,9 +119,7 @@ def holder(broker, partition, now: int, by_pid: dict[int, TransactionMetadata] |
     if not entries:
         return None
     oldest = min(entries, key=lambda e: e.current_txn_first_offset)
-    stuck = broker.lso_watch.stuck_ms(partition.topic, partition.index, plog, now)
-    if by_pid is None:
-        by_pid = coordinated_by_producer_id(broker)
+    stuck = watch.stuck_ms(partition.topic, partition.index, plog, now)
     m = by_pid.get(oldest.producer_id)
     if m is None:
         return LsoHolder(lso, hw, oldest.producer_id, oldest.producer_epoch,

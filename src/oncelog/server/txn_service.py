@@ -9,10 +9,11 @@ core's coordinator epoch is the partition's leader epoch, so markers of an earli
 
 - ``WriteTxnLog``: append the transactional id's record to its partition (Kafka's
   ``abs(hash) % transaction.state.log.num.partitions``) through the one append path, acks=all;
-- ``SendMarkers``: a WriteTxnMarkers request per transaction and partition leader (in process,
-  answered by the broker as a remote coordinator's request is, when this broker leads the
-  partition: ``Broker.handle_local``), retried for the partitions that could not take it
-  yet, until every marker is written; then the transaction completes.
+- ``SendMarkers``: a WriteTxnMarkers request per transaction and partition leader (in process
+  when this broker leads the partition: the replica side's marker writer,
+  server/txn_marker_writer.py, which the WriteTxnMarkers handler uses too), retried for the
+  partitions that could not take it yet, until every marker is written; then the transaction
+  completes.
 
 A timer aborts transactions past their timeout and expires idle transactional ids.
 """
@@ -21,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import ApiKey, RequestHeader, make, request_module
+from ..protocol import ApiKey, make, request_module
 from ..records import build_batch
 from ..txn.coordinator import (
     Effect,
@@ -39,9 +42,19 @@ from ..txn.log_format import (
     encode_value,
 )
 from .clock import now_ms
-from .context import RequestContext
-from .coordinator_runtime import AppendError, CoordinatorRuntime, ReplicaPartitionWriter
+from .coordinator_runtime import (
+    AppendError,
+    CoordinatorRuntime,
+    InternalTopicMetadata,
+    LeadershipSource,
+    PartitionLookup,
+    PartitionWriter,
+)
 from .topics import CONSUMER_OFFSETS, INTERNAL_TOPICS, TRANSACTION_STATE
+
+if TYPE_CHECKING:
+    from .config import BrokerConfig
+    from .ports import TxnMarkersPort
 
 log = logging.getLogger("oncelog.txn")
 request_log = logging.getLogger("oncelog.txn.requests")
@@ -54,10 +67,44 @@ _FINAL_MARKER_ERRORS = {ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_
                         ErrorCode.transaction_coordinator_fenced}
 
 
+def _error(code: int) -> ErrorCode | None:
+    return None if code == ErrorCode.none else ErrorCode(code)
+
+
+class TxnMetadata(InternalTopicMetadata, Protocol):
+    """What the coordinator asks of the cluster's metadata (server/metadata.py): its topics
+    and their partitions' leaders (where markers go)."""
+
+    @property
+    def view(self) -> Any: ...  # the latest ClusterView
+
+    def leader_of(self, topic: str, index: int) -> int | None: ...
+
+
+class BrokerClient(Protocol):
+    """Requests to another broker (server/interbroker.py's InterBrokerClient)."""
+
+    async def request(self, node_id: int, request: Any, timeout_s: float = 30.0,
+                      purpose: str = "control") -> Any: ...
+
+
 class TxnService:
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        cfg = broker.config
+    """Built by the broker (server/broker.py) from what it uses: this node's id, the broker
+    settings, the ``__transaction_state`` partitions' writer, leadership news and logs, the
+    cluster's metadata, the producer id allocator, and where markers go: this broker's
+    marker writer for the partitions it leads, ``client`` for the others'."""
+
+    def __init__(self, node_id: int, config: BrokerConfig, *, writer: PartitionWriter,
+                 leadership: LeadershipSource, partitions: PartitionLookup,
+                 metadata: TxnMetadata, allocate_producer_id: Callable[[], int],
+                 markers: TxnMarkersPort, client: BrokerClient) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.metadata = metadata
+        self.allocate_producer_id = allocate_producer_id
+        self.markers = markers
+        self.client = client
+        cfg = config
         # KIP-915/KIP-890: flexible records (with the previous/next producer ids) from
         # transaction.version 1 on; Kafka's original version 0 below.
         self.log_value_version = 1 if cfg.int("transaction.version") >= 1 else 0
@@ -66,19 +113,21 @@ class TxnService:
         self.expire_interval_ms = cfg.int(
             "transaction.remove.expired.transaction.cleanup.interval.ms")
         self.runtime: CoordinatorRuntime[TransactionCoordinator] = CoordinatorRuntime(
-            TRANSACTION_STATE, writer=ReplicaPartitionWriter(broker.replication, TRANSACTION_STATE),
-            leadership=broker.replication, partitions=broker.topics, metadata=broker.metadata,
-            new_shard=self._new_shard, on_loaded=self._loaded, on_unloaded=self._unloaded)
-        broker.replication.load_details[TRANSACTION_STATE] = lambda: (
-            f"{sum(len(core.transactions) for core in self.all_cores())} transactional ids"
-            + self.runtime.loading_note())
+            TRANSACTION_STATE, writer=writer, leadership=leadership, partitions=partitions,
+            metadata=metadata, new_shard=self._new_shard, on_loaded=self._loaded,
+            on_unloaded=self._unloaded)
         self._index_of: dict[int, int] = {}  # id(core) -> its partition
         self._last_expire = 0
 
+    def load_summary(self) -> str:
+        """What the loaded partitions hold (the replica manager's summary line)."""
+        return (f"{sum(len(core.transactions) for core in self.all_cores())} transactional ids"
+                + self.runtime.loading_note())
+
     def _new_core(self, coordinator_epoch: int) -> TransactionCoordinator:
-        cfg = self.broker.config
+        cfg = self.config
         return TransactionCoordinator(
-            allocate_producer_id=self.broker.producer_ids.next_producer_id,
+            allocate_producer_id=self.allocate_producer_id,
             max_timeout_ms=cfg.int("transaction.max.timeout.ms"),
             expiration_ms=cfg.int("transactional.id.expiration.ms"),
             coordinator_epoch=coordinator_epoch,
@@ -159,7 +208,7 @@ class TxnService:
         return outcome.error
 
     def _unknown(self, wanted: list[TP]) -> set[TP]:
-        topics = self.broker.metadata.view.topics  # the cluster's topics, hosted here or not
+        topics = self.metadata.view.topics  # the cluster's topics, hosted here or not
         return {tp for tp in wanted if tp[0] not in topics or tp[0] in INTERNAL_TOPICS
                 or tp[1] not in topics[tp[0]].partitions}
 
@@ -252,16 +301,24 @@ class TxnService:
         return True
 
     async def _send_markers(self, e: SendMarkers) -> None:
-        """spec 000 step 5.2: WriteTxnMarkers to each partition's leader (in process when that
-        is this broker), retried until every partition has its
+        """spec 000 step 5.2: WriteTxnMarkers to each partition's leader (this broker's marker
+        writer when that is this broker), retried until every partition has its
         marker; a partition without a leader is waited for (spec 000, "Discussion on
         Unavailable Partitions"), one whose topic is gone needs none."""
-        metadata = self.broker.metadata
+        metadata = self.metadata
         mod = request_module(ApiKey.WRITE_TXN_MARKERS, 2)
-        ctx = RequestContext(RequestHeader(ApiKey.WRITE_TXN_MARKERS, 2, 0, "txn-coordinator", 0),
-                             "txn-coordinator")
 
-        async def send(node: int, tps: list[tuple[str, int]]):
+        async def send(node: int, tps: list[tuple[str, int]]
+                       ) -> dict[tuple[str, int], ErrorCode | None] | None:
+            if node == self.node_id:  # the partitions this broker leads, in process
+                try:
+                    return await self.markers.write(
+                        sorted(tps), producer_id=e.producer_id, producer_epoch=e.producer_epoch,
+                        commit=e.commit, coordinator_epoch=e.coordinator_epoch,
+                        transaction_version=e.transaction_version)
+                except Exception:  # a bug must not leave the transaction prepared for ever
+                    log.exception("markers for %r here failed; again", e.transactional_id)
+                    return None
             by_topic: dict[str, list[int]] = {}
             for t, p in sorted(tps):
                 by_topic.setdefault(t, []).append(p)
@@ -274,10 +331,9 @@ class TxnService:
                                   partition_indexes=tuple(ps))
                              for t, ps in by_topic.items())),))
             try:
-                if node == self.broker.node_id:  # the broker's own request, in process
-                    return await self.broker.handle_local(ctx, request)
-                return await self.broker.replication.client.request(node, request, 30.0,
-                                                                    purpose="markers")
+                response = await self.client.request(node, request, 30.0, purpose="markers")
+                return {(t.name, p.partition_index): _error(p.error_code)
+                        for t in response.markers[0].topics for p in t.partitions}
             except ConnectionError as exc:
                 log.info("markers for %r to broker %d: %s", e.transactional_id, node, exc)
             except Exception:  # a bug must not leave the transaction prepared for ever
@@ -296,21 +352,16 @@ class TxnService:
                 if leader is not None:
                     by_node.setdefault(leader, []).append(tp)
             responses = await asyncio.gather(*(send(n, tps) for n, tps in by_node.items()))
-            for response in responses:
-                if response is None:
-                    continue
-                for t in response.markers[0].topics:
-                    for p in t.partitions:
-                        code = ErrorCode(p.error_code)
-                        if code == ErrorCode.none or code in _FINAL_MARKER_ERRORS:
-                            if code != ErrorCode.none:
-                                log.warning("marker for %r on %s-%d: %s (not retried)",
-                                            e.transactional_id, t.name, p.partition_index,
-                                            code.name)
-                            left.discard((t.name, p.partition_index))
-                        else:
-                            log.debug("marker for %r on %s-%d: %s (again)", e.transactional_id,
-                                      t.name, p.partition_index, code.name)
+            for errors in responses:
+                for (topic, index), code in (errors or {}).items():
+                    if code is None or code in _FINAL_MARKER_ERRORS:
+                        if code is not None:
+                            log.warning("marker for %r on %s-%d: %s (not retried)",
+                                        e.transactional_id, topic, index, code.name)
+                        left.discard((topic, index))
+                    else:
+                        log.debug("marker for %r on %s-%d: %s (again)", e.transactional_id,
+                                  topic, index, code.name)
             if left:
                 log.debug("markers for %r: waiting for %s", e.transactional_id,
                           ", ".join(f"{t}-{p}" for t, p in sorted(left)))

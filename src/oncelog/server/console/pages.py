@@ -139,7 +139,7 @@ def _partition_row(broker, sampler, name: str, index: int, by_pid: dict
     behind: object = "0"
     if lso < hw:
         row_attrs["class"] = "stuck"
-        h = holder(broker, p, now_ms(), by_pid)
+        h = holder(broker.lso_watch, p, now_ms(), by_pid)
         row_attrs.update(_holder_attrs(h))
         held = (f" {esc(_holder_name(h))}, stuck for {age(h.stuck_ms)}" if h is not None
                 else "")
@@ -153,7 +153,7 @@ def _partition_row(broker, sampler, name: str, index: int, by_pid: dict
 def topics_page(broker, sampler, viewer, internal: bool = False) -> tuple[str, str]:
     rows = []
     total = 0
-    by_pid = coordinated_by_producer_id(broker)
+    by_pid = coordinated_by_producer_id(broker.txn_coordinator.all_cores())
     for name, index, wanted in _partitions(broker, viewer, internal):
         total += 1
         if wanted:
@@ -177,7 +177,7 @@ def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
         return None
     now = now_ms()
     parts = []
-    by_pid = coordinated_by_producer_id(broker)
+    by_pid = coordinated_by_producer_id(broker.txn_coordinator.all_cores())
     indexes = _partition_indexes(broker, name)
     for index in indexes[:MAX_DETAILED]:
         leader, replicas, isr = _leadership(broker, name, index)
@@ -201,7 +201,7 @@ def topic_page(broker, sampler, viewer, name: str) -> tuple[str, str] | None:
                         e.current_txn_first_offset,
                         f"{age(now - e.last_timestamp)} ago" if e.last_timestamp >= 0 else None])
                       for e in _open_txns(plog)], empty="no open transactions")
-        h = holder(broker, p, now, by_pid)
+        h = holder(broker.lso_watch, p, now, by_pid)
         stuck = ""
         if h is not None:
             attrs = "".join(f' {k}="{esc(v)}"' for k, v in _holder_attrs(h).items())
@@ -346,7 +346,7 @@ def _lag_holder(broker, e, now: int, by_pid: dict) -> LsoHolder | None:
     p = broker.topics.partition(e.topic, e.partition)
     if p is None or e.committed_offset < p.log.last_stable_offset:
         return None
-    return holder(broker, p, now, by_pid)
+    return holder(broker.lso_watch, p, now, by_pid)
 
 
 def groups_page(broker, viewer) -> tuple[str, str]:
@@ -355,8 +355,8 @@ def groups_page(broker, viewer) -> tuple[str, str]:
     names, more = _capped(names, "groups")
     lags: dict[str, list] = {}
     now = now_ms()
-    by_pid = coordinated_by_producer_id(broker)
-    for entry in group_lags(broker, names):
+    by_pid = coordinated_by_producer_id(broker.txn_coordinator.all_cores())
+    for entry in group_lags(groups, broker.topics, names):
         lags.setdefault(entry.group_id, []).append(entry)
     parts = []
     for name in names:
