@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import cache
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
@@ -38,6 +38,13 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # one a second late a stalled broker.
 LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 LOOP_LAG_INTERVAL_S = 0.25  # how often the loop's lateness is measured
+
+class AuthenticationCounts(Protocol):
+    """SASL authentications so far (server/security_service.py)."""
+
+    successful_authentications: int
+    failed_authentications: int
+
 
 _ErrorPlan = tuple[tuple[str, ...], tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]]
 
@@ -194,9 +201,12 @@ class BrokerStats:
 
     # -- the page -----------------------------------------------------------------------------
 
-    def samples(self, broker, topics: set[str]) -> Iterable[Sample]:
+    def samples(self, existing: Collection[str], topics: set[str],
+                request_counts: Mapping[tuple[int, int], int],
+                auth: AuthenticationCounts) -> Iterable[Sample]:
         """The counted figures; per-topic ones for ``topics`` only (those that exist and are
-        shown), forgetting the counts of topics gone."""
+        shown), forgetting the counts of topics gone (not in ``existing``); the requests
+        decoded by (api key, version), and ``auth``'s SASL authentications."""
         for attr, name, help_text in (
                 ("bytes_in", "oncelog_bytes_in_total",
                  "BytesInPerSec: record set bytes produced to the topic"),
@@ -207,12 +217,12 @@ class BrokerStats:
                 ("replication_bytes_out", "oncelog_replication_bytes_out_total",
                  "ReplicationBytesOutPerSec: record set bytes fetched by follower brokers")):
             counts: dict[str, int] = getattr(self, attr)
-            for topic in [t for t in counts if t not in broker.topics.topics]:
+            for topic in [t for t in counts if t not in existing]:
                 del counts[topic]
             for topic in sorted(counts):
                 if topic in topics:
                     yield Sample(name, help_text, counts[topic], (("topic", topic),), COUNTER)
-        for (api_key, version), count in sorted(broker.request_counts.items()):
+        for (api_key, version), count in sorted(request_counts.items()):
             yield Sample("oncelog_requests_total",
                          "RequestsPerSec: requests decoded, by API and version (KIP-272)",
                          count, (("request", request_name(api_key)), ("version", str(version))),
@@ -245,10 +255,9 @@ class BrokerStats:
         yield Sample("oncelog_connection_close_total",
                      "connection-close-total: connections closed",
                      self.connections_closed, type=COUNTER)
-        security = broker.security
         yield Sample("oncelog_successful_authentication_total",
                      "successful-authentication-total: SASL authentications that succeeded",
-                     security.successful_authentications, type=COUNTER)
+                     auth.successful_authentications, type=COUNTER)
         yield Sample("oncelog_failed_authentication_total",
                      "failed-authentication-total: SASL authentications that failed",
-                     security.failed_authentications, type=COUNTER)
+                     auth.failed_authentications, type=COUNTER)

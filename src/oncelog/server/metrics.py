@@ -25,13 +25,16 @@ import logging
 import math
 import platform
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..security.acls import ResourceType
 from .clock import now_ms
 from .topics import INTERNAL_TOPICS
+
+if TYPE_CHECKING:
+    from .stable_offsets import StableOffsetWatch
 
 log = logging.getLogger("oncelog.metrics")
 
@@ -82,17 +85,13 @@ def summary(name: str, help: str, total: float, count: int,
 
 # -- the families ------------------------------------------------------------------------------
 
-def _shown(broker) -> bool:
-    """``metrics.internal.topics``: whether per-topic and per-partition families include
-    ``__consumer_offsets`` and ``__transaction_state`` (100 partitions by default)."""
-    return broker.config.flag("metrics.internal.topics")
-
-
-def partition_samples(broker) -> Iterable[Sample]:
+def partition_samples(partitions: Iterable[Any], lso_watch: StableOffsetWatch,
+                      internal: bool) -> Iterable[Sample]:
+    """The partitions hosted here (topics.Partition), internal topics' too with ``internal``;
+    ``lso_watch`` times the LSOs left standing."""
     total = 0
-    internal = _shown(broker)
     now = now_ms()
-    for p in broker.topics.all_partitions():
+    for p in partitions:
         plog = p.log
         live = len(plog.producer_state.producers)
         total += live
@@ -112,7 +111,7 @@ def partition_samples(broker) -> Iterable[Sample]:
         yield Sample("oncelog_partition_last_stable_offset_stuck_seconds",
                      "seconds the last stable offset has stood still below the high watermark "
                      "(0 when it is at the high watermark)",
-                     broker.lso_watch.stuck_ms(p.topic, p.index, plog, now) / 1000, labels)
+                     lso_watch.stuck_ms(p.topic, p.index, plog, now) / 1000, labels)
         # Kafka's kafka.log:type=Log,name=Size|LogStartOffset|LogEndOffset|NumLogSegments
         yield Sample("oncelog_log_size_bytes", "bytes of the partition's log segments",
                      plog.size_bytes, labels)
@@ -126,13 +125,14 @@ def partition_samples(broker) -> Iterable[Sample]:
                  "producer ids with state, summed over partitions", total)
 
 
-def replication_samples(broker) -> Iterable[Sample]:
+def replication_samples(node_id: int, replicas: Mapping[tuple[str, int], Any], view: Any
+                        ) -> Iterable[Sample]:
     """Kafka's ReplicaManager gauges (PartitionCount, LeaderCount, UnderReplicatedPartitions,
     UnderMinIsrPartitionCount) over the partitions this broker leads, and the controller's
     OfflinePartitionsCount and ActiveControllerCount (the controller alone reports offline
     partitions, so that a sum over brokers counts each once). Internal topics count: these
-    are the cluster's health, whatever ``metrics.internal.topics`` says."""
-    replicas = broker.replication.replicas
+    are the cluster's health, whatever ``metrics.internal.topics`` says. ``replicas``: the
+    replica manager's (server/partition.py's Partition); ``view``: the latest ClusterView."""
     leaders = [r for r in replicas.values() if r.is_leader]
     under = sum(1 for r in leaders if len(r.isr) < len(r.replicas))
     under_min = sum(1 for r in leaders if len(r.isr) < r.log.config.min_insync_replicas)
@@ -144,8 +144,7 @@ def replication_samples(broker) -> Iterable[Sample]:
     yield Sample("oncelog_under_min_isr_partitions",
                  "partitions this broker leads with fewer in-sync replicas than "
                  "min.insync.replicas", under_min)
-    view = broker.metadata.view
-    active = view is not None and view.controller_id == broker.node_id
+    active = view is not None and view.controller_id == node_id
     offline = 0
     if active:
         offline = sum(1 for name, a in view.topics.items() for index in a.partitions
@@ -194,10 +193,21 @@ def build_info() -> Sample:
 
 
 def collect(broker) -> list[Sample]:
+    """Every family of the broker's page: the one place that reads the broker whole (as a
+    request handler does); each family is given what it counts."""
+    # metrics.internal.topics: whether per-topic and per-partition families include
+    # __consumer_offsets and __transaction_state (100 partitions by default)
+    internal = broker.config.flag("metrics.internal.topics")
+    existing = set(broker.topics.topics)
     samples = [build_info()]
-    samples.extend(partition_samples(broker))
-    samples.extend(replication_samples(broker))
-    samples.extend(broker.stats.samples(broker, _visible_topics(broker)))
+    samples.extend(partition_samples(broker.topics.all_partitions(), broker.lso_watch,
+                                     internal))
+    samples.extend(replication_samples(broker.node_id, broker.replication.replicas,
+                                       broker.metadata.view))
+    # the per-topic counters of a deleted topic go with it, as Kafka removes its metrics
+    samples.extend(broker.stats.samples(
+        existing, existing if internal else existing - INTERNAL_TOPICS,
+        broker.request_counts, broker.security))
     if getattr(broker, "log_cleaner", None) is not None:
         samples.extend(log_cleaner_samples(broker.log_cleaner))
     for component in (getattr(broker, "txn_coordinator", None),
@@ -209,13 +219,6 @@ def collect(broker) -> list[Sample]:
     for source in broker.stats.sources:
         samples.extend(source())
     return samples
-
-
-def _visible_topics(broker) -> set[str]:
-    """The topics that exist, less the internal ones unless ``metrics.internal.topics``: the
-    per-topic counters of a deleted topic go with it, as Kafka removes its metrics."""
-    names = set(broker.topics.topics)
-    return names if _shown(broker) else names - INTERNAL_TOPICS
 
 
 # -- the page -----------------------------------------------------------------------------------
