@@ -6,6 +6,11 @@ A handler is ``async (broker: BrokerPort, ctx: RequestContext, request) -> respo
 that where the broker dispatches a request to its handler, so a handler cannot reach for
 anything the broker does not offer here, and every handler body is type-checked.
 
+Each family of handlers declares the part of the broker it uses: ``GroupApiPort`` for
+handlers/group.py, ``TxnApiPort`` for the transaction requests, and so on, each composed of
+one-member Protocols (``HasMetadata``, ...); ``BrokerPort`` is all of them (a handler typed
+with a family's port takes the broker, as ``Handler`` says), and produce and fetch take it whole.
+
 Requests and responses are kio entities of the request's version (``Any``: their classes
 differ by version); the services' values (replicas, partitions, coordinator cores) keep their
 own classes.
@@ -227,58 +232,129 @@ class StatsPort(Protocol):
     def fetched(self, topic: str | None, size: int, replica_id: int) -> None: ...
 
 
-class BrokerPort(Protocol):
-    """The broker as a request handler sees it."""
+# -- the broker as the handlers see it: one member a Protocol, composed per handler family ----
 
+class HasNodeId(Protocol):
     @property
     def node_id(self) -> int: ...
 
+
+class HasClusterId(Protocol):
     @property
     def cluster_id(self) -> str: ...
 
+
+class HasTransactionVersion(Protocol):
     @property
     def transaction_version(self) -> int: ...
 
+
+class HasConfig(Protocol):
     @property
     def config(self) -> BrokerConfig: ...
 
+
+class HasMetadata(Protocol):
     @property
     def metadata(self) -> MetadataPort: ...
 
+
+class HasReplication(Protocol):
     @property
     def replication(self) -> ReplicasPort: ...
 
+
+class HasTopics(Protocol):
     @property
     def topics(self) -> LocalLogsPort: ...
 
+
+class HasGroupCoordinator(Protocol):
     @property
     def group_coordinator(self) -> GroupCoordinatorPort: ...
 
+
+class HasTxnCoordinator(Protocol):
     @property
     def txn_coordinator(self) -> TxnCoordinatorPort: ...
 
+
+class HasTxnMarkers(Protocol):
     @property
     def txn_markers(self) -> TxnMarkersPort: ...
 
+
+class HasTxnVerifier(Protocol):
     @property
     def txn_verifier(self) -> TxnVerifierPort: ...
 
+
+class HasSecurity(Protocol):
     @property
     def security(self) -> SecurityPort: ...
 
+
+class HasProducerIds(Protocol):
     @property
     def producer_ids(self) -> ProducerIdsPort: ...
 
+
+class HasFetchSessions(Protocol):
     @property
     def fetch_sessions(self) -> FetchSessionsPort: ...
 
+
+class HasStats(Protocol):
     @property
     def stats(self) -> StatsPort: ...
+
+
+class Authorizing(Protocol):
+    """The ACLs, asked for the request's principal (server/handlers/acl.py)."""
 
     def allowed(self, ctx: RequestContext, operation: Operation, resource_type: ResourceType,
                 name: str) -> bool: ...
 
+
+class HasApiVersions(Protocol):
     def api_versions_response(self, version: int) -> Any: ...
+
+
+class ClusterApiPort(Authorizing, HasNodeId, HasClusterId, HasConfig, HasMetadata,
+                     HasApiVersions, Protocol):
+    """ApiVersions, Metadata, DescribeCluster, FindCoordinator (handlers/cluster.py,
+    handlers/coordinator.py)."""
+
+
+class AdminApiPort(Authorizing, HasNodeId, HasConfig, HasMetadata, HasReplication,
+                   HasFetchSessions, Protocol):
+    """Topics, partitions and configs (handlers/admin.py, handlers/partitions.py,
+    handlers/configs.py)."""
+
+
+class GroupApiPort(Authorizing, HasMetadata, HasGroupCoordinator, HasTxnVerifier, Protocol):
+    """The group coordinator's requests (handlers/group.py)."""
+
+
+class TxnApiPort(Authorizing, HasTransactionVersion, HasTxnCoordinator, HasGroupCoordinator,
+                 HasTxnMarkers, HasProducerIds, Protocol):
+    """Producer ids, the transaction coordinator's requests and the markers
+    (handlers/producer_id.py, handlers/txn.py, handlers/txn_markers.py)."""
+
+
+class ReplicaApiPort(Authorizing, HasReplication, HasTopics, Protocol):
+    """What the partitions hosted here answer besides produce and fetch: ListOffsets,
+    OffsetForLeaderEpoch, DescribeLogDirs, DescribeProducers."""
+
+
+class SecurityApiPort(Authorizing, HasSecurity, Protocol):
+    """SASL, the ACLs and the SCRAM users (handlers/security.py, handlers/scram.py)."""
+
+
+class BrokerPort(ClusterApiPort, AdminApiPort, GroupApiPort, TxnApiPort, ReplicaApiPort,
+                 SecurityApiPort, HasStats, Protocol):
+    """The broker as a request handler sees it: every family's port (produce and fetch take it
+    whole: they use most of it)."""
 
 
 Handler = Callable[[BrokerPort, RequestContext, Any], Awaitable[Any]]

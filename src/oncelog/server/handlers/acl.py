@@ -5,28 +5,28 @@ from __future__ import annotations
 
 from ...security.acls import SUPPORTED_OPERATIONS, Operation, ResourceType
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import Authorizing
 
 Op, R = Operation, ResourceType
 
 
-def topic(broker: BrokerPort, ctx: RequestContext, op: Operation, name: str) -> bool:
+def topic(broker: Authorizing, ctx: RequestContext, op: Operation, name: str) -> bool:
     return broker.allowed(ctx, op, R.TOPIC, name)
 
 
-def group(broker: BrokerPort, ctx: RequestContext, op: Operation, name: str) -> bool:
+def group(broker: Authorizing, ctx: RequestContext, op: Operation, name: str) -> bool:
     return broker.allowed(ctx, op, R.GROUP, name)
 
 
-def transactional_id(broker: BrokerPort, ctx: RequestContext, op: Operation, name: str) -> bool:
+def transactional_id(broker: Authorizing, ctx: RequestContext, op: Operation, name: str) -> bool:
     return broker.allowed(ctx, op, R.TRANSACTIONAL_ID, name)
 
 
-def cluster(broker: BrokerPort, ctx: RequestContext, op: Operation) -> bool:
+def cluster(broker: Authorizing, ctx: RequestContext, op: Operation) -> bool:
     return broker.allowed(ctx, op, R.CLUSTER, "kafka-cluster")
 
 
-def topics_checker(broker: BrokerPort, ctx: RequestContext, op: Operation):
+def topics_checker(broker: Authorizing, ctx: RequestContext, op: Operation):
     """A cached ``name -> allowed`` for one request (a dict: functools.cache cost more to make,
     once per Produce and Fetch, than the lookups it saved)."""
     seen: dict[str, bool] = {}
@@ -45,7 +45,7 @@ def topics_checker(broker: BrokerPort, ctx: RequestContext, op: Operation):
 OPERATIONS_OMITTED = -(2**31)
 
 
-def authorized_operations(broker: BrokerPort, ctx: RequestContext,
+def authorized_operations(broker: Authorizing, ctx: RequestContext,
                           resource_type: ResourceType, name: str) -> int:
     """KIP-430: the operations of the resource type (Kafka's supportedOperations) the
     request's principal may do on the resource, as Kafka's bit field (``1 << code``). Without
@@ -54,7 +54,7 @@ def authorized_operations(broker: BrokerPort, ctx: RequestContext,
                if broker.allowed(ctx, op, resource_type, name))
 
 
-def cluster_operations(broker: BrokerPort, ctx: RequestContext, asked: bool) -> int:
+def cluster_operations(broker: Authorizing, ctx: RequestContext, asked: bool) -> int:
     """KIP-430's cluster operations, as Kafka answers them: omitted unless asked, 0 without
     Describe on the cluster."""
     if not asked:

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import ApiKey, make, millis, response_module
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import AdminApiPort
 from ..topics import TopicError
 from . import acl
 from .configs import SOURCE_DEFAULT, topic_synonyms
@@ -21,13 +21,13 @@ log = logging.getLogger("oncelog.broker.admin")
 _NULL_UUID = uuid.UUID(int=0)
 
 
-def _source(broker: BrokerPort, overrides: dict, name: str) -> int:
+def _source(broker: AdminApiPort, overrides: dict, name: str) -> int:
     """Where a created topic's config comes from, as DescribeConfigs says it."""
     synonyms = topic_synonyms(broker.config, overrides, name)
     return synonyms[0][2] if synonyms else SOURCE_DEFAULT
 
 
-async def handle_create_topics(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_create_topics(broker: AdminApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.CREATE_TOPICS, ctx.version)
     results = []
     seen: dict[str, int] = {}
@@ -78,7 +78,7 @@ async def handle_create_topics(broker: BrokerPort, ctx: RequestContext, request:
     return make(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
 
 
-def _delete_targets(broker: BrokerPort, request: Any):
+def _delete_targets(broker: AdminApiPort, request: Any):
     """(name or None, requested topic id or None) per topic: v6 names a topic by name or by
     id (KIP-516), an id resolved through the metadata's view (None: no such topic)."""
     if not hasattr(request, "topics"):
@@ -91,7 +91,7 @@ def _delete_targets(broker: BrokerPort, request: Any):
     return out
 
 
-async def handle_delete_topics(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_topics(broker: AdminApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DELETE_TOPICS, ctx.version)
     if hasattr(request, "topics") and any(
             t.name is not None and t.topic_id is not None and t.topic_id.int

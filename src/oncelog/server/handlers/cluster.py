@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol import ApiKey, make, response_class, response_module
 from ...protocol.error_response import error_response
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import ClusterApiPort
 from ..topics import INTERNAL_TOPICS, SHOWN_INTERNAL, TopicError, check_topic_name
 from . import acl
 from .util import error_code
@@ -21,11 +21,11 @@ _NULL_UUID = uuid.UUID(int=0)
 _YIELD_EVERY = 1000  # topics answered between two turns of the event loop
 
 
-async def handle_api_versions(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_api_versions(broker: ClusterApiPort, ctx: RequestContext, request: Any) -> Any:
     return broker.api_versions_response(ctx.version)
 
 
-async def _metadata(broker: BrokerPort, ctx: RequestContext, request: Any, mod: ModuleType):
+async def _metadata(broker: ClusterApiPort, ctx: RequestContext, request: Any, mod: ModuleType):
     """Brokers, leaders, epochs, replicas and ISRs from the metadata's view; topics are
     created through it too (auto-creation, internal topics)."""
     metadata = broker.metadata
@@ -141,7 +141,7 @@ def _topic_ids_refused(ctx: RequestContext, request: Any, mod: ModuleType):
                     for t in request.topics))
 
 
-async def handle_metadata(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_metadata(broker: ClusterApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.METADATA, ctx.version)
     refused = _topic_ids_refused(ctx, request, mod) if ctx.version >= 10 else None
     if refused is not None:
@@ -149,7 +149,7 @@ async def handle_metadata(broker: BrokerPort, ctx: RequestContext, request: Any)
     return await _metadata(broker, ctx, request, mod)
 
 
-async def handle_describe_cluster(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_cluster(broker: ClusterApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CLUSTER, ctx.version)
     if getattr(request, "endpoint_type", 1) != 1:
         return make(mod.DescribeClusterResponse, throttle_time=0,
@@ -175,7 +175,7 @@ async def handle_describe_cluster(broker: BrokerPort, ctx: RequestContext, reque
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000  # Kafka's max.request.partition.size.limit default
 
 
-async def handle_describe_topic_partitions(broker: BrokerPort, ctx: RequestContext, request: Any
+async def handle_describe_topic_partitions(broker: ClusterApiPort, ctx: RequestContext, request: Any
                                               ) -> Any:
     mod = response_module(ApiKey.DESCRIBE_TOPIC_PARTITIONS, ctx.version)
     view = broker.metadata.view

@@ -32,7 +32,7 @@ from ..config import (
 )
 from ..context import RequestContext
 from ..dynamic_config import DEFAULT_ENTITY, DYNAMIC_CONFIGS, check_dynamic
-from ..ports import BrokerPort
+from ..ports import AdminApiPort
 from ..topic_configs import BY_BROKER_NAME, TYPE_LIST, parse_list
 from ..topics import TopicError
 from . import acl
@@ -57,7 +57,7 @@ class Refused(Exception):
         self.message = message
 
 
-def _authorized(broker: BrokerPort, ctx: RequestContext, kind: int, name: str, op: Operation
+def _authorized(broker: AdminApiPort, ctx: RequestContext, kind: int, name: str, op: Operation
                 ) -> ErrorCode | None:
     if kind == RESOURCE_TOPIC:
         return None if acl.topic(broker, ctx, op, name) else ErrorCode.topic_authorization_failed
@@ -66,7 +66,7 @@ def _authorized(broker: BrokerPort, ctx: RequestContext, kind: int, name: str, o
     return None
 
 
-def _broker_entity(broker: BrokerPort, name: str) -> str:
+def _broker_entity(broker: AdminApiPort, name: str) -> str:
     """``<default>`` for the empty name, else this broker's id (INVALID_REQUEST otherwise)."""
     if not name:
         return DEFAULT_ENTITY
@@ -87,7 +87,7 @@ def _check_names(resource) -> None:
         raise Refused(ErrorCode.invalid_request, "Error due to duplicate config keys")
 
 
-def _current(broker: BrokerPort, kind: int, name: str) -> dict[str, str]:
+def _current(broker: AdminApiPort, kind: int, name: str) -> dict[str, str]:
     """A resource's stored configs: a topic's overrides, a broker entity's dynamic ones."""
     if kind == RESOURCE_TOPIC:
         topic = broker.metadata.view.topics.get(name)
@@ -97,7 +97,7 @@ def _current(broker: BrokerPort, kind: int, name: str) -> dict[str, str]:
     return dict(broker.config.dynamic_broker)
 
 
-async def _alter(broker: BrokerPort, kind: int, name: str, configs: dict[str, str],
+async def _alter(broker: AdminApiPort, kind: int, name: str, configs: dict[str, str],
                  validate_only: bool) -> None:
     """Give the resource exactly ``configs`` (checked first; not stored when
     ``validate_only``)."""
@@ -150,7 +150,7 @@ def _change_text(kind: int, c) -> str:
     return f"{c.name}{sign}{value}"
 
 
-async def _each(broker: BrokerPort, ctx: RequestContext, request: Any,
+async def _each(broker: AdminApiPort, ctx: RequestContext, request: Any,
                 change: Callable[[Any], Awaitable[None]]
                 ) -> list[tuple[Any, ErrorCode | None, str | None]]:
     """(resource, error, message) for every resource: duplicates refused, each authorized,
@@ -179,7 +179,7 @@ async def _each(broker: BrokerPort, ctx: RequestContext, request: Any,
     return out
 
 
-async def handle_alter_configs(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_configs(broker: AdminApiPort, ctx: RequestContext, request: Any) -> Any:
     """AlterConfigs: each resource's configs become exactly the ones given."""
     mod = response_module(ApiKey.ALTER_CONFIGS, ctx.version)
 
@@ -241,7 +241,7 @@ def apply_ops(kind: int, current: dict[str, str], ops) -> dict[str, str]:
     return out
 
 
-async def handle_incremental_alter_configs(broker: BrokerPort, ctx: RequestContext, request: Any
+async def handle_incremental_alter_configs(broker: AdminApiPort, ctx: RequestContext, request: Any
                                               ) -> Any:
     """IncrementalAlterConfigs: each resource's stored configs changed by the operations."""
     mod = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, ctx.version)
@@ -317,7 +317,7 @@ def topic_synonyms(config, overrides: dict[str, str], name: str) -> list[tuple[s
     return synonyms
 
 
-def _describe_topic(broker: BrokerPort, mod: ModuleType, request: Any, name: str, wanted) -> list:
+def _describe_topic(broker: AdminApiPort, mod: ModuleType, request: Any, name: str, wanted) -> list:
     topic = broker.metadata.view.topics.get(name)
     if topic is None:
         raise Refused(ErrorCode.unknown_topic_or_partition, f"topic {name!r} not found")
@@ -335,7 +335,7 @@ def _describe_topic(broker: BrokerPort, mod: ModuleType, request: Any, name: str
     return entries
 
 
-def _describe_broker(broker: BrokerPort, mod: ModuleType, request: Any, name: str, wanted) -> list:
+def _describe_broker(broker: AdminApiPort, mod: ModuleType, request: Any, name: str, wanted) -> list:
     config = broker.config
     per_broker = _broker_entity(broker, name) != DEFAULT_ENTITY
     names = config.values if per_broker else config.dynamic_default
@@ -352,7 +352,7 @@ def _describe_broker(broker: BrokerPort, mod: ModuleType, request: Any, name: st
     return entries
 
 
-async def handle_describe_configs(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_configs(broker: AdminApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CONFIGS, ctx.version)
     results = []
     for res in request.resources:
@@ -386,7 +386,7 @@ async def handle_describe_configs(broker: BrokerPort, ctx: RequestContext, reque
 _QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
 
 
-async def handle_describe_client_quotas(broker: BrokerPort, ctx: RequestContext, request: Any
+async def handle_describe_client_quotas(broker: AdminApiPort, ctx: RequestContext, request: Any
                                            ) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, ctx.version)
 

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import ClusterApiPort
 from ..topics import CONSUMER_OFFSETS, TRANSACTION_STATE, TopicError
 from . import acl
 from .util import error_code
@@ -27,7 +27,7 @@ _NOWHERE = (-1, "", -1)
 _TOPIC_OF_KEY_TYPE = {KEY_TYPE_GROUP: CONSUMER_OFFSETS, KEY_TYPE_TRANSACTION: TRANSACTION_STATE}
 
 
-def _find(broker: BrokerPort, key_type: int, key: str | None
+def _find(broker: ClusterApiPort, key_type: int, key: str | None
           ) -> tuple[ErrorCode | None, str | None, tuple]:
     """(error name, message, (node id, host, port)) for one key."""
     topic = _TOPIC_OF_KEY_TYPE.get(key_type)
@@ -49,7 +49,7 @@ def _find(broker: BrokerPort, key_type: int, key: str | None
     return None, None, (node, info.host, info.port)
 
 
-async def handle_find_coordinator(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_find_coordinator(broker: ClusterApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.FIND_COORDINATOR, ctx.version)
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     def find(key):

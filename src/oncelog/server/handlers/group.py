@@ -15,7 +15,7 @@ from ...protocol import ApiKey, make, millis, response_module
 from ...protocol.consumer_protocol import subscribed_topics
 from ..clock import now_ms
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import GroupApiPort
 from ..topics import CONSUMER_OFFSETS
 from ..txn_verification import offset_commit_error
 from . import acl
@@ -24,16 +24,16 @@ from .util import error_code
 NO_OFFSET = -1
 
 
-def _group_denied(broker: BrokerPort, ctx: RequestContext, group_id: str, op=acl.Op.READ) -> bool:
+def _group_denied(broker: GroupApiPort, ctx: RequestContext, group_id: str, op=acl.Op.READ) -> bool:
     return not acl.group(broker, ctx, op, group_id)
 
 
-def _elsewhere(broker: BrokerPort, group_id: str) -> ErrorCode | None:
+def _elsewhere(broker: GroupApiPort, group_id: str) -> ErrorCode | None:
     """Cluster mode: NOT_COORDINATOR when another broker coordinates the group."""
     return broker.group_coordinator.not_coordinator(group_id)
 
 
-async def handle_join_group(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_join_group(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.JOIN_GROUP, ctx.version)
     refused = (ErrorCode.group_authorization_failed if _group_denied(broker, ctx, request.group_id)
                else _elsewhere(broker, request.group_id))
@@ -61,7 +61,7 @@ async def handle_join_group(broker: BrokerPort, ctx: RequestContext, request: An
                                    metadata=meta) for m, i, meta in resp.members))
 
 
-async def handle_sync_group(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_sync_group(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.SYNC_GROUP, ctx.version)
     refused = (ErrorCode.group_authorization_failed if _group_denied(broker, ctx, request.group_id)
                else _elsewhere(broker, request.group_id))
@@ -79,7 +79,7 @@ async def handle_sync_group(broker: BrokerPort, ctx: RequestContext, request: An
                 assignment=resp.assignment)
 
 
-async def handle_heartbeat(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_heartbeat(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.HEARTBEAT, ctx.version)
     err = ErrorCode.group_authorization_failed if _group_denied(broker, ctx, request.group_id) else \
         _elsewhere(broker, request.group_id) or broker.group_coordinator.shard(
@@ -88,7 +88,7 @@ async def handle_heartbeat(broker: BrokerPort, ctx: RequestContext, request: Any
     return make(mod.HeartbeatResponse, throttle_time=0, error_code=error_code(err))
 
 
-async def handle_leave_group(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_leave_group(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.LEAVE_GROUP, ctx.version)
     if ctx.version < 3:
         members: list[tuple[str, str | None]] = [(request.member_id, None)]
@@ -129,7 +129,7 @@ def _per_partition(mod: ModuleType, topic_cls: str, part_cls: str, topics, err,
         for p in t.partitions)) for t in topics)
 
 
-def _unknown_partitions(broker: BrokerPort, topics) -> frozenset[tuple[str, int]]:
+def _unknown_partitions(broker: GroupApiPort, topics) -> frozenset[tuple[str, int]]:
     """The partitions an offset commit names that do not exist: Kafka answers them
     UNKNOWN_TOPIC_OR_PARTITION and commits the others (KafkaApis.handleOffsetCommitRequest)."""
     known = broker.metadata.view.topics
@@ -138,14 +138,14 @@ def _unknown_partitions(broker: BrokerPort, topics) -> frozenset[tuple[str, int]
                      or p.partition_index not in known[t.name].partitions)
 
 
-def _known_offsets(broker: BrokerPort, topics) -> tuple[frozenset[tuple[str, int]],
+def _known_offsets(broker: GroupApiPort, topics) -> tuple[frozenset[tuple[str, int]],
                                           dict[tuple[str, int], OffsetValue]]:
     """(the partitions that do not exist, the offsets of the others)."""
     unknown = _unknown_partitions(broker, topics)
     return unknown, {tp: v for tp, v in _offsets(topics, now_ms()).items() if tp not in unknown}
 
 
-async def handle_offset_commit(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_commit(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.OFFSET_COMMIT, ctx.version)
     names = ("OffsetCommitResponseTopic", "OffsetCommitResponsePartition")
     err = _offsets_denied(broker, ctx, request) or _elsewhere(broker, request.group_id)
@@ -161,7 +161,7 @@ async def handle_offset_commit(broker: BrokerPort, ctx: RequestContext, request:
                 topics=_per_partition(mod, *names, request.topics, err, unknown))
 
 
-async def _verify_offsets(broker: BrokerPort, request: Any, new_client: bool):
+async def _verify_offsets(broker: GroupApiPort, request: Any, new_client: bool):
     """KIP-890: the group's ``__consumer_offsets`` partition joins the transaction through the
     coordinator (TxnOffsetCommit v5), or is verified to be in it (older clients).
     Returns (error, guard, whether the append must carry the verification)."""
@@ -186,7 +186,7 @@ async def _verify_offsets(broker: BrokerPort, request: Any, new_client: bool):
     return (offset_commit_error(err) if err else None), guard, True
 
 
-def _offsets_denied(broker: BrokerPort, ctx: RequestContext, request: Any
+def _offsets_denied(broker: GroupApiPort, ctx: RequestContext, request: Any
                     ) -> ErrorCode | None:
     """Committing offsets needs Read on the group and on each topic (spec 000)."""
     if _group_denied(broker, ctx, request.group_id):
@@ -196,7 +196,7 @@ def _offsets_denied(broker: BrokerPort, ctx: RequestContext, request: Any
     return None
 
 
-async def handle_txn_offset_commit(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_txn_offset_commit(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
     # Kafka's order: Write on the transactional id, then Read on the group and the topics.
     err = ErrorCode.transactional_id_authorization_failed if not acl.transactional_id(
@@ -224,7 +224,7 @@ async def handle_txn_offset_commit(broker: BrokerPort, ctx: RequestContext, requ
         err, unknown))
 
 
-def _fetch_group(broker: BrokerPort, ctx: RequestContext, mod: ModuleType,
+def _fetch_group(broker: GroupApiPort, ctx: RequestContext, mod: ModuleType,
                  names: tuple[str, str, str], group_id: str, topics: Any,
                  require_stable: bool) -> tuple:
     topic_cls, part_cls = names[0], names[1]
@@ -249,7 +249,7 @@ def _fetch_group(broker: BrokerPort, ctx: RequestContext, mod: ModuleType,
                  for t, ps in by_topic.items())
 
 
-async def handle_offset_fetch(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_fetch(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.OFFSET_FETCH, ctx.version)
     require_stable = bool(getattr(request, "require_stable", False))
     denied = ErrorCode.group_authorization_failed
@@ -278,7 +278,7 @@ async def handle_offset_fetch(broker: BrokerPort, ctx: RequestContext, request: 
     return make(mod.OffsetFetchResponse, throttle_time=0, topics=topics, error_code=0)
 
 
-async def handle_describe_groups(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_groups(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_GROUPS, ctx.version)
     out = []
 
@@ -327,7 +327,7 @@ async def handle_describe_groups(broker: BrokerPort, ctx: RequestContext, reques
 CLASSIC_GROUP_TYPE = "classic"
 
 
-async def handle_list_groups(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_groups(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     """ListGroups: v4 filters by state (KIP-518), v5 by type too (KIP-848); both filters are
     case-insensitive, as Kafka's, and a type Kafka does not know matches no group."""
     mod = response_module(ApiKey.LIST_GROUPS, ctx.version)
@@ -344,7 +344,7 @@ async def handle_list_groups(broker: BrokerPort, ctx: RequestContext, request: A
     return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
 
 
-async def handle_delete_groups(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_groups(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DELETE_GROUPS, ctx.version)
     results = []
     for group_id in request.groups_names:
@@ -366,7 +366,7 @@ async def handle_delete_groups(broker: BrokerPort, ctx: RequestContext, request:
     return make(mod.DeleteGroupsResponse, throttle_time=0, results=tuple(results))
 
 
-async def handle_offset_delete(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_delete(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     """OffsetDelete (KIP-496): Delete on the group, Read on each topic; a partition that does not
     exist: UNKNOWN_TOPIC_OR_PARTITION; the rest as the group coordinator decides."""
     mod = response_module(ApiKey.OFFSET_DELETE, ctx.version)

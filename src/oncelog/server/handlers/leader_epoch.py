@@ -15,13 +15,13 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import ReplicaApiPort
 from ..replication import ReplicationError
 from . import acl
 from .util import error_code
 
 
-async def handle_offset_for_leader_epoch(broker: BrokerPort, ctx: RequestContext, request: Any
+async def handle_offset_for_leader_epoch(broker: ReplicaApiPort, ctx: RequestContext, request: Any
                                             ) -> Any:
     mod = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.version)
     replica_id = getattr(request, "replica_id", -1)

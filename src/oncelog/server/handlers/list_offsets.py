@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol import ApiKey, make, response_module
 from ...records import CorruptRecordError
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import ReplicaApiPort
 from ..replication import ReplicationError
 from . import acl
 from .util import error_code
@@ -24,7 +24,7 @@ READ_COMMITTED = 1
 log = logging.getLogger("oncelog.broker.list_offsets")
 
 
-async def handle_list_offsets(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_offsets(broker: ReplicaApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.LIST_OFFSETS, ctx.version)
     isolation = getattr(request, "isolation_level", 0)
     topics_out = []

@@ -16,11 +16,11 @@ from kio.schema.errors import ErrorCode
 from ...protocol import ApiKey, make, response_module
 from ...security.acls import Operation
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import ReplicaApiPort
 from . import acl
 
 
-async def handle_describe_log_dirs(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_log_dirs(broker: ReplicaApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_LOG_DIRS, ctx.version)
     if not acl.cluster(broker, ctx, Operation.DESCRIBE):
         return make(mod.DescribeLogDirsResponse, throttle_time=0,

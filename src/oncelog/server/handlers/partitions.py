@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import ApiKey, make, millis, response_module
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import AdminApiPort
 from ..replication import ReplicationError
 from ..topics import INTERNAL_TOPICS, TopicError
 from . import acl
@@ -20,7 +20,7 @@ from .util import error_code, requester
 log = logging.getLogger("oncelog.broker.admin")
 
 
-async def handle_create_partitions(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_create_partitions(broker: AdminApiPort, ctx: RequestContext, request: Any) -> Any:
     """Kafka's handleCreatePartitionsRequest: a topic named twice is INVALID_REQUEST, Alter on
     the topic is needed (TOPIC_AUTHORIZATION_FAILED); the metadata checks and places the new
     partitions (server/metadata.py ``plan_new_partitions``)."""
@@ -49,7 +49,7 @@ async def handle_create_partitions(broker: BrokerPort, ctx: RequestContext, requ
     return make(mod.CreatePartitionsResponse, throttle_time=0, results=tuple(results))
 
 
-async def handle_delete_records(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_records(broker: AdminApiPort, ctx: RequestContext, request: Any) -> Any:
     """Kafka's handleDeleteRecordsRequest: Delete on the topic (TOPIC_AUTHORIZATION_FAILED),
     UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist, INVALID_TOPIC_EXCEPTION for
     the internal topics (the coordinators' logs); the leader moves its log

@@ -14,12 +14,12 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import TxnApiPort
 from . import acl
 from .txn import handle_init_producer_id_transactional
 
 
-async def handle_init_producer_id(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_init_producer_id(broker: TxnApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
     if request.transactional_id is not None:
         return await handle_init_producer_id_transactional(broker, ctx, request)

@@ -10,11 +10,11 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import ReplicaApiPort
 from . import acl
 
 
-async def handle_describe_producers(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_producers(broker: ReplicaApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_PRODUCERS, ctx.version)
     topics_out = []
     for t in request.topics:

@@ -14,12 +14,12 @@ from kio.schema.errors import ErrorCode
 from ...protocol import ApiKey, make, response_module
 from ...security.scram import MECHANISM_CODES, Deletion, Upsertion
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import SecurityApiPort
 from . import acl
 from .util import error_code
 
 
-async def handle_describe_user_scram_credentials(broker: BrokerPort, ctx: RequestContext,
+async def handle_describe_user_scram_credentials(broker: SecurityApiPort, ctx: RequestContext,
                                                  request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.version)
     names = [u.name for u in request.users] if request.users else None
@@ -63,7 +63,7 @@ async def handle_describe_user_scram_credentials(broker: BrokerPort, ctx: Reques
                 error_message=None, results=tuple(results))
 
 
-async def handle_alter_user_scram_credentials(broker: BrokerPort, ctx: RequestContext,
+async def handle_alter_user_scram_credentials(broker: SecurityApiPort, ctx: RequestContext,
                                               request: Any) -> Any:
     mod = response_module(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ctx.version)
     if not acl.cluster(broker, ctx, acl.Op.ALTER):

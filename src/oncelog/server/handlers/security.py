@@ -19,20 +19,20 @@ from ...security.acls import (
     ResourceType,
 )
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import SecurityApiPort
 from .util import error_code, requester
 
 log = logging.getLogger("oncelog.broker.admin")
 
 
-async def handle_sasl_handshake(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_sasl_handshake(broker: SecurityApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.SASL_HANDSHAKE, ctx.version)
     err = broker.security.handshake(ctx.session, request.mechanism, ctx.version)
     return make(mod.SaslHandshakeResponse, error_code=error_code(err),
                 mechanisms=tuple(broker.security.mechanisms))
 
 
-async def handle_sasl_authenticate(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_sasl_authenticate(broker: SecurityApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.SASL_AUTHENTICATE, ctx.version)
     err, message, answer = await broker.security.authenticate(
         ctx.session, bytes(request.auth_bytes), ctx.client_address)
@@ -47,7 +47,7 @@ def _enum(cls, value: int):
         return cls.UNKNOWN
 
 
-def _cluster_allowed(broker: BrokerPort, ctx: RequestContext, operation: Operation) -> bool:
+def _cluster_allowed(broker: SecurityApiPort, ctx: RequestContext, operation: Operation) -> bool:
     return broker.allowed(ctx, operation, ResourceType.CLUSTER, "kafka-cluster")
 
 
@@ -76,7 +76,7 @@ _NO_AUTHORIZER = (ErrorCode.security_disabled, ("No Authorizer is configured on 
                                         "authorizer.class.name (or use SASL)"))
 
 
-async def handle_create_acls(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_create_acls(broker: SecurityApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.CREATE_ACLS, ctx.version)
     allowed = _cluster_allowed(broker, ctx, Operation.ALTER)
     results: list[tuple[ErrorCode | None, str | None]] = []
@@ -110,7 +110,7 @@ def _filter(f) -> AclFilter:
                      _enum(Permission, f.permission_type))
 
 
-async def handle_describe_acls(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_acls(broker: SecurityApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DESCRIBE_ACLS, ctx.version)
     if not broker.security.authorizer.enabled:
         return make(mod.DescribeAclsResponse, throttle_time=0,
@@ -132,7 +132,7 @@ async def handle_describe_acls(broker: BrokerPort, ctx: RequestContext, request:
                                 for (rt, name, pt), acls in by_resource.items()))
 
 
-async def handle_delete_acls(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_acls(broker: SecurityApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.DELETE_ACLS, ctx.version)
     if not broker.security.authorizer.enabled:
         return make(mod.DeleteAclsResponse, throttle_time=0, filter_results=tuple(

@@ -18,7 +18,7 @@ from ...txn.coordinator import Outcome
 from ...txn.state import TransactionState
 from ..clock import now_ms
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import TxnApiPort
 from ..topics import CONSUMER_OFFSETS
 from . import acl
 from .util import error_code
@@ -33,7 +33,7 @@ def _timestamp(ms: int) -> datetime.datetime:
     return _EPOCH + datetime.timedelta(milliseconds=max(ms, -1))
 
 
-async def handle_init_producer_id_transactional(broker: BrokerPort, ctx: RequestContext,
+async def handle_init_producer_id_transactional(broker: TxnApiPort, ctx: RequestContext,
                                                 request: Any) -> Any:
     mod = response_module(ApiKey.INIT_PRODUCER_ID, ctx.version)
     enable_2pc = bool(getattr(request, "enable2_pc", False))
@@ -73,7 +73,7 @@ def _topic_results(mod: ModuleType, errors: dict[tuple[str, int], ErrorCode | No
                  for t, ps in by_topic.items())
 
 
-async def handle_add_partitions_to_txn(broker: BrokerPort, ctx: RequestContext, request: Any
+async def handle_add_partitions_to_txn(broker: TxnApiPort, ctx: RequestContext, request: Any
                                           ) -> Any:
     mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.version)
     errors: dict[tuple[str, int], ErrorCode | None]
@@ -112,7 +112,7 @@ async def handle_add_partitions_to_txn(broker: BrokerPort, ctx: RequestContext, 
                 results_by_transaction=tuple(results))
 
 
-async def handle_add_offsets_to_txn(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_add_offsets_to_txn(broker: TxnApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version)
     if not acl.transactional_id(broker, ctx, acl.Op.WRITE, request.transactional_id):
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
@@ -135,7 +135,7 @@ async def handle_add_offsets_to_txn(broker: BrokerPort, ctx: RequestContext, req
                 error_code=error_code(await broker.txn_coordinator.run(outcome, core, request.transactional_id)))
 
 
-async def handle_end_txn(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_end_txn(broker: TxnApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.END_TXN, ctx.version)
     # EndTxn v5+ is a client of transaction version 2 (the broker offers it only at level 2);
     # an older one is recorded as version 1 once the broker writes flexible records (KIP-890).
@@ -158,7 +158,7 @@ async def handle_end_txn(broker: BrokerPort, ctx: RequestContext, request: Any) 
                 producer_epoch=outcome.producer_epoch if ok else -1)
 
 
-async def handle_describe_transactions(broker: BrokerPort, ctx: RequestContext, request: Any
+async def handle_describe_transactions(broker: TxnApiPort, ctx: RequestContext, request: Any
                                           ) -> Any:
     mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, ctx.version)
     states = []
@@ -185,7 +185,7 @@ async def handle_describe_transactions(broker: BrokerPort, ctx: RequestContext, 
                 transaction_states=tuple(states))
 
 
-async def handle_list_transactions(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_transactions(broker: TxnApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.LIST_TRANSACTIONS, ctx.version)
     cores = broker.txn_coordinator.all_cores()
     states, unknown = set(), []

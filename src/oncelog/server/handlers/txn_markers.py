@@ -17,12 +17,12 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import ApiKey, make, response_module
 from ..context import RequestContext
-from ..ports import BrokerPort
+from ..ports import TxnApiPort
 from . import acl
 from .util import error_code
 
 
-async def handle_write_txn_markers(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
+async def handle_write_txn_markers(broker: TxnApiPort, ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ApiKey.WRITE_TXN_MARKERS, ctx.version)
     results = []
     # Spec 000: only brokers (ClusterAction on the cluster) may write markers.
