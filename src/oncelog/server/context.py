@@ -32,7 +32,7 @@ class Session:
 class RequestContext:
     header: RequestHeader
     client_address: str
-    # None: the broker's own in-process requests (markers, verification): always allowed.
+    # None: a request built in process, not read from a connection: always allowed.
     session: Session | None = None
 
     @property
