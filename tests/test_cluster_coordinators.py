@@ -27,8 +27,11 @@ from oncelog.server.topics import CONSUMER_OFFSETS, TRANSACTION_STATE, coordinat
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 # Enough that each kill lands mid-stream with work left after the last (2500 purchases), no more:
-# past the last kill the run is only steady copying.
+# past the last kill the run is only steady copying. They are written a quarter at a time, the
+# next quarter once the killed broker is back, so the app cannot run ahead of the kills however
+# long a restart takes (on a loaded machine it copied everything before the second kill).
 PURCHASE_COUNT = 6000
+QUARTER = PURCHASE_COUNT // 4
 PARTITIONS = 3
 SETTINGS = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
             "group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
@@ -49,13 +52,16 @@ def cluster(tmp_path: Path):
         yield c
 
 
-def _seed(bootstrap: str) -> None:
+def _create_topics(bootstrap: str) -> None:
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.create_topics([NewTopic(t, PARTITIONS, replication_factor=3,
                                       config={"min.insync.replicas": "2"})
                              for t in (PURCHASES, INVOICES, SHIPMENTS)])
+
+
+def _seed(bootstrap: str, purchases: range) -> None:
     with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=20) as p:
-        for n in range(PURCHASE_COUNT):
+        for n in purchases:
             p.send(PURCHASES, purchase(n), key=str(n).encode())
         p.flush()
 
@@ -88,11 +94,16 @@ def _topic_and_txn_log(cluster: LocalCluster, partitions: int, replication_facto
 @pytest.mark.parametrize("client", ["oncelog", "confluent"])
 def test_purchases_app_exactly_once_while_coordinators_and_a_leader_are_killed(cluster, client):
     bootstrap = cluster.bootstrap_servers
-    _seed(bootstrap)
-    app = App(bootstrap, client)
+    _create_topics(bootstrap)
+    _seed(bootstrap, range(QUARTER))
+    seeded = QUARTER
+    # Stopped below once every purchase has its invoice and shipment, not by waiting for it
+    # to idle: a restart may keep it without input for a while.
+    app = App(bootstrap, client, idle_exit=120)
     killed = []
-    # Each kill lands mid-stream (at these counts of committed purchases); the app rides it
-    # out on the two brokers left (min.insync.replicas 2), the broker comes back, the next one.
+    # Each kill lands mid-stream (at these counts of committed purchases, with purchases left
+    # to copy); the app rides it out on the two brokers left (min.insync.replicas 2), the
+    # broker comes back, the next quarter is written, the next kill.
     for at, what in ((500, "transaction coordinator"), (2000, "group coordinator"),
                      (3500, "purchases-0 leader")):
         app.wait_committed_more_than(at)
@@ -103,11 +114,19 @@ def test_purchases_app_exactly_once_while_coordinators_and_a_leader_are_killed(c
         else:
             victim = cluster.leader_of(PURCHASES, 0)
         cluster.kill(victim)
-        killed.append((what, victim, app.committed))
+        killed.append((what, victim, app.committed, seeded))
         cluster.start_broker(victim)
-    app.wait_done(timeout=300)
-    assert [k[2] < PURCHASE_COUNT for k in killed] == [True] * 3, killed
+        _seed(bootstrap, range(seeded, seeded + QUARTER))
+        seeded += QUARTER
     expected = Counter(range(PURCHASE_COUNT))
+    deadline = time.monotonic() + 300
+    while any(expected - _purchase_ids(bootstrap, t) for t in (INVOICES, SHIPMENTS)):
+        assert app.proc.poll() is None, "app exited:\n" + "\n".join(app.lines[-30:])
+        assert time.monotonic() < deadline, "\n".join(app.lines[-30:])
+        app.read_output()
+        time.sleep(2)
+    app.kill()  # all copied: whatever it has open now is aborted
+    assert [committed < written for _, _, committed, written in killed] == [True] * 3, killed
     for topic in (INVOICES, SHIPMENTS):
         got = _purchase_ids(bootstrap, topic)
         missing = expected - got

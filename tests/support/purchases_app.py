@@ -14,11 +14,11 @@ import time
 class App:
     """The purchases app as a child process; ``committed`` is the last count it reported."""
 
-    def __init__(self, bootstrap: str, client: str) -> None:
+    def __init__(self, bootstrap: str, client: str, idle_exit: float = 8) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "oncelog.examples.purchases", "--bootstrap-server",
-             bootstrap, "--client", client, "--batch", "500", "--idle-exit", "8",
+             bootstrap, "--client", client, "--batch", "500", "--idle-exit", str(idle_exit),
              "--session-timeout-ms", "3000"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.committed = 0
@@ -51,6 +51,10 @@ class App:
         while self.committed <= n:
             assert time.monotonic() < deadline, "\n".join(self.lines[-30:])
             assert self._pump(0.2), "app exited:\n" + "\n".join(self.lines[-30:])
+
+    def read_output(self) -> None:
+        """Take in what it printed so far (its pipe never fills while a test waits)."""
+        self._pump(0)
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
