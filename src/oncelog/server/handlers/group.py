@@ -103,9 +103,12 @@ async def handle_leave_group(broker: BrokerPort, ctx: RequestContext, request: A
             return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused))
         return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused),
                     members=())
-    errors, effects = broker.group_coordinator.shard(request.group_id).leave(
-        request.group_id, members, now_ms())
-    broker.group_coordinator.execute(effects)
+    refused, errors = await broker.group_coordinator.leave(request.group_id, members)
+    if refused:
+        if ctx.version < 3:
+            return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused))
+        return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused),
+                    members=())
     if ctx.version < 3:
         return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(errors[0]))
     return make(mod.LeaveGroupResponse, throttle_time=0, error_code=0, members=tuple(
@@ -357,10 +360,7 @@ async def handle_delete_groups(broker: BrokerPort, ctx: RequestContext, request:
             results.append(make(mod.DeletableGroupResult, group_id=group_id,
                                 error_code=error_code(refused)))
             continue
-        err, effects = broker.group_coordinator.shard(group_id).delete_group(group_id,
-                                                                          now_ms())
-        if err is None and not broker.group_coordinator.execute(effects):
-            err = ErrorCode.coordinator_not_available
+        err = await broker.group_coordinator.delete_group(group_id)
         results.append(make(mod.DeletableGroupResult, group_id=group_id,
                             error_code=error_code(err)))
     return make(mod.DeleteGroupsResponse, throttle_time=0, results=tuple(results))
@@ -388,11 +388,9 @@ async def handle_offset_delete(broker: BrokerPort, ctx: RequestContext, request:
                     errors[tp] = ErrorCode.unknown_topic_or_partition
                 else:
                     wanted.append(tp)
-        refused, decided, effects = broker.group_coordinator.shard(group_id).delete_offsets(
+        refused, decided = await broker.group_coordinator.delete_offsets(
             group_id, wanted, subscribed_topics)
         errors.update(decided)
-        if refused is None and effects and not broker.group_coordinator.execute(effects):
-            refused = ErrorCode.coordinator_not_available
     if refused is not None:
         return make(mod.OffsetDeleteResponse, error_code=error_code(refused), throttle_time=0,
                     topics=())
