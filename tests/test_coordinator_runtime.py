@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from oncelog.group.coordinator import GroupCoordinator
 from oncelog.group.log_format import OffsetKey, OffsetValue, encode_key, encode_offset
 from oncelog.log import AppendResult
+from oncelog.protocol import ApiKey, RequestHeader, make, request_module
 from oncelog.records.batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -29,6 +31,7 @@ from oncelog.records.batch import (
     decode_batch,
     iter_batches,
 )
+from oncelog.server.context import RequestContext
 from oncelog.server.coordinator_runtime import (
     LOAD_CHUNK_BATCHES,
     AppendError,
@@ -38,6 +41,7 @@ from oncelog.server.coordinator_runtime import (
     ShardState,
 )
 from oncelog.server.group_service import GroupRecord, serialize
+from oncelog.server.handlers.group import handle_describe_groups, handle_list_groups
 from oncelog.server.topics import coordinator_partition
 
 TOPIC = "__consumer_offsets"
@@ -623,3 +627,74 @@ def test_a_write_an_isr_of_one_has_at_once_completes_in_one_step():
 
     asyncio.run(main())
 
+
+
+# -- the group coordinator's answers while a partition loads (Kafka's GroupCoordinator:
+# handleListGroups answers COORDINATOR_LOAD_IN_PROGRESS while any of its partitions loads,
+# with the groups of the loaded ones; handleDescribeGroup's validateGroupStatus answers it for a
+# group of a loading partition) --------------------------------------------------------------
+
+class GroupsPort:
+    """What ListGroups and DescribeGroups ask of the group coordinator (GroupCoordinatorPort),
+    as server/group_service.py answers it, over a runtime of group cores."""
+
+    def __init__(self, runtime: CoordinatorRuntime[GroupCoordinator, GroupRecord]) -> None:
+        self.runtime = runtime
+
+    def groups(self) -> dict[str, Any]:
+        return {g: group for core in self.runtime.shards.values()
+                for g, group in core.groups.items()}
+
+    def group(self, group_id: str) -> Any:
+        core = self.runtime.shard_for(group_id)[0]
+        return None if core is None else core.groups.get(group_id)
+
+    def not_coordinator(self, group_id: str) -> ErrorCode | None:
+        return self.runtime.shard_for(group_id)[1]
+
+    def loading(self) -> bool:
+        return self.runtime.loading()
+
+
+async def _ask(handler: Any, broker: Any, api: ApiKey, version: int, name: str,
+               **fields: Any) -> Any:
+    request = make(getattr(request_module(api, version), name), **fields)
+    ctx = RequestContext(RequestHeader(api, version, 1, "test", 0), "127.0.0.1:1")
+    return await handler(broker, ctx, request)
+
+
+def test_list_and_describe_groups_while_a_partition_loads():
+    async def main() -> None:
+        h, runtime = _group_harness()
+        g0, g1 = key_of(0, prefix="group-"), key_of(1, prefix="group-")
+        p0, p1 = h.host(0), h.host(1)
+        for i in range(2 * LOAD_CHUNK_BATCHES):
+            _offset(p0, g0, i)
+        _offset(p1, g1, 7)
+        broker = SimpleNamespace(group_coordinator=GroupsPort(runtime),
+                                 allowed=lambda *_a: True)
+
+        async def listed(version: int = 4) -> tuple[ErrorCode, list[str]]:
+            r = await _ask(handle_list_groups, broker, ApiKey.LIST_GROUPS, version,
+                           "ListGroupsRequest", states_filter=(), types_filter=())
+            return r.error_code, sorted(g.group_id for g in r.groups)
+
+        async def described(group_id: str) -> ErrorCode:
+            r = await _ask(handle_describe_groups, broker, ApiKey.DESCRIBE_GROUPS, 5,
+                           "DescribeGroupsRequest", groups=(group_id,),
+                           include_authorized_operations=False)
+            return r.groups[0].error_code
+
+        h.leadership.tell(0, True)  # many batches: still loading when the call returns
+        h.leadership.tell(1, True)
+        assert runtime.state(0) is ShardState.LOADING and runtime.state(1) is ShardState.ACTIVE
+        # The loaded partition's groups are listed, with the error saying the list is partial.
+        for version in (0, 4, 5):
+            assert await listed(version) == (ErrorCode.coordinator_load_in_progress, [g1])
+        assert await described(g0) == ErrorCode.coordinator_load_in_progress
+        assert await described(g1) == ErrorCode.none
+        await settle(runtime, 0)
+        assert await listed() == (ErrorCode.none, [g0, g1])
+        assert await described(g0) == ErrorCode.none
+
+    asyncio.run(main())

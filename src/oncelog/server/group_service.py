@@ -152,6 +152,11 @@ class GroupService:
         return {g: group for core in self.runtime.shards.values()
                 for g, group in core.groups.items()}
 
+    def loading(self) -> bool:
+        """A partition this broker leads is still being loaded (ListGroups' answer is
+        partial: COORDINATOR_LOAD_IN_PROGRESS, as Kafka's)."""
+        return self.runtime.loading()
+
     def partition_index(self, group_id: str, *, create: bool = False) -> int | None:
         """The group's partition of ``__consumer_offsets`` (Kafka's abs(hash) % its partition
         count); None until the topic exists (its creation is asked for with ``create``)."""

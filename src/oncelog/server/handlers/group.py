@@ -332,7 +332,9 @@ CLASSIC_GROUP_TYPE = "classic"
 
 async def handle_list_groups(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
     """ListGroups: v4 filters by state (KIP-518), v5 by type too (KIP-848); both filters are
-    case-insensitive, as Kafka's, and a type Kafka does not know matches no group."""
+    case-insensitive, as Kafka's, and a type Kafka does not know matches no group. While a
+    partition of ``__consumer_offsets`` led here is still being loaded the groups of the loaded
+    ones are listed with COORDINATOR_LOAD_IN_PROGRESS (Kafka's handleListGroups)."""
     mod = response_module(ApiKey.LIST_GROUPS, ctx.version)
     states = {s.strip().lower() for s in getattr(request, "states_filter", ())}
     types = {t.strip().lower() for t in getattr(request, "types_filter", ())}
@@ -344,7 +346,9 @@ async def handle_list_groups(broker: BrokerPort, ctx: RequestContext, request: A
                    and (not types or CLASSIC_GROUP_TYPE in types)
                    and (everything or not _group_denied(broker, ctx, g.group_id,
                                                           acl.Op.DESCRIBE)))
-    return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
+    loading = broker.group_coordinator.loading()
+    return make(mod.ListGroupsResponse, throttle_time=0, groups=groups, error_code=error_code(
+        ErrorCode.coordinator_load_in_progress if loading else None))
 
 
 async def handle_delete_groups(broker: BrokerPort, ctx: RequestContext, request: Any) -> Any:
