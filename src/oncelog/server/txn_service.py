@@ -63,7 +63,10 @@ TxnResult = CoordinatorResult[TxnRecord, Outcome]
 
 MARKER_RETRY_S = 0.1
 # Marker errors after which retrying cannot help, and the partition is done: the topic is
-# gone, or a newer producer epoch or coordinator already ended the transaction there.
+# gone, or a newer producer epoch or coordinator already ended the transaction there. Every
+# other is sent again (as Kafka's TransactionMarkerRequestCompletionHandler), NOT_ENOUGH_REPLICAS
+# of a partition below its min.insync.replicas too: the transaction stays PrepareCommit /
+# PrepareAbort until that partition's ISR is back and takes its marker.
 _FINAL_MARKER_ERRORS = {ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_producer_epoch,
                         ErrorCode.transaction_coordinator_fenced}
 

@@ -62,8 +62,8 @@ async def handle_write_txn_markers(broker: BrokerPort, ctx: RequestContext, requ
                     entries[(t.name, index)] = _marker_entry(marker, now)
                 else:
                     errors[(t.name, index)] = ErrorCode.cluster_authorization_failed
-        # Kafka writes markers with acks=all (min.insync.replicas not checked: they must land
-        # wherever the transaction's data did).
+        # Kafka writes markers with acks=all: below min.insync.replicas a partition refuses
+        # one (NOT_ENOUGH_REPLICAS) and the coordinator sends it again until the ISR is back.
         appended = await broker.replication.append_records(
             entries, origin=AppendOrigin.MARKER, required_acks=-1,
             timeout_ms=MARKER_REPLICATION_TIMEOUT_MS)
