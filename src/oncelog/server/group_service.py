@@ -169,19 +169,21 @@ class GroupService:
 
     def _tick(self) -> None:
         now = now_ms()
-        for index in list(self.runtime.shards):
-            self.runtime.write_in_background(
-                index, "classic-group-tick", lambda core: self._result(core.tick(now), None))
+        for index, core in self.runtime.shards.items():
+            if core.groups:  # (a partition without groups has nothing to expire or complete)
+                self.runtime.write_in_background(
+                    index, "classic-group-tick", lambda c: self._result(c.tick(now), None))
 
     def _expire_offsets(self) -> None:
         """Kafka's offsets.retention.check.interval.ms task: offsets (and groups left with
         none) past offsets.retention.minutes go, with their tombstones."""
         retention_ms = self.broker.config.int("offsets.retention.minutes") * 60_000
         now = now_ms()
-        for index in list(self.runtime.shards):
-            self.runtime.write_in_background(
-                index, "expire-offsets",
-                lambda core: self._result(core.expire_offsets(now, retention_ms), None))
+        for index, core in self.runtime.shards.items():
+            if core.groups:
+                self.runtime.write_in_background(
+                    index, "expire-offsets",
+                    lambda c: self._result(c.expire_offsets(now, retention_ms), None))
 
     def close(self) -> None:
         self.runtime.close()

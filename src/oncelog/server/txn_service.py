@@ -151,13 +151,13 @@ class TxnService:
         expire = now - self._last_expire >= self.expire_interval_ms
         if expire:
             self._last_expire = now
-        # (each operation runs at once, in this loop's turn: its closure sees this index)
-        for index in list(self.runtime.shards):
+        for index, core in self.runtime.shards.items():
+            if not core.transactions:
+                continue
             self._background(index, "abort-timed-out-transactions",
-                             lambda core: core.abort_timed_out(now))
+                             lambda c: c.abort_timed_out(now))
             if expire:
-                self._background(index, "expire-transactional-ids",
-                                 lambda core: core.expire(now))
+                self._background(index, "expire-transactional-ids", lambda c: c.expire(now))
 
     def close(self) -> None:
         self.runtime.close()
