@@ -269,3 +269,70 @@ def test_a_completion_the_log_refused_is_written_once_the_isr_is_back(tmp_path: 
                       max_block_ms=20_000) as again:
             again.init_transactions(20)  # the transactional id is usable again
             assert sorted(read_committed(bootstrap, topic, 3)) == sorted(values)
+
+
+def test_markers_wait_for_min_insync_replicas_and_the_transaction_stays_prepared(tmp_path: Path):
+    """A marker is appended as any acks=all write is (Kafka's WriteTxnMarkers appends with
+    requiredAcks -1, and Partition.appendRecordsToLeader checks min.insync.replicas whatever the
+    origin): with the data partition's ISR below its min.insync.replicas the leader refuses it
+    (NOT_ENOUGH_REPLICAS), the coordinator sends it again (Kafka's
+    TransactionMarkerRequestCompletionHandler retries that error) and the transaction stays
+    PrepareCommit, committed to no reader, until the ISR is back; then it completes."""
+    with _new_cluster(tmp_path) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        txn_id = "markers-min-isr"
+        topic = f"t-{uuid.uuid4().hex[:8]}"
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, 1, replication_factor=2,
+                                          config={"min.insync.replicas": "2"})])
+        with Producer(bootstrap_servers=bootstrap, transactional_id="warm-up") as warm:
+            warm.init_transactions(30)  # the transaction log exists from here on
+        index = coordinator_partition(txn_id, 3)
+        cluster.wait_for_isr(TRANSACTION_STATE, index, 3, 30)
+        coordinator = cluster.leader_of(TRANSACTION_STATE, index)
+        info = cluster.wait_for_isr(topic, 0, 2, 30)
+        # The replica that goes: never the coordinator (its log keeps two of three in sync).
+        gone = next(n for n in sorted(info.replicas, key=lambda n: n == info.leader)
+                    if n != coordinator)
+        values = [f"v{i}".encode() for i in range(3)]
+        p = Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, acks="all",
+                     max_block_ms=30_000)
+        committed: list[BaseException | None] = []
+
+        def commit() -> None:
+            try:
+                p.commit_transaction(90)
+                committed.append(None)
+            except BaseException as exc:  # noqa: BLE001 (reported by the test)
+                committed.append(exc)
+
+        committer = threading.Thread(target=commit, daemon=True)
+        admin = Admin(bootstrap_servers=bootstrap, default_api_timeout_ms=30_000)
+        try:
+            p.init_transactions(30)
+            p.begin_transaction()
+            for v in values:
+                p.send(topic, v, partition=0)
+            p.flush(30)
+            cluster.kill(gone)
+            leader = cluster.wait_for_isr(topic, 0, 1, 30).leader
+            leader_log = cluster.brokers[leader].log_path
+            committer.start()
+            refused = f"on {topic}-0 refused"
+            wait_until(lambda: refused in leader_log.read_text(errors="replace"), 30,
+                       "the marker refused below min.insync.replicas")
+            line = next(x for x in leader_log.read_text(errors="replace").splitlines()
+                        if refused in x)
+            assert "min.insync.replicas is 2" in line, line
+            assert admin.describe_transactions([txn_id])[txn_id].state == "PrepareCommit"
+            assert read_committed(bootstrap, topic, 1) == []  # the LSO waits for the marker
+            cluster.start_broker(gone)
+            cluster.wait_for_isr(topic, 0, 2, 30)
+            wait_until(lambda: admin.describe_transactions([txn_id])[txn_id].state
+                       == "CompleteCommit", 30, "the transaction completed")
+            committer.join(60)
+            assert committed == [None]
+            assert sorted(read_committed(bootstrap, topic, 1)) == values
+        finally:
+            admin.close()
+            p.close(5)

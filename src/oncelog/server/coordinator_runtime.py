@@ -5,10 +5,22 @@ internal topic that this broker leads. The runtime follows leadership news for t
 (``LeadershipSource``): on becoming leader of a partition it creates the partition's *shard*
 (``CoordinatorShard``: the coordinator's state for the keys of that partition) and loads it, on
 losing it it cancels the partition's tasks and drops the shard. It finds the shard of a key and
-runs the coordinator's timers; coordinators append through a ``PartitionWriter``. What the
-coordinators decide stays in their sans-IO cores (txn/coordinator.py, group/coordinator.py),
-which are the shards; what they do with the decisions stays in server/txn_service.py and
-server/group_service.py.
+runs the coordinator's timers. What the coordinators decide stays in their sans-IO cores
+(txn/coordinator.py, group/coordinator.py), which are the shards; what they do with the
+decisions stays in server/txn_service.py and server/group_service.py.
+
+Both coordinators write in one shape (Kafka's ``CoordinatorResult``): a write operation runs on
+the key's ACTIVE shard and returns the records to append, the response and what to do once the
+write is done (``on_done``); ``schedule_write`` runs it in a task of the partition's, appends
+its records through the ``PartitionWriter`` (origin COORDINATOR, acks=all: min.insync.replicas
+is checked before the append), waits until the partition's ISR has them, runs ``on_done`` and
+answers. The operation and the leader's append happen in one step of that task, so the records
+are in the log in the order the shard decided; a caller that goes away (a client
+disconnecting) does not leave the write half done. A failed write raises
+``CoordinatorWriteError`` with the append's error; the service maps it to its own (Kafka's
+coordinator services do, not its runtime). The shards change their state when the operation
+runs, not when the write is replicated (Kafka keeps it in timeline structures it rolls back on
+a failed write; ours do not: see docs/design.md).
 
 Each shard has a state (Kafka's ``CoordinatorState``): LOADING while the partition is replayed
 into it, ACTIVE once it is, FAILED when the replay raised, CLOSED once dropped. A key whose
@@ -38,7 +50,9 @@ from kio.schema.errors import ErrorCode
 
 from ..log import AppendResult
 from ..log.producer_state import VerificationGuard
+from ..records import build_batch
 from ..records.batch import CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, Record, parse_control_record
+from .clock import now_ms
 from .replication import AppendEntry, AppendError, AppendOrigin, ReplicaManager
 from .topics import TopicError, coordinator_partition
 
@@ -67,6 +81,36 @@ class CoordinatorShard(Protocol):
 
 
 S = TypeVar("S", bound=CoordinatorShard)
+R = TypeVar("R")  # a coordinator's record, which its serializer turns into (key, value)
+T = TypeVar("T")  # a write's response
+
+Serializer = Callable[[R], tuple[bytes, bytes | None]]
+
+
+@dataclass
+class CoordinatorResult(Generic[R, T]):
+    """Kafka's ``CoordinatorResult``: what a write operation decided on its shard. ``records``
+    go to the shard's partition (one batch); ``response`` is answered once the ISR has them.
+    ``on_appended()`` runs once the leader's log has them (a change that follows the log: the
+    log's replay would make it too), ``on_done(error)`` once the ISR has them (error None) or
+    the write failed (its error), before the answer; neither when the shard was dropped
+    meanwhile."""
+
+    response: T
+    records: Sequence[R] = ()
+    on_appended: Callable[[], None] | None = None
+    on_done: Callable[[ErrorCode | None], None] | None = None
+
+
+class CoordinatorWriteError(Exception):
+    """A write that could not be done: the key's shard is not ACTIVE here
+    (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR), or its records were refused or not
+    replicated (the append's error, e.g. NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT)."""
+
+    def __init__(self, error: ErrorCode, message: str = "") -> None:
+        super().__init__(message or error.name)
+        self.error = error
 
 LeadershipListener = Callable[[str, int, bool, int], None]
 
@@ -106,21 +150,13 @@ class InternalTopicMetadata(Protocol):
 
 class PartitionWriter(Protocol):
     """The one port both coordinators append through (Kafka's coordinator PartitionWriter):
-    their records on a partition of their topic, origin COORDINATOR, acks=all (min.insync.replicas
-    checked first). Raises AppendError."""
-
-    async def append(self, index: int, records: bytearray, *,
-                     verification_guard: VerificationGuard | None = None,
-                     require_verification: bool = False) -> AppendResult:
-        """Append, and wait until the partition's ISR has the records."""
-        ...
+    their records on a partition of their topic, origin COORDINATOR, acks=all."""
 
     def append_unreplicated(self, index: int, records: bytearray, *,
                             verification_guard: VerificationGuard | None = None,
                             require_verification: bool = False) -> AppendResult:
-        """The same append's leader half only, in this turn of the event loop (the group
-        coordinator answers a rebalance from what it wrote); ``replicated`` waits for the
-        rest."""
+        """The append's leader half, in this turn of the event loop (min.insync.replicas
+        checked first); ``replicated`` waits for the rest. Raises AppendError."""
         ...
 
     async def replicated(self, index: int, end_offset: int) -> ErrorCode | None:
@@ -137,19 +173,6 @@ class ReplicaPartitionWriter:
         self.replication = replication
         self.topic = topic
         self.timeout_ms = timeout_ms
-
-    async def append(self, index: int, records: bytearray, *,
-                     verification_guard: VerificationGuard | None = None,
-                     require_verification: bool = False) -> AppendResult:
-        tp = (self.topic, index)
-        entry = AppendEntry(records, verification=verification_guard,
-                            require_verification=require_verification)
-        result = (await self.replication.append_records(
-            {tp: entry}, origin=AppendOrigin.COORDINATOR, required_acks=-1,
-            timeout_ms=self.timeout_ms))[tp]
-        if isinstance(result, AppendError):
-            raise result
-        return result
 
     def append_unreplicated(self, index: int, records: bytearray, *,
                             verification_guard: VerificationGuard | None = None,
@@ -188,17 +211,19 @@ class ShardContext(Generic[S]):
     error: BaseException | None = None
 
 
-class CoordinatorRuntime(Generic[S]):
+class CoordinatorRuntime(Generic[S, R]):
     def __init__(self, topic: str, *, writer: PartitionWriter, leadership: LeadershipSource,
                  partitions: PartitionLookup, metadata: InternalTopicMetadata,
-                 new_shard: Callable[[int, int], S],
+                 new_shard: Callable[[int, int], S], serializer: Serializer[R],
                  on_loaded: Callable[[int, S], None] | None = None,
                  on_unloaded: Callable[[int, S], None] | None = None) -> None:
         """``new_shard(index, leader epoch)`` makes an empty shard for a partition;
+        ``serializer`` turns the coordinator's records into (key, value) for the log;
         ``on_loaded`` runs when its replay is done (the shard is ACTIVE), ``on_unloaded``
         when a shard is dropped, whatever its state (leadership lost or moved)."""
         self.topic = topic
         self.writer = writer
+        self._serializer = serializer
         self._partitions = partitions
         self._metadata = metadata
         self._new_shard = new_shard
@@ -348,6 +373,96 @@ class CoordinatorRuntime(Generic[S]):
             return None, COORDINATOR_LOAD_IN_PROGRESS
         return None, NOT_COORDINATOR
 
+    # -- writes -------------------------------------------------------------------------------
+
+    async def schedule_write(self, index: int | None, name: str,
+                             op: Callable[[S], CoordinatorResult[R, T]], *,
+                             producer: tuple[int, int] | None = None,
+                             verification_guard: VerificationGuard | None = None,
+                             require_verification: bool = False) -> T:
+        """Kafka's scheduleWriteOperation (scheduleTransactionalWriteOperation with
+        ``producer``: the records go as that producer's transactional batch, its epoch checked
+        by the log, KIP-890's ``verification_guard`` with it): ``op`` on the partition's ACTIVE
+        shard, its records appended and replicated, ``on_done``, then its response. The write
+        runs in a task of the partition's (writes run in the order they were scheduled); a
+        caller that goes away does not stop it. Raises CoordinatorWriteError."""
+        task = self._spawn_write(index, name, op, producer, verification_guard,
+                                 require_verification)
+        try:
+            done = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():  # the shard was dropped before the write was done
+                raise CoordinatorWriteError(NOT_COORDINATOR,
+                                            f"{self.topic}-{index} is no longer led here"
+                                            ) from None
+            raise
+        if isinstance(done, ErrorCode):
+            raise CoordinatorWriteError(done)
+        return done.response
+
+    def write_in_background(self, index: int, name: str,
+                            op: Callable[[S], CoordinatorResult[R, Any]]) -> None:
+        """A write nobody answers (a timer's, a follow-up's); its failure is logged (and told
+        to ``on_done``)."""
+        try:
+            self._spawn_write(index, name, op, None, None, False)
+        except CoordinatorWriteError as exc:
+            log.debug("%s on %s-%d: %s", name, self.topic, index, exc)
+
+    def _spawn_write(self, index: int | None, name: str,
+                     op: Callable[[S], CoordinatorResult[R, T]],
+                     producer: tuple[int, int] | None,
+                     verification_guard: VerificationGuard | None, require_verification: bool
+                     ) -> asyncio.Task[CoordinatorResult[R, T] | ErrorCode]:
+        ctx = self._contexts.get(index) if index is not None else None
+        if ctx is None or ctx.state is not ShardState.ACTIVE:
+            raise CoordinatorWriteError(
+                COORDINATOR_LOAD_IN_PROGRESS if ctx is not None
+                and ctx.state is ShardState.LOADING else NOT_COORDINATOR)
+        return self.spawn(ctx.index, self._write(ctx, name, op, producer, verification_guard,
+                                                 require_verification))
+
+    async def _write(self, ctx: ShardContext[S], name: str,
+                     op: Callable[[S], CoordinatorResult[R, T]],
+                     producer: tuple[int, int] | None,
+                     verification_guard: VerificationGuard | None, require_verification: bool
+                     ) -> CoordinatorResult[R, T] | ErrorCode:
+        """One write: its result, or the error that stopped it. The operation and the
+        leader's append happen in one step, so the log has the records in the order the shard
+        decided them."""
+        if ctx.state is not ShardState.ACTIVE:
+            return NOT_COORDINATOR
+        result = op(ctx.shard)
+        error: ErrorCode | None = None
+        if result.records:
+            now = now_ms()
+            records = [(*self._serializer(r), (), now) for r in result.records]
+            if producer is None:
+                data = bytearray(build_batch(records))
+            else:
+                data = bytearray(build_batch(records, producer_id=producer[0],
+                                             producer_epoch=producer[1],
+                                             is_transactional=True))
+            try:
+                appended = self.writer.append_unreplicated(
+                    ctx.index, data, verification_guard=verification_guard,
+                    require_verification=require_verification)
+            except AppendError as exc:
+                error = exc.error_name
+            else:
+                if result.on_appended is not None:
+                    result.on_appended()
+                # (an ISR of one has it already: no turn of the loop in between)
+                error = await self.writer.replicated(ctx.index, appended.last_offset + 1)
+            if error is not None:
+                level = logging.ERROR if error == ErrorCode.kafka_storage_error \
+                    else logging.DEBUG
+                log.log(level, "%s on %s-%d failed: %s", name, self.topic, ctx.index,
+                        error.name)
+        if result.on_done is not None:
+            result.on_done(error)
+        return result if error is None else error
+
     # -- tasks and timers ---------------------------------------------------------------------
 
     def spawn(self, index: int | None, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
@@ -387,5 +502,5 @@ class CoordinatorRuntime(Generic[S]):
             t.cancel()
 
 
-__all__ = ["AppendError", "CoordinatorRuntime", "CoordinatorShard", "PartitionWriter",
-           "ReplicaPartitionWriter", "ShardState"]
+__all__ = ["AppendError", "CoordinatorResult", "CoordinatorRuntime", "CoordinatorShard",
+           "CoordinatorWriteError", "PartitionWriter", "ReplicaPartitionWriter", "ShardState"]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..log import AppendResult
     from ..security.acls import Authorizer, Operation, ResourceType
     from ..security.credential_store import ScramCredentials
-    from ..txn.coordinator import Effect, Outcome, TransactionCoordinator
+    from ..txn.coordinator import Outcome, TransactionCoordinator
     from .config import BrokerConfig
     from .context import Session
     from .fetch_sessions import FetchSession, SessionKey
@@ -124,11 +124,11 @@ class GroupCoordinatorPort(Protocol):
 
     def not_coordinator(self, group_id: str) -> ErrorCode | None: ...
 
+    def loading(self) -> bool: ...
+
     def partition_index(self, group_id: str, *, create: bool = False) -> int | None: ...
 
     def offsets_partition(self, group_id: str) -> Partition: ...
-
-    def execute(self, effects: Iterable[Any]) -> bool: ...
 
     async def join(self, group_id: str, member_id: str, *args: Any, **kw: Any
                    ) -> JoinResponse: ...
@@ -136,6 +136,15 @@ class GroupCoordinatorPort(Protocol):
     async def sync(self, group_id: str, generation: int, member_id: str,
                    group_instance_id: str | None, assignments: dict[str, bytes] | None
                    ) -> SyncResponse: ...
+
+    async def leave(self, group_id: str, members: list[tuple[str, str | None]]
+                    ) -> tuple[ErrorCode | None, list[ErrorCode | None]]: ...
+
+    async def delete_group(self, group_id: str) -> ErrorCode | None: ...
+
+    async def delete_offsets(self, group_id: str, partitions: list[TP],
+                             subscribed_topics: Callable[[bytes], Iterable[str]]
+                             ) -> tuple[ErrorCode | None, dict[TP, ErrorCode | None]]: ...
 
     async def commit(self, group_id: str, generation: int, member_id: str,
                      group_instance_id: str | None, offsets: dict[TP, OffsetValue]
@@ -161,11 +170,8 @@ class TxnCoordinatorPort(Protocol):
 
     def loading(self) -> bool: ...
 
-    async def execute(self, effects: list[Effect],
-                      core: TransactionCoordinator | None) -> bool: ...
-
-    async def run(self, outcome: Outcome, core: TransactionCoordinator | None = None,
-                  txn_id: str = "") -> ErrorCode | None: ...
+    async def write(self, transactional_id: str, name: str,
+                    decide: Callable[[TransactionCoordinator], Outcome]) -> Outcome: ...
 
     async def add_partitions(self, transactional_id: str, producer_id: int,
                              producer_epoch: int, wanted: list[TP], *, version: int,

@@ -295,15 +295,15 @@ class ReplicaManager:
                          required_acks: int, now: int | None = None) -> AppendResult:
         """The leader's half of ``append_records`` for one partition (Kafka's
         appendToLocalLog), in this turn of the event loop: this broker must lead it; for
-        acks=all a CLIENT or COORDINATOR append needs min.insync.replicas in the ISR (a MARKER
-        must land wherever the data did); the log appends at the leader epoch and the high
-        watermark moves. Raises AppendError. (The group coordinator answers from what it
+        acks=all an append of any origin needs min.insync.replicas in the ISR (Kafka's
+        Partition.appendRecordsToLeader: a marker refused NOT_ENOUGH_REPLICAS is sent again by
+        its coordinator); the log appends at the leader epoch and the high watermark moves. Raises AppendError. (The group coordinator answers from what it
         wrote before waiting for the ISR: ``replicated``.)"""
         r = self.replicas.get(tp)
         try:
             if r is None or not r.is_leader:
                 r = self.leader_replica(*tp)
-            if required_acks == -1 and origin is not AppendOrigin.MARKER:
+            if required_acks == -1:
                 r.check_enough_replicas()
         except ReplicationError as exc:
             raise AppendError(exc.error_name, str(exc)) from None

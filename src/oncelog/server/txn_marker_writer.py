@@ -67,8 +67,8 @@ class TxnMarkerWriter:
         now = now_ms()
         entries = {tp: self._entry(producer_id, producer_epoch, commit, coordinator_epoch,
                                    transaction_version, now) for tp in partitions}
-        # Kafka writes markers with acks=all (min.insync.replicas not checked: they must land
-        # wherever the transaction's data did).
+        # Kafka writes markers with acks=all: below min.insync.replicas a partition refuses
+        # one (NOT_ENOUGH_REPLICAS) and the coordinator sends it again until the ISR is back.
         appended = await self.replicas.append_records(
             entries, origin=AppendOrigin.MARKER, required_acks=-1,
             timeout_ms=MARKER_REPLICATION_TIMEOUT_MS)

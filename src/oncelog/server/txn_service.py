@@ -7,8 +7,12 @@ previous coordinator are rolled forward (spec 000, "Transaction Coordinator Star
 core's coordinator epoch is the partition's leader epoch, so markers of an earlier coordinator
 (an earlier leader, or an earlier run of a single node) are fenced.
 
-- ``WriteTxnLog``: append the transactional id's record to its partition (Kafka's
-  ``abs(hash) % transaction.state.log.num.partitions``) through the one append path, acks=all;
+Every request that may write, and every timer and follow-up, runs as a write operation of the
+runtime (``CoordinatorRuntime.schedule_write``): the core decides (an ``Outcome``: the answer
+and its effects), its ``WriteTxnLog`` records are appended to the transactional id's partition
+(Kafka's ``abs(hash) % transaction.state.log.num.partitions``), acks=all, and the answer goes
+once the ISR has them; the core then hears how the write went (``write_done``) and what follows
+runs in the partition's tasks:
 - ``SendMarkers``: a WriteTxnMarkers request per transaction and partition leader (in process
   when this broker leads the partition: the replica side's marker writer,
   server/txn_marker_writer.py, which the WriteTxnMarkers handler uses too), retried for the
@@ -21,6 +25,7 @@ A timer aborts transactions past their timeout and expires idle transactional id
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from ..protocol import ApiKey, make, request_module
-from ..records import build_batch
 from ..txn.coordinator import (
     Effect,
     Outcome,
@@ -41,10 +45,12 @@ from ..txn.log_format import (
     encode_key,
     encode_value,
 )
+from ..txn.state import TransactionMetadata
 from .clock import now_ms
 from .coordinator_runtime import (
-    AppendError,
+    CoordinatorResult,
     CoordinatorRuntime,
+    CoordinatorWriteError,
     InternalTopicMetadata,
     LeadershipSource,
     PartitionLookup,
@@ -59,10 +65,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.txn")
 request_log = logging.getLogger("oncelog.txn.requests")
 TP = tuple[str, int]
+# One record of __transaction_state: a transactional id's metadata (None: a tombstone).
+TxnRecord = tuple[str, TransactionMetadata | None]
+TxnResult = CoordinatorResult[TxnRecord, Outcome]
 
 MARKER_RETRY_S = 0.1
 # Marker errors after which retrying cannot help, and the partition is done: the topic is
-# gone, or a newer producer epoch or coordinator already ended the transaction there.
+# gone, or a newer producer epoch or coordinator already ended the transaction there. Every
+# other is sent again (as Kafka's TransactionMarkerRequestCompletionHandler), NOT_ENOUGH_REPLICAS
+# of a partition below its min.insync.replicas too: the transaction stays PrepareCommit /
+# PrepareAbort until that partition's ISR is back and takes its marker.
 _FINAL_MARKER_ERRORS = {ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_producer_epoch,
                         ErrorCode.transaction_coordinator_fenced}
 
@@ -112,11 +124,11 @@ class TxnService:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms")
         self.expire_interval_ms = cfg.int(
             "transaction.remove.expired.transaction.cleanup.interval.ms")
-        self.runtime: CoordinatorRuntime[TransactionCoordinator] = CoordinatorRuntime(
-            TRANSACTION_STATE, writer=writer, leadership=leadership, partitions=partitions,
-            metadata=metadata, new_shard=self._new_shard, on_loaded=self._loaded,
-            on_unloaded=self._unloaded)
-        self._index_of: dict[int, int] = {}  # id(core) -> its partition
+        self.runtime: CoordinatorRuntime[TransactionCoordinator, TxnRecord] = \
+            CoordinatorRuntime(
+                TRANSACTION_STATE, writer=writer, leadership=leadership, partitions=partitions,
+                metadata=metadata, new_shard=self._new_shard, serializer=self._serialize,
+                on_loaded=self._loaded)
         self._last_expire = 0
 
     def load_summary(self) -> str:
@@ -149,12 +161,15 @@ class TxnService:
         """A partition this broker leads is still being loaded."""
         return self.runtime.loading()
 
-    def _new_shard(self, index: int, epoch: int) -> TransactionCoordinator:
+    def _new_shard(self, _index: int, epoch: int) -> TransactionCoordinator:
         """This broker became the leader of the partition, so the coordinator of its
         transactional ids: a core the runtime replays the partition into."""
-        core = self._new_core(epoch)
-        self._index_of[id(core)] = index
-        return core
+        return self._new_core(epoch)
+
+    def _serialize(self, record: TxnRecord) -> tuple[bytes, bytes | None]:
+        txn_id, metadata = record
+        return encode_key(txn_id), (None if metadata is None
+                                    else encode_value(metadata, self.log_value_version))
 
     def _loaded(self, index: int, core: TransactionCoordinator) -> None:
         """The partition is replayed: roll forward what the previous coordinator left
@@ -167,10 +182,7 @@ class TxnService:
                 "transaction coordinator for %s-%d at epoch %d: %d transactional ids (%d to "
                 "roll forward)", TRANSACTION_STATE, index, epoch, len(core.transactions),
                 len(recovery))
-        self._spawn(recovery, core)
-
-    def _unloaded(self, _index: int, core: TransactionCoordinator) -> None:
-        self._index_of.pop(id(core), None)
+        self._follow(index, core, recovery)
 
     def start(self) -> None:
         self._last_expire = now_ms()
@@ -181,31 +193,51 @@ class TxnService:
         expire = now - self._last_expire >= self.expire_interval_ms
         if expire:
             self._last_expire = now
-        for core in self.all_cores():
-            self._spawn(core.abort_timed_out(now), core)
+        for index, core in self.runtime.shards.items():
+            if not core.transactions:
+                continue
+            self._background(index, "abort-timed-out-transactions",
+                             lambda c: c.abort_timed_out(now))
             if expire:
-                self._spawn(core.expire(now), core)
+                self._background(index, "expire-transactional-ids", lambda c: c.expire(now))
 
     def close(self) -> None:
         self.runtime.close()
 
     # -- what the requests ask (handlers/txn.py, and KIP-890's partition leaders here) --------
 
-    async def run(self, outcome: Outcome, core: TransactionCoordinator | None = None,
-                  txn_id: str = "") -> ErrorCode | None:
-        """Carry out a core's outcome's effects; the error name to answer with, or None."""
-        if outcome.error is None and outcome.effects and \
-                not await self.execute(outcome.effects, core):
-            request_log.debug("%r: the transaction log write failed: coordinator_not_available",
-                              txn_id)
-            return ErrorCode.coordinator_not_available
-        if outcome.error is not None and outcome.effects:
-            await self.execute(outcome.effects, core)  # e.g. fencing, answered CONCURRENT_...
+    async def write(self, transactional_id: str, name: str,
+                    decide: Callable[[TransactionCoordinator], Outcome]) -> Outcome:
+        """``decide`` on the core of the transactional id's partition, as a write of the
+        runtime: its outcome once its record is on the ISR, or the error to answer with
+        (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS when the core is not ACTIVE here;
+        COORDINATOR_NOT_AVAILABLE when its record could not be written: the change is dropped
+        and the client retries)."""
+        index = self.runtime.partition_of(transactional_id, create=True)
+        decided: list[Outcome] = []
+
+        def op(core: TransactionCoordinator) -> TxnResult:
+            assert index is not None
+            decided.append(decide(core))
+            return self._result(index, core, decided[0])
+
+        try:
+            outcome = await self.runtime.schedule_write(index, name, op)
+        except CoordinatorWriteError as exc:
+            if not decided:
+                return Outcome(exc.error)  # the core is not here (or not loaded yet)
+            outcome = decided[0]
+            request_log.debug("%r: the transaction log write failed: %s", transactional_id,
+                              exc.error.name)
+            # A fencing abort is answered CONCURRENT_TRANSACTIONS whatever its write did.
+            outcome = dataclasses.replace(
+                outcome, error=outcome.error or ErrorCode.coordinator_not_available)
         if outcome.error is not None and request_log.isEnabledFor(logging.DEBUG):
-            txn = core.transactions.get(txn_id) if core is not None else None
-            request_log.debug("%r: %s (state %s)", txn_id, outcome.error.name,
+            core = self.runtime.active(index) if index is not None else None
+            txn = core.transactions.get(transactional_id) if core is not None else None
+            request_log.debug("%r: %s (state %s)", transactional_id, outcome.error.name,
                               txn and txn.state.name)
-        return outcome.error
+        return outcome
 
     def _unknown(self, wanted: list[TP]) -> set[TP]:
         topics = self.metadata.view.topics  # the cluster's topics, hosted here or not
@@ -230,75 +262,59 @@ class TxnService:
             # None is added: the unknown ones fail, the others were not attempted (as Kafka).
             return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
                     else ErrorCode.operation_not_attempted for tp in wanted}
-        outcome = core.add_partitions(transactional_id, producer_id, producer_epoch, wanted,
-                                      now_ms(), version=version, txn_version=txn_version)
-        err = await self.run(outcome, core, transactional_id)
-        return {tp: err for tp in wanted}
+        outcome = await self.write(transactional_id, "add-partitions", lambda c: c.add_partitions(
+            transactional_id, producer_id, producer_epoch, wanted, now_ms(), version=version,
+            txn_version=txn_version))
+        return {tp: outcome.error for tp in wanted}
 
     # -- carrying effects out -----------------------------------------------------------------
 
-    async def execute(self, effects: list[Effect], core: TransactionCoordinator | None) -> bool:
-        """Carry out a request's effects: its log write now (False if it failed: the change
-        is dropped and the client should retry), what follows in the background.
+    def _result(self, index: int, core: TransactionCoordinator, outcome: Outcome) -> TxnResult:
+        """An outcome as a write's result: its ``WriteTxnLog`` records; once written (or not),
+        the core hears it (``write_done``) and what follows (markers, a retried completion)
+        runs in the partition's tasks, as do the outcome's other effects."""
+        writes = [e for e in outcome.effects if isinstance(e, WriteTxnLog)]
+        rest: list[Effect] = [e for e in outcome.effects if not isinstance(e, WriteTxnLog)]
 
-        The work runs in a task of its own, shielded from the request: a client that
-        disconnects cancels its request, and a transaction log write cancelled while it waits
-        for the ISR would leave its transaction's pending transition set for ever (every later
-        request answered CONCURRENT_TRANSACTIONS, the transaction never timed out: a hanging
-        transaction). The write finishes and ``write_done`` runs whatever the client does."""
-        if core is None:
-            return False
-        task = self.runtime.spawn(self._index_of.get(id(core)), self._execute(effects, core))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.cancelled():  # the coordinator went away: nothing was decided
-                return False
-            raise
+        def done(error: ErrorCode | None) -> None:
+            for e in writes:
+                if error is not None:
+                    log.warning("transaction log write for %r failed: %s", e.transactional_id,
+                                error.name)
+                self._follow(index, core, core.write_done(e.transactional_id, error is None))
+            self._follow(index, core, rest)
 
-    async def _execute(self, effects: list[Effect], core: TransactionCoordinator) -> bool:
-        ok = True
-        for e in effects:
-            if isinstance(e, WriteTxnLog):
-                ok = await self._append(e)
-                self._spawn(core.write_done(e.transactional_id, ok), core)
-                if not ok:
-                    return False
-            else:
-                self._spawn([e], core)
-        return ok
+        return CoordinatorResult(outcome, [(e.transactional_id, e.metadata) for e in writes],
+                                 on_done=done)
 
-    def _spawn(self, effects: list[Effect], core: TransactionCoordinator) -> None:
+    def _follow(self, index: int, core: TransactionCoordinator, effects: list[Effect]) -> None:
         if effects:
-            self.runtime.spawn(self._index_of.get(id(core)), self._drive(effects, core))
+            self.runtime.spawn(index, self._drive(index, core, effects))
 
-    async def _drive(self, effects: list[Effect], core: TransactionCoordinator) -> None:
-        queue = list(effects)
-        while queue:
-            e = queue.pop(0)
-            if isinstance(e, WriteTxnLog):
-                ok = await self._append(e)
-                queue.extend(core.write_done(e.transactional_id, ok))
+    async def _drive(self, index: int, core: TransactionCoordinator,
+                     effects: list[Effect]) -> None:
+        for e in effects:
+            if isinstance(e, WriteTxnLog):  # staged by the core already (a retry)
+                def staged(_core: TransactionCoordinator, e: Effect = e) -> list[Effect]:
+                    return [e]
+
+                self._background(index, "write-txn-log", staged)
             elif isinstance(e, Pause):
                 await asyncio.sleep(e.ms / 1000)
             else:
                 await self._send_markers(e)
-                queue.extend(core.markers_done(e.transactional_id, now_ms()))
 
-    async def _append(self, e: WriteTxnLog) -> bool:
-        """The record on the transactional id's partition of the transaction log, on the
-        partition's whole ISR (at least transaction.state.log.min.isr)."""
-        value = None if e.metadata is None else encode_value(e.metadata, self.log_value_version)
-        data = bytearray(build_batch([(encode_key(e.transactional_id), value, (), now_ms())]))
-        index = self.runtime.partition_of(e.transactional_id)
-        if index is None:
-            return False
-        try:
-            await self.runtime.writer.append(index, data)
-        except AppendError as exc:
-            log.warning("transaction log write for %r failed: %s", e.transactional_id, exc)
-            return False
-        return True
+                def complete(core: TransactionCoordinator,
+                             txn_id: str = e.transactional_id) -> list[Effect]:
+                    return core.markers_done(txn_id, now_ms())
+
+                self._background(index, "complete-transaction", complete)
+
+    def _background(self, index: int, name: str,
+                    decide: Callable[[TransactionCoordinator], list[Effect]]) -> None:
+        """A write of the core's effects nobody answers (a timer's, a follow-up's)."""
+        self.runtime.write_in_background(
+            index, name, lambda core: self._result(index, core, Outcome(effects=decide(core))))
 
     async def _send_markers(self, e: SendMarkers) -> None:
         """spec 000 step 5.2: WriteTxnMarkers to each partition's leader (this broker's marker

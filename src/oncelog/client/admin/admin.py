@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
+from kio.schema.errors import ErrorCode
+
 from ...errors import (
     KafkaError,
     NotControllerError,
@@ -69,6 +71,10 @@ RESOURCE_TOPIC = 2  # DescribeConfigs resource type
 # quota said "later". Every other per-topic error is the answer (UNKNOWN_TOPIC_OR_PARTITION is
 # retriable for a producer waiting for a topic, but final for "delete this topic").
 _RETRY_TOPIC_ERRORS = {NotControllerError.code, ThrottlingQuotaExceededError.code}
+
+# ListGroups answers asked again (Kafka's admin client: a broker loading its groups' partitions).
+_LIST_GROUPS_RETRIABLE = {int(ErrorCode.coordinator_load_in_progress),
+                          int(ErrorCode.coordinator_not_available)}
 
 # The transaction timeout of force-terminate's InitProducerId. Nothing is written under it (the
 # id is left Empty until its next producer registers its own), and 1 ms is within every
@@ -570,11 +576,21 @@ class Admin:
         deadline = self._deadline()
         out: list[ConsumerGroupListing] = []
         for node in self._metadata([]).brokers:  # every broker coordinates some groups
-            r = self._net.request_any(ApiKey.LIST_GROUPS, {
-                "states_filter": list(states or ()), "types_filter": list(types or ())},
-                deadline, node_id=node)
-            if int(r.error_code):
-                raise error_for_code(int(r.error_code))("list consumer groups")
+            attempt = 0
+            while True:
+                r = self._net.request_any(ApiKey.LIST_GROUPS, {
+                    "states_filter": list(states or ()), "types_filter": list(types or ())},
+                    deadline, node_id=node)
+                code = int(r.error_code)
+                # A broker still loading a partition of its groups answers a partial list
+                # (COORDINATOR_LOAD_IN_PROGRESS): asked again until the deadline, as Kafka's
+                # admin client retries a retriable ListGroups error.
+                if code not in _LIST_GROUPS_RETRIABLE or time.monotonic() >= deadline:
+                    break
+                attempt += 1
+                self._net.sleep(self._net.retry_backoff.backoff(attempt - 1))
+            if code:
+                raise error_for_code(code)("list consumer groups")
             out.extend(ConsumerGroupListing(g.group_id, not g.protocol_type, g.group_state,
                                             getattr(g, "group_type", "classic"))
                        for g in r.groups if g.protocol_type in ("consumer", ""))

@@ -103,9 +103,12 @@ async def handle_leave_group(broker: GroupApiPort, ctx: RequestContext, request:
             return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused))
         return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused),
                     members=())
-    errors, effects = broker.group_coordinator.shard(request.group_id).leave(
-        request.group_id, members, now_ms())
-    broker.group_coordinator.execute(effects)
+    refused, errors = await broker.group_coordinator.leave(request.group_id, members)
+    if refused:
+        if ctx.version < 3:
+            return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused))
+        return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(refused),
+                    members=())
     if ctx.version < 3:
         return make(mod.LeaveGroupResponse, throttle_time=0, error_code=error_code(errors[0]))
     return make(mod.LeaveGroupResponse, throttle_time=0, error_code=0, members=tuple(
@@ -329,7 +332,9 @@ CLASSIC_GROUP_TYPE = "classic"
 
 async def handle_list_groups(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
     """ListGroups: v4 filters by state (KIP-518), v5 by type too (KIP-848); both filters are
-    case-insensitive, as Kafka's, and a type Kafka does not know matches no group."""
+    case-insensitive, as Kafka's, and a type Kafka does not know matches no group. While a
+    partition of ``__consumer_offsets`` led here is still being loaded the groups of the loaded
+    ones are listed with COORDINATOR_LOAD_IN_PROGRESS (Kafka's handleListGroups)."""
     mod = response_module(ApiKey.LIST_GROUPS, ctx.version)
     states = {s.strip().lower() for s in getattr(request, "states_filter", ())}
     types = {t.strip().lower() for t in getattr(request, "types_filter", ())}
@@ -341,7 +346,9 @@ async def handle_list_groups(broker: GroupApiPort, ctx: RequestContext, request:
                    and (not types or CLASSIC_GROUP_TYPE in types)
                    and (everything or not _group_denied(broker, ctx, g.group_id,
                                                           acl.Op.DESCRIBE)))
-    return make(mod.ListGroupsResponse, throttle_time=0, error_code=0, groups=groups)
+    loading = broker.group_coordinator.loading()
+    return make(mod.ListGroupsResponse, throttle_time=0, groups=groups, error_code=error_code(
+        ErrorCode.coordinator_load_in_progress if loading else None))
 
 
 async def handle_delete_groups(broker: GroupApiPort, ctx: RequestContext, request: Any) -> Any:
@@ -357,10 +364,7 @@ async def handle_delete_groups(broker: GroupApiPort, ctx: RequestContext, reques
             results.append(make(mod.DeletableGroupResult, group_id=group_id,
                                 error_code=error_code(refused)))
             continue
-        err, effects = broker.group_coordinator.shard(group_id).delete_group(group_id,
-                                                                          now_ms())
-        if err is None and not broker.group_coordinator.execute(effects):
-            err = ErrorCode.coordinator_not_available
+        err = await broker.group_coordinator.delete_group(group_id)
         results.append(make(mod.DeletableGroupResult, group_id=group_id,
                             error_code=error_code(err)))
     return make(mod.DeleteGroupsResponse, throttle_time=0, results=tuple(results))
@@ -388,11 +392,9 @@ async def handle_offset_delete(broker: GroupApiPort, ctx: RequestContext, reques
                     errors[tp] = ErrorCode.unknown_topic_or_partition
                 else:
                     wanted.append(tp)
-        refused, decided, effects = broker.group_coordinator.shard(group_id).delete_offsets(
+        refused, decided = await broker.group_coordinator.delete_offsets(
             group_id, wanted, subscribed_topics)
         errors.update(decided)
-        if refused is None and effects and not broker.group_coordinator.execute(effects):
-            refused = ErrorCode.coordinator_not_available
     if refused is not None:
         return make(mod.OffsetDeleteResponse, error_code=error_code(refused), throttle_time=0,
                     topics=())

@@ -39,22 +39,20 @@ async def handle_init_producer_id_transactional(broker: TxnApiPort, ctx: Request
     enable_2pc = bool(getattr(request, "enable2_pc", False))
     keep_prepared = bool(getattr(request, "keep_prepared_txn", False))
     txn_id = request.transactional_id
-    core, refused = broker.txn_coordinator.core_for(txn_id)
     if not acl.transactional_id(broker, ctx, acl.Op.WRITE, txn_id) or (
             enable_2pc and not acl.transactional_id(broker, ctx, acl.Op.TWO_PHASE_COMMIT, txn_id)):
         # Spec 000: Write on the TransactionalId; KIP-939: and TwoPhaseCommit for enable2Pc.
         outcome = Outcome(ErrorCode.transactional_id_authorization_failed)
     elif (enable_2pc or keep_prepared) and broker.transaction_version < 2:
         outcome = Outcome(ErrorCode.unsupported_version)  # KIP-939 builds on transaction version 2
-    elif core is None:
-        outcome = Outcome(refused)  # another broker coordinates this id
-    else:
-        outcome = core.init_producer_id(
-            request.transactional_id, millis(request.transaction_timeout), now_ms(),
-            producer_id=getattr(request, "producer_id", -1),
-            producer_epoch=getattr(request, "producer_epoch", -1), version=ctx.version,
-            enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared)
-    err = await broker.txn_coordinator.run(outcome, core, txn_id)
+    else:  # (NOT_COORDINATOR when another broker coordinates this id)
+        outcome = await broker.txn_coordinator.write(
+            txn_id, "init-producer-id", lambda core: core.init_producer_id(
+                txn_id, millis(request.transaction_timeout), now_ms(),
+                producer_id=getattr(request, "producer_id", -1),
+                producer_epoch=getattr(request, "producer_epoch", -1), version=ctx.version,
+                enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared))
+    err = outcome.error
     ok = err is None
     return make(mod.InitProducerIdResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
@@ -128,11 +126,12 @@ async def handle_add_offsets_to_txn(broker: TxnApiPort, ctx: RequestContext, req
         return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
                     error_code=error_code(refused))
     tp = (CONSUMER_OFFSETS, index)
-    outcome = core.add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, [tp], now_ms(),
-        version=ctx.version, api="add_offsets", txn_version=min(broker.transaction_version, 1))
-    return make(mod.AddOffsetsToTxnResponse, throttle_time=0,
-                error_code=error_code(await broker.txn_coordinator.run(outcome, core, request.transactional_id)))
+    outcome = await broker.txn_coordinator.write(
+        request.transactional_id, "add-offsets", lambda core: core.add_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, [tp],
+            now_ms(), version=ctx.version, api="add_offsets",
+            txn_version=min(broker.transaction_version, 1)))
+    return make(mod.AddOffsetsToTxnResponse, throttle_time=0, error_code=error_code(outcome.error))
 
 
 async def handle_end_txn(broker: TxnApiPort, ctx: RequestContext, request: Any) -> Any:
@@ -144,14 +143,11 @@ async def handle_end_txn(broker: TxnApiPort, ctx: RequestContext, request: Any) 
         return make(mod.EndTxnResponse, throttle_time=0,
                     error_code=ErrorCode.transactional_id_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
-    core, refused = broker.txn_coordinator.core_for(request.transactional_id)
-    if core is None:
-        return make(mod.EndTxnResponse, throttle_time=0, error_code=error_code(refused),
-                    producer_id=-1, producer_epoch=-1)
-    outcome = core.end_txn(
-        request.transactional_id, request.producer_id, request.producer_epoch,
-        bool(request.committed), now_ms(), version=ctx.version, txn_version=txn_version)
-    err = await broker.txn_coordinator.run(outcome, core, request.transactional_id)
+    outcome = await broker.txn_coordinator.write(
+        request.transactional_id, "end-txn", lambda core: core.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            bool(request.committed), now_ms(), version=ctx.version, txn_version=txn_version))
+    err = outcome.error
     ok = err is None
     return make(mod.EndTxnResponse, throttle_time=0, error_code=error_code(err),
                 producer_id=outcome.producer_id if ok else -1,
