@@ -44,6 +44,7 @@ from .replica_fetcher import ReplicaFetcherManager
 from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger("oncelog.replication")
+_MARKER = AppendOrigin.MARKER  # (read on every append: a global costs less than the enum's)
 
 
 TP = tuple[str, int]
@@ -280,11 +281,18 @@ class ReplicaManager:
         must land wherever the data did); the log appends at the leader epoch and the high
         watermark moves. Raises AppendError. (The group coordinator answers from what it
         wrote before waiting for the ISR: ``replicated``.)"""
+        return self._append_to_leader(tp, entry, origin, required_acks,
+                                      now_ms() if now is None else now)[1]
+
+    def _append_to_leader(self, tp: TP, entry: AppendEntry, origin: AppendOrigin,
+                          required_acks: int, now: int) -> tuple[Partition, AppendResult]:
+        """``append_to_leader``, which returns the partition too (``append_records`` waits
+        on it)."""
         r = self.replicas.get(tp)
         try:
             if r is None or not r.is_leader:
                 r = self.leader_replica(*tp)
-            if required_acks == -1 and origin is not AppendOrigin.MARKER:
+            if required_acks == -1 and origin is not _MARKER:
                 r.check_enough_replicas()
         except ReplicationError as exc:
             raise AppendError(exc.error_name, str(exc)) from None
@@ -293,8 +301,8 @@ class ReplicaManager:
         try:
             if batches is None:
                 batches = split_batches(records)
-            result = r.log.append(records, batches, now_ms() if now is None else now,
-                                  origin=origin, verification=entry.verification,
+            result = r.log.append(records, batches, now, origin=origin,
+                                  verification=entry.verification,
                                   require_verification=entry.require_verification,
                                   new_client=entry.new_client, leader_epoch=r.leader_epoch,
                                   checked=entry.checked,
@@ -309,7 +317,7 @@ class ReplicaManager:
                               f"the log could not be written: {exc}") from None
         if not result.duplicate:
             r.appended()
-        return result
+        return r, result
 
     async def append_records(self, entries: dict[TP, AppendEntry], *, origin: AppendOrigin,
                              required_acks: int, timeout_ms: int
@@ -326,14 +334,12 @@ class ReplicaManager:
         now = now_ms()
         for tp, entry in entries.items():
             try:
-                result = self.append_to_leader(tp, entry, origin=origin,
-                                               required_acks=required_acks, now=now)
+                r, result = self._append_to_leader(tp, entry, origin, required_acks, now)
             except AppendError as exc:
                 out[tp] = exc
                 continue
             out[tp] = result
             if required_acks == -1:
-                r = self.replicas[tp]
                 end = result.last_offset + 1
                 if r.log.high_watermark < end:
                     waits[tp] = (r, r.add_waiter(end))
