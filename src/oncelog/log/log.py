@@ -30,6 +30,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from ..records.batch import (
+    ATTR_CONTROL,
     CONTROL_ABORT,
     CONTROL_COMMIT,
     HEADER_SIZE,
@@ -145,6 +146,10 @@ class FollowerAppendResult:
 # A record set shorter than this is copied to be rewritten in place (one small copy costs less
 # than a header copy, views and a pwritev per batch); a longer one is written as it came.
 COPY_BELOW = 64 * 1024
+
+# Read on every append: a module constant (an enum member looked up on its class goes through
+# EnumType's __getattr__ hook, several times the cost of a global).
+_MARKER = AppendOrigin.MARKER
 
 
 class PartitionLog:
@@ -314,7 +319,7 @@ class PartitionLog:
         partitionLeaderEpoch and recorded in the leader-epoch cache.
         ``checked``: log/validator.py ``check_compressed``'s findings, not read again.
         """
-        if origin is AppendOrigin.MARKER:
+        if origin is _MARKER:
             return self._append_marker(data, batches, now_ms, leader_epoch,
                                        transaction_version)
         if require_verification:
@@ -323,11 +328,12 @@ class PartitionLog:
                     self.producer_state.check_verified(h, verification)
                 except ProducerStateError as exc:
                     raise LogAppendError(exc.error_name, str(exc)) from None
+        max_bytes = self.config.max_message_bytes
         for _pos, h in batches:
-            if h.is_control:  # Kafka's LogValidator: only markers are control batches
+            if h.attributes & ATTR_CONTROL:  # Kafka's LogValidator: only markers are control
                 raise LogAppendError(ErrorCode.invalid_record,
                                      f"a {origin.value} append may not write control batches")
-            if h.size > self.config.max_message_bytes:
+            if h.size > max_bytes:
                 raise LogAppendError(
                     ErrorCode.message_too_large,
                     f"batch of {h.size} bytes exceeds max.message.bytes "
@@ -597,9 +603,11 @@ class PartitionLog:
         others each in a new segment; then the producer state from each batch (a COMMIT or
         ABORT marker closes its transaction, an abort goes into the index); a flush when
         flush.messages are unflushed."""
-        for i, (start, pieces, headers, size, max_timestamp, records) in enumerate(runs):
-            if i == 0:
+        first = True
+        for start, pieces, headers, size, max_timestamp, records in runs:
+            if first:
                 self._maybe_roll(size, max_timestamp, now_ms, headers[-1][1].last_offset)
+                first = False
             else:
                 self.roll(now_ms)
             seg = self.active_segment
@@ -607,7 +615,7 @@ class PartitionLog:
                        else [(pos - start, h) for pos, h in headers])
             self._maybe_preallocate(seg, size)
             for pos, h in headers:
-                if h.is_control:
+                if h.attributes & ATTR_CONTROL:
                     self._replay_marker(seg, h, buf, pos)
                 else:
                     self.producer_state.update(h)

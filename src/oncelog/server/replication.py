@@ -297,8 +297,16 @@ class ReplicaManager:
         appendToLocalLog), in this turn of the event loop: this broker must lead it; for
         acks=all an append of any origin needs min.insync.replicas in the ISR (Kafka's
         Partition.appendRecordsToLeader: a marker refused NOT_ENOUGH_REPLICAS is sent again by
-        its coordinator); the log appends at the leader epoch and the high watermark moves. Raises AppendError. (The group coordinator answers from what it
-        wrote before waiting for the ISR: ``replicated``.)"""
+        its coordinator); the log appends at the leader epoch and the high watermark moves.
+        Raises AppendError. (The coordinator runtime appends here, then waits for the ISR
+        with ``replicated``.)"""
+        return self._append_to_leader(tp, entry, origin, required_acks,
+                                      now_ms() if now is None else now)[1]
+
+    def _append_to_leader(self, tp: TP, entry: AppendEntry, origin: AppendOrigin,
+                          required_acks: int, now: int) -> tuple[Partition, AppendResult]:
+        """``append_to_leader``, which returns the partition too (``append_records`` waits
+        on it)."""
         r = self.replicas.get(tp)
         try:
             if r is None or not r.is_leader:
@@ -312,8 +320,8 @@ class ReplicaManager:
         try:
             if batches is None:
                 batches = split_batches(records)
-            result = r.log.append(records, batches, now_ms() if now is None else now,
-                                  origin=origin, verification=entry.verification,
+            result = r.log.append(records, batches, now, origin=origin,
+                                  verification=entry.verification,
                                   require_verification=entry.require_verification,
                                   new_client=entry.new_client, leader_epoch=r.leader_epoch,
                                   checked=entry.checked,
@@ -328,7 +336,7 @@ class ReplicaManager:
                               f"the log could not be written: {exc}") from None
         if not result.duplicate:
             r.appended()
-        return result
+        return r, result
 
     async def append_records(self, entries: dict[TP, AppendEntry], *, origin: AppendOrigin,
                              required_acks: int, timeout_ms: int
@@ -345,14 +353,12 @@ class ReplicaManager:
         now = now_ms()
         for tp, entry in entries.items():
             try:
-                result = self.append_to_leader(tp, entry, origin=origin,
-                                               required_acks=required_acks, now=now)
+                r, result = self._append_to_leader(tp, entry, origin, required_acks, now)
             except AppendError as exc:
                 out[tp] = exc
                 continue
             out[tp] = result
             if required_acks == -1:
-                r = self.replicas[tp]
                 end = result.last_offset + 1
                 if r.log.high_watermark < end:
                     waits[tp] = (r, r.add_waiter(end))

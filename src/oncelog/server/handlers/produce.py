@@ -106,6 +106,8 @@ def _check_magic(records) -> None:
                                         "at least one record batch per partition", at_log=False)
 
 
+_CLIENT = AppendOrigin.CLIENT  # (a global: an enum member looked up on its class costs more)
+
 # Kafka's ReplicaManager answers these append errors without the partition's log start offset
 # (handleProduceAppendException); any other error the log raises carries it.
 _NO_LOG_START = {ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower, ErrorCode.message_too_large,
@@ -221,7 +223,7 @@ async def handle_produce(broker: BrokerPort, ctx: RequestContext, request: Any) 
     entries = {tp: AppendEntry(records_of[tp], batches, guards.get(tp), verify, new_client,
                                checked[tp])
                for tp, (_partition, batches) in prepared.items() if tp in checked}
-    appended = await broker.replication.append_records(entries, origin=AppendOrigin.CLIENT,
+    appended = await broker.replication.append_records(entries, origin=_CLIENT,
                                                        required_acks=acks,
                                                        timeout_ms=millis(request.timeout))
     broker.stats.produced(appended, records_of)
