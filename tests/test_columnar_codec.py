@@ -8,7 +8,7 @@ from array import array
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.tiers import sample_and_sweep
 
@@ -100,9 +100,11 @@ def test_indices_outside_the_rows_are_refused():
 
 @pytest.mark.parametrize("examples", sample_and_sweep(25, 100))
 def test_sections_split_at_max_bytes_as_kafka_batches_do(examples):
-    """The sweep: 100 value lists; the unit tier's sample: 25, others each run."""
+    """The sweep: 100 value lists; the unit tier's sample: 25, others each run. Values up to
+    70,000 bytes are what this test is for: hypothesis's size health check is off."""
 
-    @settings(max_examples=examples, deadline=None)
+    @settings(max_examples=examples, deadline=None,
+              suppress_health_check=[HealthCheck.data_too_large])
     @given(st.lists(big, min_size=1, max_size=30), st.integers(100, 20000))
     def check(values, max_bytes):
         chunks, largest = encode_sections(values, default_timestamp=9, max_bytes=max_bytes)
