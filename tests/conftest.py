@@ -228,12 +228,15 @@ def _referenced_names(node: ast.AST) -> set[str]:
     (``harness.BrokerProcess``); annotations left out (a parameter typed ``BrokerProcess``
     starts nothing)."""
     names: set[str] = set()
-    parsed = {id(a) for c in ast.walk(node) if isinstance(c, ast.Call)  # parse_args(["broker"])
-              and getattr(c.func, "id", getattr(c.func, "attr", None)) not in _CLI_CALLS
-              for a in c.args}
+    # The arguments of calls other than the command's: parse_args(["broker"]) starts nothing.
+    # A call is taken off the stack before its arguments (they are its children): one pass.
+    parsed: set[int] = set()
     stack = [node]
     while stack:
         n = stack.pop()
+        if isinstance(n, ast.Call) and \
+                getattr(n.func, "id", getattr(n.func, "attr", None)) not in _CLI_CALLS:
+            parsed.update(id(a) for a in n.args)
         if id(n) not in parsed and _BROKER_ARGV in _broker_argv(n):
             names.add(_BROKER_ARGV)
         if isinstance(n, ast.Name):
@@ -254,6 +257,9 @@ def _referenced_names(node: ast.AST) -> set[str]:
 
 
 _module_cache: dict[str, frozenset[str]] = {}
+# Per module: each top-level function's names (_referenced_names) by (name, first line), so a
+# test function's own are not parsed from its source again.
+_module_refs: dict[str, dict[tuple[str, int], set[str]]] = {}
 
 
 @functools.cache
@@ -285,9 +291,12 @@ def _module_broker_names(module: types.ModuleType) -> frozenset[str]:
         _module_cache[key] = frozenset(seeds)
         return _module_cache[key]
     refs = {}
+    own = _module_refs.setdefault(key, {})
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             refs[node.name] = _referenced_names(node)
+            first = min((d.lineno for d in node.decorator_list), default=node.lineno)
+            own[(node.name, first)] = refs[node.name]
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):  # e.g. FIXTURE = pytest.fixture(f)
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -313,11 +322,18 @@ def _reaches_broker(obj: object) -> bool:
     module = sys.modules.get(getattr(obj, "__module__", ""))
     if module is None:
         return False
+    reaching = _module_broker_names(module)
+    code = getattr(obj, "__code__", None)
+    if code is not None and obj.__qualname__ == obj.__name__:  # type: ignore[attr-defined]
+        names = _module_refs.get(module.__name__, {}).get(
+            (obj.__name__, code.co_firstlineno))  # type: ignore[attr-defined]
+        if names is not None:
+            return bool(names & reaching)
     try:
         node = ast.parse(textwrap.dedent(inspect.getsource(obj)))  # type: ignore[arg-type]
     except (OSError, TypeError, SyntaxError):
         return False
-    return bool(_referenced_names(node) & _module_broker_names(module))
+    return bool(_referenced_names(node) & reaching)
 
 
 def _starts_broker(item: pytest.Item) -> bool:

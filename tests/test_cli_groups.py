@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from support.cli import groups_broker, oncelog  # noqa: F401 (a fixture)
+from support.cli import groups_broker, help_text, oncelog  # noqa: F401 (a fixture)
 from support.waiting import wait_until
 
 from oncelog import Admin, Consumer
@@ -210,5 +210,4 @@ def test_a_group_with_members_is_described_and_refused_as_kafka_does(bs, groups_
 def test_every_action_has_help():
     for action in ("list", "describe", "reset-offsets", "delete-offsets", "delete"):
         for command in ("groups", "consumer-groups"):  # the old name: an alias
-            assert f"usage: oncelog groups {action}" in \
-                oncelog(command, action, "--help").stdout
+            assert f"usage: oncelog groups {action}" in help_text(command, action)

@@ -413,6 +413,27 @@ def test_registration_is_ephemeral_and_exclusive(stores: Callable[..., KafkaZkCl
     assert c.brokers.register(1, "127.0.0.1", 9094, timeout_s=1.0).port == 9094
 
 
+def test_only_the_owning_session_deletes_its_ephemeral_znode(
+        stores: Callable[..., KafkaZkClient]) -> None:
+    """ZooKeeperClient.delete_if_owned, what a broker's unregister and a controller's resign
+    do: another session's registration or ``/controller`` stays."""
+    a, b = stores(), stores()
+    a.brokers.register(1, "127.0.0.1", 9092)
+    b.brokers.register(2, "127.0.0.1", 9093)
+    assert not b.zk.delete_if_owned("/brokers/ids/1")
+    assert not a.zk.delete_if_owned("/brokers/ids/9")  # not there
+    assert sorted(b.brokers.live()) == [1, 2]
+    lease = b.election.campaign(2)
+    assert lease is not None
+    a.election.resign(lease)  # not a's: /controller stays b's
+    assert a.election.controller_id() == 2
+    b.brokers.unregister()
+    assert sorted(a.brokers.live()) == [1]
+    assert a.zk.delete_if_owned("/brokers/ids/1") and a.brokers.live() == {}
+    b.election.resign(lease)
+    assert a.election.controller_id() is None
+
+
 def test_unreachable_zookeeper() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

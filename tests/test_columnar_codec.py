@@ -8,8 +8,9 @@ from array import array
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.tiers import sample_and_sweep
 
 from oncelog.client.producer.accumulator import ProducerBatch
 from oncelog.client.producer.partitioner import partition_for_key
@@ -49,17 +50,23 @@ def as_arrow(column, kind, pad: int):
     return pa.array(padded, kind).slice(pad, len(column))
 
 
-@settings(max_examples=200, deadline=None)
-@given(rows_st, st.sampled_from(["list", *range(len(ARROW_TYPES))]), st.integers(0, 9))
-def test_encode_equals_the_python_encoder(rows, form, pad):
-    keys = [r[0] for r in rows]
-    values = [r[1] for r in rows]
-    if form != "list":
-        keys = as_arrow(keys, ARROW_TYPES[form], pad)
-        values = as_arrow(values, ARROW_TYPES[1 - form], pad + 1)
-    got = encode_records(values, keys, timestamps=[r[3] for r in rows],
-                         headers=[r[2] for r in rows])
-    assert got == python_section(rows)
+@pytest.mark.parametrize("examples", sample_and_sweep(50, 200))
+def test_encode_equals_the_python_encoder(examples):
+    """The sweep: 200 row sets; the unit tier's sample: 50, others each run."""
+
+    @settings(max_examples=examples, deadline=None)
+    @given(rows_st, st.sampled_from(["list", *range(len(ARROW_TYPES))]), st.integers(0, 9))
+    def check(rows, form, pad):
+        keys = [r[0] for r in rows]
+        values = [r[1] for r in rows]
+        if form != "list":
+            keys = as_arrow(keys, ARROW_TYPES[form], pad)
+            values = as_arrow(values, ARROW_TYPES[1 - form], pad + 1)
+        got = encode_records(values, keys, timestamps=[r[3] for r in rows],
+                             headers=[r[2] for r in rows])
+        assert got == python_section(rows)
+
+    check()
 
 
 @settings(max_examples=100, deadline=None)
@@ -91,23 +98,32 @@ def test_indices_outside_the_rows_are_refused():
         encode_records([b"a", b"b"], indices=[-1])
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(big, min_size=1, max_size=30), st.integers(100, 20000))
-def test_sections_split_at_max_bytes_as_kafka_batches_do(values, max_bytes):
-    chunks, largest = encode_sections(values, default_timestamp=9, max_bytes=max_bytes)
-    rows = [(None, v, None, 9) for v in values]
-    sizes = [len(python_section([r])) for r in rows]
-    assert largest == max(sizes)
-    i = 0
-    for section, count, base_ts, max_ts in chunks:
-        assert (base_ts, max_ts) == (9, 9)
-        assert section == python_section(rows[i : i + count])
-        # full: the next record would not have fit; only a lone record may exceed max_bytes
-        assert count == 1 or len(section) <= max_bytes
-        if i + count < len(rows):
-            assert len(section) + sizes[i + count] > max_bytes
-        i += count
-    assert i == len(values)
+@pytest.mark.parametrize("examples", sample_and_sweep(25, 100))
+def test_sections_split_at_max_bytes_as_kafka_batches_do(examples):
+    """The sweep: 100 value lists; the unit tier's sample: 25, others each run. Values up to
+    70,000 bytes are what this test is for: hypothesis's size health check is off."""
+
+    @settings(max_examples=examples, deadline=None,
+              suppress_health_check=[HealthCheck.data_too_large])
+    @given(st.lists(big, min_size=1, max_size=30), st.integers(100, 20000))
+    def check(values, max_bytes):
+        chunks, largest = encode_sections(values, default_timestamp=9, max_bytes=max_bytes)
+        rows = [(None, v, None, 9) for v in values]
+        sizes = [len(python_section([r])) for r in rows]
+        assert largest == max(sizes)
+        i = 0
+        for section, count, base_ts, max_ts in chunks:
+            assert (base_ts, max_ts) == (9, 9)
+            assert section == python_section(rows[i : i + count])
+            # full: the next record would not have fit; only a lone record may exceed
+            # max_bytes
+            assert count == 1 or len(section) <= max_bytes
+            if i + count < len(rows):
+                assert len(section) + sizes[i + count] > max_bytes
+            i += count
+        assert i == len(values)
+
+    check()
 
 
 def test_a_section_has_the_timestamp_range_of_its_records():

@@ -4,9 +4,11 @@ open (it was closed)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.raw_wire import RawConnection, error_codes, list_offsets_request
+from support.tiers import sample_and_sweep
 from support.wire_fuzz import API_VERSIONS
 
 from oncelog.protocol import (
@@ -24,16 +26,24 @@ from oncelog.server.embedded import EmbeddedBroker
 UNKNOWN_SERVER_ERROR = -1
 
 
-@settings(max_examples=len(API_VERSIONS) * 5, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
-@given(st.data())
-def test_every_api_has_an_error_response_that_encodes(data):
-    api_key, version = data.draw(st.sampled_from(API_VERSIONS))
-    request = data.draw(st.from_type(request_class(api_key, version)))
-    response = error_response(response_class(api_key, version), request)
-    assert set(error_codes(response)) <= {UNKNOWN_SERVER_ERROR}
-    _, decoded = decode_response(api_key, version, encode_response(9, response)[4:])
-    assert decoded == response
+@pytest.mark.parametrize("examples", sample_and_sweep(len(API_VERSIONS) // 5,
+                                                    len(API_VERSIONS) * 5))
+def test_every_api_has_an_error_response_that_encodes(examples):
+    """Every API and version (the sweep: five requests of each on average; the unit tier's
+    sample: a fifth of them, others each run)."""
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        api_key, version = data.draw(st.sampled_from(API_VERSIONS))
+        request = data.draw(st.from_type(request_class(api_key, version)))
+        response = error_response(response_class(api_key, version), request)
+        assert set(error_codes(response)) <= {UNKNOWN_SERVER_ERROR}
+        _, decoded = decode_response(api_key, version, encode_response(9, response)[4:])
+        assert decoded == response
+
+    check()
 
 
 def test_an_error_response_names_what_the_request_named():

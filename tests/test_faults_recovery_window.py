@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oncelog.faults.run import _crossed_heal
+from oncelog.faults.run import _crossed_heal, _history_ops, _ok_after
 
 HEAL = 1_000
 
@@ -38,3 +38,17 @@ def test_clients_not_inside_a_call_at_the_heal_are_not_waited_for(tmp_path: Path
                              HEAL)
     assert not _crossed_heal(history(tmp_path, ("invoke", 900), ("ok", 1100)), HEAL)
     assert not _crossed_heal(tmp_path / "missing.jsonl", HEAL)
+
+
+def test_both_checks_read_the_history_alike(tmp_path: Path) -> None:
+    """One reader of the history for the wait (``_crossed_heal``) and for the verdict
+    (``_ok_after``, which ``_unrecovered`` asks per client): a line cut short by a client
+    still writing it, and a line that is no operation, are skipped by both."""
+    path = history(tmp_path, ("invoke", 900), ("ok", 1100))
+    with open(path, "a") as f:
+        f.write('[1, 2]\n{"type": "ok", "time": "soon"}\n{"type": "invoke", "ti')
+    assert list(_history_ops(path)) == [("invoke", 900), ("ok", 1100)]
+    assert _ok_after(path, HEAL) and not _crossed_heal(path, HEAL)
+    assert not _ok_after(path, 1100)
+    assert not _ok_after(tmp_path / "missing.jsonl", HEAL)
+    assert list(_history_ops(None)) == []

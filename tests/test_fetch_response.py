@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import uuid
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support.tiers import sample_and_sweep
 
 from oncelog.protocol import (
     ApiKey,
@@ -66,26 +68,32 @@ def hand_frame(version, session_id, error, read_committed, tops):
 LARGE = b"x" * (16 * 1024 + 1)
 
 
-@settings(max_examples=300, deadline=None)
-@example(version=16, session_id=1, error=0, read_committed=True,
-         tops=[("a", [(0, 0, 5, 5, 0, [(1, 2)], LARGE), (1, 0, 5, 5, 0, [], b"ab")]),
-               ("bb", [(2, 0, 5, 5, 0, [], LARGE)])])
-@example(version=11, session_id=1, error=0, read_committed=False,
-         tops=[("a", [(0, 0, 5, 5, 0, [], LARGE), (1, 0, 5, 5, 0, [], b"ab")])])
-@given(version=st.integers(4, 17), session_id=I32, error=ERRORS,
-       read_committed=st.booleans(), tops=topics)
-def test_every_version_writes_what_kio_writes(version, session_id, error, read_committed,
-                                              tops):
-    if version < 5:  # no log start offset in v4: kio does not write it either
-        tops = [(k, [(i, e, hw, lso, -1, ab, r) for i, e, hw, lso, _s, ab, r in ps])
-                for k, ps in tops]
-    if version >= 13:  # topics by id (KIP-516); the all-zero id is None to kio
-        tops = [(uuid.UUID(int=hash(k) & (2**128 - 1)) if len(k) > 1 else None, ps)
-                for k, ps in tops]
-    if version < 7:
-        session_id, error = 0, 0
-    assert hand_frame(version, session_id, error, read_committed, tops) == \
-        kio_frame(version, session_id, error, read_committed, tops)
+@pytest.mark.parametrize("examples", sample_and_sweep(60, 300))
+def test_every_version_writes_what_kio_writes(examples):
+    """Versions 4 to 17 (the sweep: 300 responses; the unit tier's sample: 60, others each
+    run), and two responses with record sets past the writer's inline size every run."""
+
+    @settings(max_examples=examples, deadline=None)
+    @example(version=16, session_id=1, error=0, read_committed=True,
+             tops=[("a", [(0, 0, 5, 5, 0, [(1, 2)], LARGE), (1, 0, 5, 5, 0, [], b"ab")]),
+                   ("bb", [(2, 0, 5, 5, 0, [], LARGE)])])
+    @example(version=11, session_id=1, error=0, read_committed=False,
+             tops=[("a", [(0, 0, 5, 5, 0, [], LARGE), (1, 0, 5, 5, 0, [], b"ab")])])
+    @given(version=st.integers(4, 17), session_id=I32, error=ERRORS,
+           read_committed=st.booleans(), tops=topics)
+    def check(version, session_id, error, read_committed, tops):
+        if version < 5:  # no log start offset in v4: kio does not write it either
+            tops = [(k, [(i, e, hw, lso, -1, ab, r) for i, e, hw, lso, _s, ab, r in ps])
+                    for k, ps in tops]
+        if version >= 13:  # topics by id (KIP-516); the all-zero id is None to kio
+            tops = [(uuid.UUID(int=hash(k) & (2**128 - 1)) if len(k) > 1 else None, ps)
+                    for k, ps in tops]
+        if version < 7:
+            session_id, error = 0, 0
+        assert hand_frame(version, session_id, error, read_committed, tops) == \
+            kio_frame(version, session_id, error, read_committed, tops)
+
+    check()
 
 
 def test_record_sets_in_files_stay_parts_of_their_own(tmp_path):

@@ -8,6 +8,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.tiers import sample_and_sweep
 
 from oncelog.client import frame_reader
 from oncelog.client.frame_reader import SCRATCH_SIZE, FrameReader
@@ -38,24 +39,30 @@ sizes = st.one_of(st.integers(4, 300), st.integers(SCRATCH_SIZE - 10, SCRATCH_SI
                   st.integers(3 * SCRATCH_SIZE, 5 * SCRATCH_SIZE))
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(sizes, min_size=1, max_size=8),
-       st.lists(st.one_of(st.integers(1, 10), st.integers(1000, 200_000)), min_size=1,
-                max_size=5),
-       st.booleans())
-def test_frames_come_out_whole_in_order(frame_sizes, pieces, gathered):
-    frames = [bytes([i % 251]) * size for i, size in enumerate(frame_sizes)]
-    stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
-    reader = FrameReader()
-    if gathered:  # frames past MAX_RESERVED are gathered in pieces and joined
-        old = frame_reader.MAX_RESERVED
-        frame_reader.MAX_RESERVED = SCRATCH_SIZE * 2
-        try:
+@pytest.mark.parametrize("examples", sample_and_sweep(15, 60))
+def test_frames_come_out_whole_in_order(examples):
+    """The sweep: 60 streams; the unit tier's sample: 15, others each run."""
+
+    @settings(max_examples=examples, deadline=None)
+    @given(st.lists(sizes, min_size=1, max_size=8),
+           st.lists(st.one_of(st.integers(1, 10), st.integers(1000, 200_000)), min_size=1,
+                    max_size=5),
+           st.booleans())
+    def check(frame_sizes, pieces, gathered):
+        frames = [bytes([i % 251]) * size for i, size in enumerate(frame_sizes)]
+        stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+        reader = FrameReader()
+        if gathered:  # frames past MAX_RESERVED are gathered in pieces and joined
+            old = frame_reader.MAX_RESERVED
+            frame_reader.MAX_RESERVED = SCRATCH_SIZE * 2
+            try:
+                assert feed(reader, stream, pieces) == frames
+            finally:
+                frame_reader.MAX_RESERVED = old
+        else:
             assert feed(reader, stream, pieces) == frames
-        finally:
-            frame_reader.MAX_RESERVED = old
-    else:
-        assert feed(reader, stream, pieces) == frames
+
+    check()
 
 
 @pytest.mark.parametrize("size", [-1, 0, 3, 1001])

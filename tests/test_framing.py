@@ -9,6 +9,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.tiers import sample_and_sweep
 
 from oncelog.harness.relay import Relay
 from oncelog.loop_thread import new_event_loop
@@ -43,30 +44,36 @@ def test_frames_come_out_whole_however_the_bytes_arrive():
         assert f.buffered == 0
 
 
-@given(bodies=st.lists(st.binary(max_size=300) | st.sampled_from([b"x" * 70_000, b""]),
-                       max_size=12),
-       cuts=st.lists(st.integers(1, 90_000), max_size=40),
-       kinds=st.lists(st.sampled_from([bytes, bytearray, memoryview]), min_size=1,
-                      max_size=5))
-@settings(max_examples=150, deadline=None)
-def test_any_chunking_of_any_frames_gives_them_back_in_order_and_whole(bodies, cuts, kinds):
-    # Small reads go to the tail buffer, large ones are kept as chunks, frames span both;
-    # callers may hand in a reusable buffer (bytearray, memoryview): frames are always bytes.
-    stream = b"".join(frame(b) for b in bodies)
-    f = Framing()
-    out, pos, i = [], 0, 0
-    while pos < len(stream):
-        step = cuts[i % len(cuts)] if cuts else len(stream)
-        piece = stream[pos:pos + step]
-        f.receive_data(kinds[i % len(kinds)](piece))
-        pos += len(piece)
-        i += 1
-        while (event := f.next_event()) is not NEED_DATA:
-            assert type(event) is bytes
-            out.append(event)
-        assert f.buffered == pos - sum(4 + len(b) for b in out)
-    assert out == bodies
-    assert f.buffered == 0
+@pytest.mark.parametrize("examples", sample_and_sweep(40, 150))
+def test_any_chunking_of_any_frames_gives_them_back_in_order_and_whole(examples):
+    """Small reads go to the tail buffer, large ones are kept as chunks, frames span both;
+    callers may hand in a reusable buffer (bytearray, memoryview): frames are always bytes.
+    The sweep: 150 streams; the unit tier's sample: 40, others each run."""
+
+    @given(bodies=st.lists(st.binary(max_size=300) | st.sampled_from([b"x" * 70_000, b""]),
+                           max_size=12),
+           cuts=st.lists(st.integers(1, 90_000), max_size=40),
+           kinds=st.lists(st.sampled_from([bytes, bytearray, memoryview]), min_size=1,
+                          max_size=5))
+    @settings(max_examples=examples, deadline=None)
+    def check(bodies, cuts, kinds):
+        stream = b"".join(frame(b) for b in bodies)
+        f = Framing()
+        out, pos, i = [], 0, 0
+        while pos < len(stream):
+            step = cuts[i % len(cuts)] if cuts else len(stream)
+            piece = stream[pos:pos + step]
+            f.receive_data(kinds[i % len(kinds)](piece))
+            pos += len(piece)
+            i += 1
+            while (event := f.next_event()) is not NEED_DATA:
+                assert type(event) is bytes
+                out.append(event)
+            assert f.buffered == pos - sum(4 + len(b) for b in out)
+        assert out == bodies
+        assert f.buffered == 0
+
+    check()
 
 
 def test_a_frame_trickled_a_byte_at_a_time_is_held_compactly():

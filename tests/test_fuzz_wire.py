@@ -7,15 +7,16 @@ at their extremes, truncations, bad tagged fields, flipped bytes); random bytes 
 invalid headers. They go (1) through our decoders in a child process, requests as the broker
 reads them and responses as our client reads them, and (2) over sockets to a real broker
 process, open and with SASL on (unauthenticated input), which must stay up, answer ApiVersions
-afterwards and keep its peak memory bounded. The default run takes about a minute; the
-``slow`` variants try as many again, from other seeds (new inputs, not the default run's
-again). ONCELOG_FUZZ_SCALE=N multiplies every count, for a deeper run than the suite's:
+afterwards and keep its peak memory bounded. The decoder tests run a sample in the unit
+tier (new inputs each run) and their whole sweep marked ``slow`` (tests/support/tiers.py); the
+long runs try as many again, from other seeds (new inputs, not the default run's again). ONCELOG_FUZZ_SCALE=N multiplies every count, for a deeper run than the suite's:
     ONCELOG_FUZZ_SCALE=10 .venv/bin/python -m pytest tests/test_fuzz_wire.py
 """
 
 from __future__ import annotations
 
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -28,6 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from support.raw_wire import RawConnection
+from support.tiers import sample_and_sweep
 from support.wire_fuzz import API_VERSIONS, encode_body, request_frames
 
 from oncelog.harness.broker_process import BrokerProcess
@@ -88,28 +90,42 @@ def test_a_count_larger_than_the_bytes_left_is_refused():
         decode_request_body(parse_request_header(frame), frame)
 
 
-@settings(max_examples=len(API_VERSIONS) * 6, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
-@given(st.data())
-def test_every_body_kio_encodes_passes_the_bounds_check(data):
+@pytest.mark.parametrize("examples", sample_and_sweep(len(API_VERSIONS) // 5,
+                                                    len(API_VERSIONS) * 6))
+def test_every_body_kio_encodes_passes_the_bounds_check(examples):
     """The bounds check reads kio's layout exactly: every valid body passes and ends where it
-    ends, for every API and version, requests and responses."""
-    api_key, version = data.draw(st.sampled_from(API_VERSIONS))
-    for cls in (request_class(api_key, version), response_class(api_key, version)):
-        body = encode_body(cls, data.draw(st.from_type(cls)))
-        assert check_body(cls, body, 0) == len(body)
+    ends, for every API and version, requests and responses (the sweep: six bodies of each on
+    average; the unit tier's sample: a fifth of them, others each run)."""
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        api_key, version = data.draw(st.sampled_from(API_VERSIONS))
+        for cls in (request_class(api_key, version), response_class(api_key, version)):
+            body = encode_body(cls, data.draw(st.from_type(cls)))
+            assert check_body(cls, body, 0) == len(body)
+
+    check()
 
 
-def test_fuzzed_frames_never_end_a_decoding_process(tmp_path):
+DECODER_SWEEP = 3000  # inputs, from seed 16
+
+
+@pytest.mark.parametrize("examples", sample_and_sweep(500, DECODER_SWEEP))
+def test_fuzzed_frames_never_end_a_decoding_process(tmp_path, examples):
     """Requests as the broker decodes them, responses as our client does, in a child process:
-    a decoder that aborts shows as the child dying, with the input it died on."""
+    a decoder that aborts shows as the child dying, with the input it died on. The sweep sends
+    3000 inputs from seed 16; the unit tier's sample 500 from a seed of its own each run."""
     last = tmp_path / "last-input"
-    run = subprocess.run([sys.executable, str(HERE / "support" / "wire_fuzz.py"), "--examples", str(scaled(3000)),
-                          "--last", str(last)], capture_output=True, text=True, timeout=300, check=False,
-                         cwd=HERE)
+    seed_ = 16 if examples == DECODER_SWEEP else random.randrange(2**32)
+    run = subprocess.run([sys.executable, str(HERE / "support" / "wire_fuzz.py"),
+                          "--examples", str(scaled(examples)), "--seed", str(seed_),
+                          "--last", str(last)],
+                         capture_output=True, text=True, timeout=900, check=False, cwd=HERE)
     assert run.returncode == 0, (
-        f"the decoding process ended with {run.returncode} on input {last.read_text()}\n"
-        + run.stderr[-3000:])
+        f"the decoding process (--seed {seed_}) ended with {run.returncode} on input "
+        f"{last.read_text()}\n" + run.stderr[-3000:])
     assert "refused=" in run.stdout, run.stdout
 
 

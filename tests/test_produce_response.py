@@ -3,8 +3,10 @@ byte for byte, for every version the broker answers."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.tiers import sample_and_sweep
 
 from oncelog.protocol import ApiKey, encode_response, encode_response_parts, make, response_module
 from oncelog.protocol.produce_response import ProduceResponseWriter
@@ -35,18 +37,26 @@ def kio_frame(version, tops):
         for name, parts in tops)))
 
 
-@settings(max_examples=300, deadline=None)
-@given(version=st.integers(3, 12), tops=topics)
-def test_every_version_writes_what_kio_writes(version, tops):
-    if version < 8:  # no record errors nor message before KIP-467
-        tops = [(n, [(i, e, b, t, s, [], None) for i, e, b, t, s, _x, _m in ps])
-                for n, ps in tops]
-    if version < 5:  # no log start offset before v5
-        tops = [(n, [(i, e, b, t, -1, x, m) for i, e, b, t, _s, x, m in ps]) for n, ps in tops]
-    writer = ProduceResponseWriter(version, len(tops))
-    for name, parts in tops:
-        writer.topic(name, len(parts))
-        for i, e, b, t, s, errs, msg in parts:
-            writer.partition(i, e, b, t, s, errs, msg)
-        writer.end_topic()
-    assert b"".join(encode_response_parts(5, writer)) == kio_frame(version, tops)
+@pytest.mark.parametrize("examples", sample_and_sweep(60, 300))
+def test_every_version_writes_what_kio_writes(examples):
+    """Versions 3 to 12 (the sweep: 300 responses; the unit tier's sample: 60, others each
+    run)."""
+
+    @settings(max_examples=examples, deadline=None)
+    @given(version=st.integers(3, 12), tops=topics)
+    def check(version, tops):
+        if version < 8:  # no record errors nor message before KIP-467
+            tops = [(n, [(i, e, b, t, s, [], None) for i, e, b, t, s, _x, _m in ps])
+                    for n, ps in tops]
+        if version < 5:  # no log start offset before v5
+            tops = [(n, [(i, e, b, t, -1, x, m) for i, e, b, t, _s, x, m in ps])
+                    for n, ps in tops]
+        writer = ProduceResponseWriter(version, len(tops))
+        for name, parts in tops:
+            writer.topic(name, len(parts))
+            for i, e, b, t, s, errs, msg in parts:
+                writer.partition(i, e, b, t, s, errs, msg)
+            writer.end_topic()
+        assert b"".join(encode_response_parts(5, writer)) == kio_frame(version, tops)
+
+    check()

@@ -11,6 +11,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.tiers import sample_and_sweep
 
 from oncelog.protocol import (
     ApiKey,
@@ -94,25 +95,32 @@ def response_frame(correlation_id, error_code, topics) -> bytes:
     return encode_response(correlation_id, response)[4:]  # without the size prefix
 
 
-@given(topics=st.lists(st.tuples(names, st.lists(partition_data, max_size=3)), max_size=3),
-       correlation_id=int32, error_code=st.sampled_from([0, 58]))
-@settings(max_examples=200, deadline=None)
-def test_a_kio_encoded_response_parses_with_record_sets_as_views(topics, correlation_id,
-                                                                 error_code) -> None:
-    frame = memoryview(response_frame(correlation_id, error_code, topics))
-    got_id, got_error, got = parse_fetch_response(frame)
-    assert (got_id, got_error) == (correlation_id, error_code)
-    want = [(t, d) for t, ps in topics for d in ps]
-    assert len(got) == len(want)
-    for p, (topic, d) in zip(got, want, strict=True):
-        assert (p.topic, p.partition, p.error_code, p.high_watermark, p.log_start_offset) == \
-            (topic, d["partition_index"], d["error_code"], d["high_watermark"],
-             d["log_start_offset"])
-        if d["records"] is None:
-            assert p.records is None
-        else:
-            assert isinstance(p.records, memoryview) and p.records.obj is frame.obj
-            assert bytes(p.records) == d["records"]
+@pytest.mark.parametrize("examples", sample_and_sweep(50, 200))
+def test_a_kio_encoded_response_parses_with_record_sets_as_views(examples) -> None:
+    """The sweep: 200 responses; the unit tier's sample: 50, others each run."""
+
+    @given(topics=st.lists(st.tuples(names, st.lists(partition_data, max_size=3)),
+                           max_size=3),
+           correlation_id=int32, error_code=st.sampled_from([0, 58]))
+    @settings(max_examples=examples, deadline=None)
+    def check(topics, correlation_id, error_code) -> None:
+        frame = memoryview(response_frame(correlation_id, error_code, topics))
+        got_id, got_error, got = parse_fetch_response(frame)
+        assert (got_id, got_error) == (correlation_id, error_code)
+        want = [(t, d) for t, ps in topics for d in ps]
+        assert len(got) == len(want)
+        for p, (topic, d) in zip(got, want, strict=True):
+            assert (p.topic, p.partition, p.error_code, p.high_watermark,
+                    p.log_start_offset) == \
+                (topic, d["partition_index"], d["error_code"], d["high_watermark"],
+                 d["log_start_offset"])
+            if d["records"] is None:
+                assert p.records is None
+            else:
+                assert isinstance(p.records, memoryview) and p.records.obj is frame.obj
+                assert bytes(p.records) == d["records"]
+
+    check()
 
 
 def test_every_truncation_of_a_response_is_refused() -> None:

@@ -3,9 +3,12 @@ it: tests/test_cli.py and tests/test_transaction_tools.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -23,6 +26,20 @@ def oncelog(*args: str, stdin: str | None = None, check: bool = True,
         raise AssertionError(f"oncelog {' '.join(args)} failed ({proc.returncode}):\n"
                              f"{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def help_text(*args: str) -> str:
+    """What ``oncelog ARGS --help`` prints, from the command's ``main`` in this process: all
+    ``python -m oncelog.cli.main`` runs (``sys.exit(main())``), without an interpreter's start
+    for each (80 columns, as a pipe gets)."""
+    from oncelog.cli.main import main
+
+    out = io.StringIO()
+    with mock.patch.dict(os.environ, {"COLUMNS": "80"}), contextlib.redirect_stdout(out), \
+            pytest.raises(SystemExit) as exited:
+        main([*args, "--help"])
+    assert exited.value.code == 0, (args, out.getvalue())
+    return out.getvalue()
 
 
 @pytest.fixture(scope="module")

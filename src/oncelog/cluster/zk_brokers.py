@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from .errors import BrokerIdInUseError
 from .model import BrokerInfo
@@ -103,13 +103,7 @@ class BrokerRegistry:
         registration, self._registration = self._registration, None
         if registration is None:
             return
-        path = BrokerIdZNode.path(registration[0])
-        try:
-            stat = self.zk.exists(path)
-            if stat is not None and self.zk.owns(stat):
-                self.zk.delete(path, stat.version)
-        except (NoNodeError, BadVersionError):
-            pass
+        self.zk.delete_if_owned(BrokerIdZNode.path(registration[0]))
 
     def live(self) -> dict[int, BrokerInfo]:
         """The registered brokers by id."""

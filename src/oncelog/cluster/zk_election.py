@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from .errors import ControllerMovedError
@@ -137,13 +137,7 @@ class ControllerElection:
 
     def resign(self, lease: ControllerLease) -> None:
         """Delete ``/controller`` if it is still ours (another broker takes over at once)."""
-        path = ControllerZNode.path()
-        try:
-            stat = self.zk.exists(path)
-            if stat is not None and self.zk.owns(stat):
-                self.zk.delete(path, stat.version)
-        except (NoNodeError, BadVersionError):
-            pass
+        self.zk.delete_if_owned(ControllerZNode.path())
 
     def watch(self, callback: Callable[[int | None], Any]) -> None:
         """``callback(controller id or None)`` now and on every change of ``/controller``."""

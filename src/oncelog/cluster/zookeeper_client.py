@@ -298,6 +298,20 @@ class ZooKeeperClient:
     def delete(self, path: str, version: int = -1) -> None:
         self._call("delete", self._p(path), version)
 
+    def delete_if_owned(self, path: str) -> bool:
+        """Delete the ephemeral znode ``path`` if this session owns it, on the condition of
+        the version read (a znode another session created meanwhile, or one changed since,
+        stays); whether it was deleted. A broker's registration and ``/controller`` are left
+        this way: a successor's must not be taken with them."""
+        try:
+            stat = self.exists(path)
+            if stat is None or not self.owns(stat):
+                return False
+            self.delete(path, stat.version)
+            return True
+        except (NoNodeError, BadVersionError):
+            return False
+
     def ensure_path(self, path: str) -> None:
         self._call("ensure_path", self._p(path))
 

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,23 +51,39 @@ CLIENT_BOUND_S = 1200.0
 OP_BOUND_S = 10.0 + 5.0
 
 
+def _history_ops(history: Path | None) -> Iterator[tuple[str, int]]:
+    """The ``(type, time)`` of each operation line of a client's history file, in file order:
+    ``invoke``, ``ok``, ``fail``, ``info`` (or any other type a line has), ``time`` in
+    monotonic ns. A file not there (yet) has none; a line cut short by a client still writing
+    it, or not an operation, is skipped."""
+    with contextlib.suppress(OSError), open(history or os.devnull) as f:
+        for line in f:
+            try:
+                op = json.loads(line)
+                if isinstance(op, dict):
+                    yield str(op.get("type")), int(op.get("time", 0))
+            except (ValueError, TypeError):
+                continue
+
+
+def _ok_after(history: Path | None, healed_ns: int) -> bool:
+    """True when an operation of the history ended ok after ``healed_ns``."""
+    return any(kind == "ok" and at > healed_ns for kind, at in _history_ops(history))
+
+
 def _crossed_heal(history: Path | None, healed_ns: int) -> bool:
     """True when a client had an operation in flight when the faults were healed (invoked before
     ``healed_ns``, ended after it or not yet) and no operation has ended ok after ``healed_ns``."""
     invoked: int | None = None
     crossed = False
-    with contextlib.suppress(OSError), open(history or os.devnull) as f:
-        for line in f:
-            with contextlib.suppress(ValueError):
-                op = json.loads(line)
-                kind, at = op.get("type"), int(op.get("time", 0))
-                if kind == "ok" and at > healed_ns:
-                    return False
-                if kind == "invoke":
-                    invoked = at
-                elif kind in ("ok", "fail", "info") and invoked is not None:
-                    crossed = crossed or (invoked <= healed_ns < at)
-                    invoked = None
+    for kind, at in _history_ops(history):
+        if kind == "ok" and at > healed_ns:
+            return False
+        if kind == "invoke":
+            invoked = at
+        elif kind in ("ok", "fail", "info") and invoked is not None:
+            crossed = crossed or (invoked <= healed_ns < at)
+            invoked = None
     return crossed or (invoked is not None and invoked <= healed_ns)
 
 
@@ -503,16 +519,8 @@ class FaultRun:
         cluster did not recover for them without an operator."""
         stalled = []
         for slot in self.slots:
-            ok_after = False
             assert slot.history is not None
-            with contextlib.suppress(OSError), open(slot.history) as f:
-                for line in f:
-                    with contextlib.suppress(ValueError):
-                        op = json.loads(line)
-                        if op.get("type") == "ok" and int(op.get("time", 0)) > healed_ns:
-                            ok_after = True
-                            break
-            if not ok_after:
+            if not _ok_after(slot.history, healed_ns):
                 stalled.append(f"{slot.process} (transactional.id {slot.transactional_id}) "
                                "completed no operation after the faults were healed")
         return stalled
