@@ -107,15 +107,11 @@ def test_a_row_for_a_partition_that_does_not_exist_fails_the_write(spark, broker
     assert out == [] and stable
 
 
-def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(spark, broker,
-                                                                              tmp_path):
-    """Task 0 fails at once; task 1, held back (5 s) before it begins its transaction, goes on
-    after Spark cancelled it and after the driver's abort looked for open transactions: it finds
-    the write marked aborted after preparing, and aborts. (Before, its two-phase transaction stayed
-    prepared for good, holding back every read_committed reader of the topic.)"""
+def _straggler_run(spark, broker, log) -> str:
+    """One failed write whose task 1 is held at its begin point; the straggler's transaction
+    state once it is CompleteAbort, or what it still is after 90 s."""
     sc = spark.sparkContext
     # The data source's Python workers get the environment it was registered with.
-    log = tmp_path / "faults"
     plan = spark_faults.plan(slow="task:1:0:begin:5", log=log)
     sc.environment.update(plan)
     oncelog.spark.register(spark)
@@ -135,13 +131,32 @@ def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(s
     straggler, state = f"{prefix}-1-0", None
     with Admin(bootstrap_servers=broker.bootstrap_servers) as a:
         deadline = time.monotonic() + 90  # a loaded host starts Python workers slowly
-        while state != "CompleteAbort":  # task 1 wakes up, writes, prepares, then aborts
-            assert time.monotonic() < deadline, f"{straggler} is {state}"
-            time.sleep(0.2)
+        while state != "CompleteAbort" and time.monotonic() < deadline:
+            time.sleep(0.2)  # task 1 wakes up, writes, prepares, then aborts
             try:
                 state = a.describe_transactions([straggler])[straggler].state
             except TransactionalIdNotFoundError:
                 state = None
-    assert spark_faults.acted(log) == ["task:1:0:begin"]
+    return str(state)
+
+
+def test_a_task_that_goes_on_after_the_write_failed_aborts_its_own_transaction(spark, broker,
+                                                                              tmp_path):
+    """Task 0 fails at once; task 1, held back (5 s) before it begins its transaction, goes on
+    after Spark cancelled it and after the driver's abort looked for open transactions: it finds
+    the write marked aborted after preparing, and aborts. (Before, its two-phase transaction stayed
+    prepared for good, holding back every read_committed reader of the topic.) Once in CI the
+    held task's worker never went on past the hold (its transactional id initialized, no
+    transaction begun: Empty, nothing held back, but nothing of the race shown either): then
+    the write is tried once more, and a transaction left open or prepared fails either way."""
+    for attempt in range(2):
+        log = tmp_path / f"faults-{attempt}"
+        state = _straggler_run(spark, broker, log)
+        if state == "CompleteAbort":
+            assert spark_faults.acted(log) == ["task:1:0:begin"]
+            break
+        assert state == "Empty", f"the straggler's transaction is {state}"
+    else:
+        pytest.fail("twice the held task never went on after its write was cancelled")
     out, stable = read_committed(broker, "race", 1)
     assert out == [] and stable
