@@ -2,13 +2,13 @@
 # Run the tests, installing what they need on first use.
 #   bash scripts/test.sh                the whole suite (slow, Spark, cluster and Kafka tests
 #                                       included), on three workers (pytest-xdist): CI; about
-#                                       20 minutes here (1,627 tests)
+#                                       21 minutes here (1,638 tests)
 #   bash scripts/test.sh --fast         the unit tier: every test not marked broker, slow,
 #                                       spark, cluster or kafka. It starts no broker (a test
 #                                       that does fails unless marked ``broker``: tests/conftest.py
 #                                       marks them from their fixtures and source); run it after
-#                                       every change (757 tests; 1 min 57 s on a busy 2-core
-#                                       machine, about a minute idle; 139 s of CPU, from 272 s;
+#                                       every change (767 tests; 65 s on an idle 2-core
+#                                       machine, 2 min on a busy one; 139 s of CPU, from 272 s;
 #                                       the property sweeps run a sample here, whole in the
 #                                       full suite: tests/support/tiers.py)
 #   bash scripts/test.sh --integration  the quick integration tier: the tests marked broker that
